@@ -1,0 +1,494 @@
+/* bufferext/core.h -- backport of the draft PEP "Extended buffer protocol
+ * for device memory support": supported flags, PyBUF_DEVICE and the
+ * extended buffer.  Part of bufferext.h; do not include it directly.
+ *
+ * What is decided where:
+ *   compile time  PyBUF_DEVICE, PyBUF_REQUIRED_FLAGS, Py_buffer_extended and
+ *                 its layout; each guarded so that a CPython which defines
+ *                 the symbol wins.
+ *   shims         Py_NewRef (3.10) and PyType_GetDict (3.12), in the style
+ *                 of pythoncapi-compat, each guarded by PY_VERSION_HEX.
+ *   run time      a type's supported flags.  Released CPythons have no
+ *                 bf_supported_flags slot, so the declaration travels in the
+ *                 type attribute __buffer_supported_flags__ (an int) and is
+ *                 cached per type and per translation unit, keyed on the
+ *                 type's version tag, so a lookup costs a few loads.
+ *
+ * Every function here is static inline: an extension that includes this
+ * header needs nothing from the bufferext package at run time, and two
+ * extensions built separately interoperate through the type attribute.
+ * The normative text is docs/capi.rst.
+ */
+#ifndef BUFFEREXT_CORE_H
+#define BUFFEREXT_CORE_H
+#ifndef BUFFEREXT_H_INSIDE
+#  error "include <bufferext.h>, not <bufferext/core.h>"
+#endif
+
+#include <stddef.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- compat shims ----------------------------------------------------- */
+
+/* Py_NewRef: added in CPython 3.10. */
+#if PY_VERSION_HEX < 0x030A00A3 && !defined(Py_NewRef)
+static inline PyObject *BufferExtCompat_NewRef(PyObject *obj)
+{
+    Py_INCREF(obj);
+    return obj;
+}
+#  define Py_NewRef(obj) BufferExtCompat_NewRef((PyObject *)(obj))
+#endif
+
+/* PyType_GetDict: added in CPython 3.12 (before, tp_dict is the dict). */
+#if PY_VERSION_HEX < 0x030C0000
+static inline PyObject *BufferExtCompat_TypeGetDict(PyTypeObject *type)
+{
+    Py_XINCREF(type->tp_dict);
+    return type->tp_dict;
+}
+#else
+#  define BufferExtCompat_TypeGetDict PyType_GetDict
+#endif
+
+/* ---- flags ------------------------------------------------------------ */
+
+/* PyBUF_DEVICE: extended request flag.  A consumer that passes it hands the
+ * exporter a Py_buffer_extended; the exporter may then describe non-CPU
+ * memory.  A soft request: exporters that do not know it ignore it.
+ * 0x10000 stays clear of the bits CPython is likely to take next (0x400,
+ * 0x800, ...), below the sign bit, and no request that includes it can equal
+ * PyBUF_READ (0x100) or PyBUF_WRITE (0x200), which raise SystemError as exact
+ * request values since 3.13. */
+#ifndef PyBUF_DEVICE
+#  define PyBUF_DEVICE 0x10000
+#endif
+
+/* PyBUF_REQUIRED_FLAGS: the flags an exporter must not ignore: WRITABLE,
+ * FORMAT, ND, STRIDES and the three contiguity requests (0xFD).  The bit of
+ * PyBUF_INDIRECT that is its own (0x100) and PyBUF_DEVICE are soft.
+ * A CPython that defines this symbol also has PyObject_CheckBufferSupports. */
+#ifndef PyBUF_REQUIRED_FLAGS
+#  define PyBUF_REQUIRED_FLAGS                                         \
+    (PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_ND | PyBUF_STRIDES |         \
+     PyBUF_C_CONTIGUOUS | PyBUF_F_CONTIGUOUS | PyBUF_ANY_CONTIGUOUS)
+#  define BUFFEREXT_BACKPORT_CHECK_SUPPORTS 1
+#endif
+
+/* Every request bit that existed before the draft (0x1FD): what a declared
+ * value of 0, or no declaration at all, means. */
+#define BUFFEREXT_LEGACY_FLAGS (PyBUF_REQUIRED_FLAGS | PyBUF_INDIRECT)
+
+/* Extended request flags defined so far. */
+#define BUFFEREXT_EXTENDED_FLAGS PyBUF_DEVICE
+
+/* Declared values with a meaning of their own (any other value >= 0 is a
+ * mask of the request flags the exporter honours). */
+#define BUFFEREXT_SUPPORTS_LEGACY 0        /* the legacy flags: the default */
+#define BUFFEREXT_SUPPORTS_SIMPLE_ONLY (-1) /* PyBUF_SIMPLE requests only */
+
+/* Name of the type attribute that carries the declaration. */
+#define BUFFEREXT_SUPPORTED_FLAGS_ATTR "__buffer_supported_flags__"
+
+/* ---- the extended buffer ---------------------------------------------- */
+
+/* Py_buffer_extended: what a consumer passes when it requests PyBUF_DEVICE.
+ * It wraps Py_buffer (frozen in the stable ABI), so &ext.view is a valid
+ * Py_buffer * and an exporter may cast its Py_buffer * back to this struct,
+ * but only when PyBUF_DEVICE was requested.  Layout version: ABI 1. */
+typedef struct {
+    Py_buffer view;       /* the PEP 3118 buffer, unchanged */
+    int flags;            /* extended flags the exporter honoured; 0 = none.
+                             Consumers must test it before reading below. */
+    int ext_flags;        /* reserved for future extensions; 0 */
+    const char *device;   /* NULL: CPU memory.  Otherwise a unique UTF-8
+                             device name ("bufferext.cuda", ...) of static
+                             storage, owned by the exporter. */
+    void *device_info;    /* device-specific description, its layout given by
+                             the specification of `device`; owned by the
+                             exporter, valid until the buffer is released. */
+} Py_buffer_extended;
+
+#define BUFFEREXT_ABI_VERSION 1
+
+/* ---- run-time supported flags: lookup and per-type cache --------------- */
+
+/* Cache entries remember (type, version tag) -> declared value.  CPython
+ * gives a type a fresh version tag whenever its attributes change (and never
+ * reuses one), so a matching tag proves the declaration is unchanged.  Types
+ * without a valid tag are looked up every time.  The cache is disabled on
+ * free-threaded builds and under the limited API. */
+#define BUFFEREXT_CACHE_SIZE 64
+#define BUFFEREXT_INVALID_DECLARATION (-2) /* cached: the attribute is bad */
+
+typedef struct {
+    PyTypeObject *type;
+    unsigned int tag;
+    int declared;
+} BufferExtInternal_CacheEntry;
+
+#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+#  define BUFFEREXT_HAVE_TYPE_CACHE 1
+#endif
+
+#ifdef BUFFEREXT_ENABLE_CACHE_STATS
+/* Test hook: hits and misses of this translation unit's cache. */
+static inline Py_ssize_t *BufferExtInternal_CacheStats(void)
+{
+    static Py_ssize_t stats[2];
+    return stats;
+}
+#  define BUFFEREXT_COUNT(i) (BufferExtInternal_CacheStats()[i]++)
+#else
+#  define BUFFEREXT_COUNT(i) ((void)0)
+#endif
+
+#ifdef BUFFEREXT_HAVE_TYPE_CACHE
+static inline BufferExtInternal_CacheEntry *BufferExtInternal_Cache(void)
+{
+    static BufferExtInternal_CacheEntry cache[BUFFEREXT_CACHE_SIZE];
+    return cache;
+}
+
+/* The type's version tag, or 0 when it has none. */
+static inline unsigned int BufferExtInternal_TypeTag(PyTypeObject *type)
+{
+#  if PY_VERSION_HEX >= 0x030D0000
+    /* 3.13 zeroes the tag on change and no longer keeps the flag below. */
+    return type->tp_version_tag;
+#  else
+    return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)
+               ? type->tp_version_tag : 0;
+#  endif
+}
+#endif
+
+/* Read the declaration of `type` from its attribute.  Returns the declared
+ * value (-1 included) or BUFFEREXT_INVALID_DECLARATION for a value that is
+ * not an int in {-1} U [0, INT_MAX].  Never raises: a missing attribute, or
+ * an exception while looking it up, reads as 0 (the legacy default). */
+static inline int BufferExtInternal_ReadDeclared(PyTypeObject *type)
+{
+    PyObject *value;
+    long declared;
+    int overflow;
+
+    value = PyObject_GetAttrString((PyObject *)type,
+                                   BUFFEREXT_SUPPORTED_FLAGS_ATTR);
+    if (value == NULL) {
+        PyErr_Clear();
+        return BUFFEREXT_SUPPORTS_LEGACY;
+    }
+    if (!PyLong_Check(value) || PyBool_Check(value)) {
+        Py_DECREF(value);
+        return BUFFEREXT_INVALID_DECLARATION;
+    }
+    declared = PyLong_AsLongAndOverflow(value, &overflow);
+    Py_DECREF(value);
+    if (overflow || declared < -1 || declared > INT_MAX) {
+        PyErr_Clear();
+        return BUFFEREXT_INVALID_DECLARATION;
+    }
+    return (int)declared;
+}
+
+/* The declared value for `type`, through the cache.  Never raises. */
+static inline int BufferExtInternal_Declared(PyTypeObject *type)
+{
+#ifdef BUFFEREXT_HAVE_TYPE_CACHE
+    BufferExtInternal_CacheEntry *entry;
+    unsigned int tag = BufferExtInternal_TypeTag(type);
+    int declared;
+
+    entry = &BufferExtInternal_Cache()[tag % BUFFEREXT_CACHE_SIZE];
+    if (tag != 0 && entry->tag == tag && entry->type == type) {
+        BUFFEREXT_COUNT(0);
+        return entry->declared;
+    }
+    BUFFEREXT_COUNT(1);
+    declared = BufferExtInternal_ReadDeclared(type);
+#  if PY_VERSION_HEX >= 0x030C0000
+    PyUnstable_Type_AssignVersionTag(type);
+#  endif
+    /* On 3.9-3.11 the attribute lookup itself assigned the tag. */
+    tag = BufferExtInternal_TypeTag(type);
+    if (tag != 0) {
+        entry = &BufferExtInternal_Cache()[tag % BUFFEREXT_CACHE_SIZE];
+        entry->type = type;
+        entry->declared = declared;
+        entry->tag = tag;
+    }
+    return declared;
+#else
+    BUFFEREXT_COUNT(1);
+    return BufferExtInternal_ReadDeclared(type);
+#endif
+}
+
+/* Translate a declared value into the mask of honoured request flags. */
+static inline int BufferExtInternal_EffectiveMask(int declared)
+{
+    if (declared == BUFFEREXT_SUPPORTS_LEGACY) {
+        return BUFFEREXT_LEGACY_FLAGS;
+    }
+    if (declared < 0) {           /* -1, or an invalid declaration */
+        return 0;
+    }
+    return declared;
+}
+
+/* ---- public functions ------------------------------------------------- */
+
+#ifdef BUFFEREXT_BACKPORT_CHECK_SUPPORTS
+/* PyObject_CheckBufferSupports (draft PEP): 1 if `obj` exports buffers and
+ * its type declares support for every bit of `flags`, else 0.  Never raises;
+ * an invalid declaration supports PyBUF_SIMPLE only.  Call it without an
+ * exception set, like most of the C API. */
+static inline int PyObject_CheckBufferSupports(PyObject *obj, int flags)
+{
+    int mask;
+
+    if (!PyObject_CheckBuffer(obj)) {
+        return 0;
+    }
+    if (flags == 0) {
+        return 1;
+    }
+    mask = BufferExtInternal_EffectiveMask(
+        BufferExtInternal_Declared(Py_TYPE(obj)));
+    return (flags & ~mask) == 0;
+}
+#endif
+
+/* BufferExt_SupportedFlags: the mask of request flags `obj` honours, with
+ * the declared values 0 and -1 translated (so the result is >= 0).
+ * Returns -1 with TypeError if `obj` does not export buffers, and with
+ * TypeError naming the type and the value if its declaration is invalid. */
+static inline int BufferExt_SupportedFlags(PyObject *obj)
+{
+    int declared;
+
+    if (!PyObject_CheckBuffer(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "a buffer exporter is required, not '%.200s'",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    declared = BufferExtInternal_Declared(Py_TYPE(obj));
+    if (declared == BUFFEREXT_INVALID_DECLARATION) {
+        PyObject *value = PyObject_GetAttrString(
+            (PyObject *)Py_TYPE(obj), BUFFEREXT_SUPPORTED_FLAGS_ATTR);
+        if (value != NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "%.200s." BUFFEREXT_SUPPORTED_FLAGS_ATTR " = %R is "
+                         "invalid: expected an int, -1 or a flag mask >= 0",
+                         Py_TYPE(obj)->tp_name, value);
+            Py_DECREF(value);
+        }
+        return -1;
+    }
+    return BufferExtInternal_EffectiveMask(declared);
+}
+
+/* BufferExt_SetSupportedFlags: declare the request flags instances of `type`
+ * honour (0 = the legacy flags, -1 = PyBUF_SIMPLE only, else a mask that
+ * includes PyBUF_DEVICE if the type answers device requests).  Call it once
+ * after the type is created (PyType_FromSpec / PyType_Ready).  Works for
+ * static, heap and immutable types.  Returns 0, or -1 with an exception. */
+static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
+{
+    PyObject *dict, *value;
+    int rc;
+
+    if (flags < -1) {
+        PyErr_Format(PyExc_ValueError,
+                     "%.200s: supported flags must be -1 or a mask >= 0, "
+                     "not %d", type->tp_name, flags);
+        return -1;
+    }
+    dict = BufferExtCompat_TypeGetDict(type);
+    if (dict == NULL) {
+        PyErr_Format(PyExc_SystemError, "%.200s: type is not ready",
+                     type->tp_name);
+        return -1;
+    }
+    value = PyLong_FromLong(flags);
+    rc = value == NULL ? -1 : PyDict_SetItemString(
+        dict, BUFFEREXT_SUPPORTED_FLAGS_ATTR, value);
+    Py_XDECREF(value);
+    Py_DECREF(dict);
+    PyType_Modified(type);   /* new version tag: cached values go stale */
+    return rc;
+}
+
+/* Append the names of the request bits in `flags` to `out` ("FORMAT|ND"). */
+static inline void BufferExtInternal_FlagNames(int flags, char *out,
+                                               size_t size)
+{
+    static const struct { int bit; const char *name; } names[] = {
+        {PyBUF_WRITABLE, "WRITABLE"}, {PyBUF_FORMAT, "FORMAT"},
+        {PyBUF_ND, "ND"}, {0x10, "STRIDES"}, {0x20, "C_CONTIGUOUS"},
+        {0x40, "F_CONTIGUOUS"}, {0x80, "ANY_CONTIGUOUS"},
+        {0x100, "INDIRECT"}, {PyBUF_DEVICE, "DEVICE"},
+    };
+    size_t i, used = 0;
+
+    out[0] = '\0';
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        size_t len = strlen(names[i].name);
+        if (!(flags & names[i].bit) || used + len + 2 > size) {
+            continue;
+        }
+        if (used) {
+            out[used++] = '|';
+        }
+        memcpy(out + used, names[i].name, len + 1);
+        used += len;
+        flags &= ~names[i].bit;
+    }
+    if (flags && used + 12 < size) {
+        PyOS_snprintf(out + used, size - used, "%s0x%x", used ? "|" : "",
+                      (unsigned int)flags);
+    }
+}
+
+/* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
+ * the extension, raises BufferError up front (without calling the exporter)
+ * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
+ * and raises BufferError (after releasing) if the exporter wrote extension
+ * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
+ * On success the caller must call BufferExt_Release(view) once. */
+static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
+                                      int flags)
+{
+    int required = flags & PyBUF_REQUIRED_FLAGS;
+    const char *problem;
+
+    view->flags = 0;
+    view->ext_flags = 0;
+    view->device = NULL;
+    view->device_info = NULL;
+    if (required && PyObject_CheckBuffer(obj)) {
+        int declared = BufferExtInternal_Declared(Py_TYPE(obj));
+        int unsupported =
+            required & ~BufferExtInternal_EffectiveMask(declared);
+        if (unsupported) {
+            char names[128], what[48];
+            BufferExtInternal_FlagNames(unsupported, names, sizeof(names));
+            if (declared >= 0) {
+                PyOS_snprintf(what, sizeof(what), "0x%x",
+                              (unsigned int)declared);
+            }
+            else {
+                PyOS_snprintf(what, sizeof(what), "%s",
+                              declared == -1 ? "-1, PyBUF_SIMPLE only"
+                                             : "an invalid value");
+            }
+            PyErr_Format(PyExc_BufferError,
+                         "%.200s does not support the buffer request flags "
+                         "%s (declared " BUFFEREXT_SUPPORTED_FLAGS_ATTR
+                         " = %s)", Py_TYPE(obj)->tp_name, names, what);
+            return -1;
+        }
+    }
+    if (PyObject_GetBuffer(obj, &view->view, flags) < 0) {
+        return -1;
+    }
+    if (!(flags & BUFFEREXT_EXTENDED_FLAGS)) {
+        problem = (view->flags || view->ext_flags || view->device ||
+                   view->device_info)
+                      ? "wrote the buffer extension although no extended "
+                        "flag was requested" : NULL;
+    }
+    else if (view->flags & ~(flags & BUFFEREXT_EXTENDED_FLAGS)) {
+        problem = "set extended flags that were not requested";
+    }
+    else if (!(view->flags & PyBUF_DEVICE) &&
+             (view->device || view->device_info || view->ext_flags)) {
+        problem = "filled device fields without setting PyBUF_DEVICE in "
+                  "flags";
+    }
+    else {
+        problem = NULL;
+    }
+    if (problem != NULL) {
+        PyBuffer_Release(&view->view);
+        view->flags = 0;
+        view->ext_flags = 0;
+        view->device = NULL;
+        view->device_info = NULL;
+        PyErr_Format(PyExc_BufferError, "%.200s %s",
+                     Py_TYPE(obj)->tp_name, problem);
+        return -1;
+    }
+    return 0;
+}
+
+/* BufferExt_Release: PyBuffer_Release plus clearing the extension.  Safe to
+ * call twice (the second call does nothing). */
+static inline void BufferExt_Release(Py_buffer_extended *view)
+{
+    PyBuffer_Release(&view->view);
+    view->flags = 0;
+    view->ext_flags = 0;
+    view->device = NULL;
+    view->device_info = NULL;
+}
+
+/* BufferExt_IsDevice: 1 if the exporter described non-CPU memory (it set
+ * PyBUF_DEVICE in flags and a non-NULL device), else 0. */
+static inline int BufferExt_IsDevice(const Py_buffer_extended *view)
+{
+    return (view->flags & PyBUF_DEVICE) && view->device != NULL;
+}
+
+/* ---- exporter helpers ------------------------------------------------- */
+
+/* BufferExt_Extended: inside a getbuffer function, the extended view behind
+ * `view`, or NULL when the consumer did not request PyBUF_DEVICE (then the
+ * memory after the Py_buffer is not the consumer's to write). */
+static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
+                                                     int flags)
+{
+    return (flags & PyBUF_DEVICE) ? (Py_buffer_extended *)view : NULL;
+}
+
+/* BufferExt_SetDevice: inside a getbuffer function, say where the memory is.
+ * device == NULL (CPU memory): answers a PyBUF_DEVICE request explicitly
+ * (flags gets PyBUF_DEVICE, device stays NULL); does nothing otherwise.
+ * device != NULL: fills device, device_info and flags if PyBUF_DEVICE was
+ * requested; otherwise raises BufferError naming the exporter's type and the
+ * device, so device memory never reaches a CPU-only consumer.
+ * Call it before taking any reference or counting the export.
+ * Returns 0, or -1 with BufferError. */
+static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
+                                      int flags, const char *device,
+                                      void *device_info)
+{
+    Py_buffer_extended *ext = BufferExt_Extended(view, flags);
+
+    if (ext == NULL) {
+        if (device == NULL) {
+            return 0;
+        }
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: memory on device '%s' can only be exported to "
+                     "consumers that request PyBUF_DEVICE (memoryview, "
+                     "bytes() and numpy read CPU memory only)",
+                     Py_TYPE(exporter)->tp_name, device);
+        return -1;
+    }
+    ext->flags |= PyBUF_DEVICE;
+    ext->device = device;
+    ext->device_info = device_info;
+    return 0;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BUFFEREXT_CORE_H */

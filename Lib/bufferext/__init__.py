@@ -1,0 +1,75 @@
+"""bufferext: the extended buffer protocol for device memory, backported.
+
+Share CPU, CUDA and NEC SX-Aurora VE memory through the buffer protocol on
+every CPython from 3.9, with a capability query before every request.
+
+    >>> import bufferext
+    >>> buf = bufferext.CPUBuffer((2, 3), "float32")
+    >>> bufferext.check_buffer_supports(buf, bufferext.BufferFlags.DEVICE)
+    True
+    >>> with bufferext.get_buffer(buf) as view:
+    ...     print(view.shape, view.format, view.device)
+    (2, 3) f None
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List
+
+from . import _bufferext
+from ._bufferext import (
+    BufferView,
+    CPUBuffer,
+    CUDADeviceInfo,
+    DeviceUnavailableError,
+    OpaqueDeviceInfo,
+    VEDeviceInfo,
+    check_buffer_supports,
+    get_buffer,
+)
+from ._flags import BufferFlags
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BufferFlags",
+    "BufferView",
+    "CPUBuffer",
+    "CUDADeviceInfo",
+    "DeviceUnavailableError",
+    "OpaqueDeviceInfo",
+    "VEDeviceInfo",
+    "check_buffer_supports",
+    "devices",
+    "get_buffer",
+    "get_include",
+    "supported_flags",
+]
+
+
+def supported_flags(obj: Any) -> BufferFlags:
+    """The request flags ``obj`` honours, as :class:`BufferFlags`.
+
+    A declared ``__buffer_supported_flags__`` of 0 (or none) reads as
+    :attr:`BufferFlags.LEGACY`, -1 as :attr:`BufferFlags.SIMPLE`.  Raises
+    TypeError if ``obj`` does not export buffers or declares a bad value.
+    """
+    return BufferFlags(_bufferext.supported_flags(obj))
+
+
+def get_include() -> str:
+    """The directory holding ``bufferext.h``, for ``-I`` when building C
+    extensions (like :func:`numpy.get_include`)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+def devices() -> List[Dict[str, Any]]:
+    """What was found of each device library.
+
+    One dict per library: ``device`` (the device name), ``library``,
+    ``env_var`` (the variable that overrides the path; ``none`` disables
+    it), ``looked_for`` (paths tried), ``loaded``, ``path`` and ``error``
+    (why it is unavailable, or None).  Never raises for a missing library.
+    """
+    return _bufferext._device_libraries()

@@ -1,0 +1,77 @@
+"""Element types of the producers: numpy-style dtypes and struct formats.
+
+A producer's element type is one of the fixed-size numeric types that the
+buffer protocol, DLPack and the array interfaces all express: bool, signed
+and unsigned integers of 1-8 bytes, float16/32/64 and complex64/128, in
+either byte order.  Numpy-style spellings win; struct-module spellings that
+numpy does not accept (``'@d'``, ``'!i'``, ``'Zd'``, ``'n'``) are read with
+struct's standard sizes.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import sys
+from typing import Any, Tuple
+
+import numpy as np
+
+__all__ = ["resolve"]
+
+# (kind, itemsize) -> struct code, standard sizes
+_CODES = {
+    ("b", 1): "?",
+    ("i", 1): "b", ("u", 1): "B",
+    ("i", 2): "h", ("u", 2): "H",
+    ("i", 4): "i", ("u", 4): "I",
+    ("i", 8): "q", ("u", 8): "Q",
+    ("f", 2): "e", ("f", 4): "f", ("f", 8): "d",
+    ("c", 8): "Zf", ("c", 16): "Zd",
+}
+
+_STRUCT_FORMAT = re.compile(r"^([@=<>!]?)(\?|[bBhHiIlLqQnNefd]|Z[efd])$")
+_NATIVE = "<" if sys.byteorder == "little" else ">"
+
+
+def _from_struct(fmt: str) -> np.dtype:
+    match = _STRUCT_FORMAT.match(fmt)
+    if match is None:
+        raise TypeError(f"dtype {fmt!r} is neither a numpy dtype nor a "
+                        "single-item struct format")
+    order, code = match.groups()
+    if code.startswith("Z"):
+        base = struct.calcsize((order or "@") + code[1])
+        kind, size = "c", 2 * base
+    else:
+        size = struct.calcsize((order or "@") + code)
+        kind = ("b" if code == "?" else "f" if code in "efd"
+                else "u" if code.isupper() else "i")
+    byteorder = {"": "=", "@": "=", "=": "=", "!": ">"}.get(order, order)
+    return np.dtype(f"{kind}{size}").newbyteorder(byteorder)
+
+
+def resolve(dtype: Any) -> Tuple[str, int, np.dtype, str]:
+    """``(struct format, itemsize, numpy dtype, typestr)`` of ``dtype``.
+
+    Raises TypeError naming the value for anything that is not a supported
+    fixed-size numeric type.
+    """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        if not isinstance(dtype, str):
+            raise TypeError(f"dtype {dtype!r} is not understood") from None
+        dt = _from_struct(dtype)
+    code = _CODES.get((dt.kind, dt.itemsize))
+    if code is None or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(
+            f"dtype {dtype!r} ({dt}) is not supported: expected bool, "
+            "int8..int64, uint8..uint64, float16/32/64 or complex64/128")
+    order = dt.byteorder
+    if dt.itemsize == 1 or order in ("=", "|", _NATIVE):
+        dt = dt.newbyteorder("=")
+        fmt = code
+    else:
+        fmt = order + code
+    return fmt, dt.itemsize, dt, dt.str

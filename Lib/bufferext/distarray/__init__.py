@@ -1,0 +1,1 @@
+"""The Distributed Array Protocol (``__distarray__``) over extended buffers."""

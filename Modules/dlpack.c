@@ -1,0 +1,410 @@
+/* dlpack.c -- DLPack export of any extended-buffer exporter: __dlpack__ and
+ * __dlpack_device__ for every producer type and for BufferView.  The
+ * capsule holds one extended-buffer export of the exporter for its whole
+ * life, so export counting (and refusing close() meanwhile) comes for free;
+ * one allocation per capsule holds the managed tensor, shape and strides. */
+#include "parts.h"
+#include "dlpack_abi.h"
+
+typedef struct {
+    BxDLManagedTensorVersioned versioned;   /* used for 1.x capsules */
+    BxDLManagedTensor legacy;               /* used for legacy capsules */
+    Py_buffer_extended ext;                 /* the held export */
+    int held;
+    void *copy;                             /* copy=True: our own bytes */
+    int64_t dims[];                         /* shape then strides */
+} dlpack_holder;
+
+typedef struct {
+    PyObject *stream;
+    int versioned;
+    BxDLPackVersion version;
+    PyObject *dl_device;
+    int copy;                               /* -1 None, 0 False, 1 True */
+} dlpack_options;
+
+/* Free a holder.  May run on any thread, with or without the GIL, and at
+ * interpreter shutdown (then it leaks rather than touch a dead runtime). */
+static void
+holder_free(dlpack_holder *holder)
+{
+    if (holder->held) {
+        PyGILState_STATE gil;
+        if (!Py_IsInitialized()) {
+            return;
+        }
+        gil = PyGILState_Ensure();
+        BufferExt_Release(&holder->ext);
+        PyGILState_Release(gil);
+    }
+    PyMem_RawFree(holder->copy);
+    PyMem_RawFree(holder);
+}
+
+static void
+deleter_versioned(BxDLManagedTensorVersioned *self)
+{
+    holder_free((dlpack_holder *)self->manager_ctx);
+}
+
+static void
+deleter_legacy(BxDLManagedTensor *self)
+{
+    holder_free((dlpack_holder *)self->manager_ctx);
+}
+
+/* The capsule destructor calls the deleter only if nobody consumed it. */
+static void
+capsule_destructor_versioned(PyObject *capsule)
+{
+    if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE_VERSIONED)) {
+        BxDLManagedTensorVersioned *managed = PyCapsule_GetPointer(
+            capsule, BX_DLPACK_CAPSULE_VERSIONED);
+        managed->deleter(managed);
+    }
+}
+
+static void
+capsule_destructor_legacy(PyObject *capsule)
+{
+    if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE)) {
+        BxDLManagedTensor *managed =
+            PyCapsule_GetPointer(capsule, BX_DLPACK_CAPSULE);
+        managed->deleter(managed);
+    }
+}
+
+/* DLPack dtype of a struct-module format.  BufferError for what DLPack
+ * cannot express (non-native byte order, structs, pointers...). */
+static int
+format_to_dtype(PyObject *exporter, const char *format, Py_ssize_t itemsize,
+                BxDLDataType *out)
+{
+    const char *f = format;
+    int little = 1;
+    uint8_t code;
+
+    if (*(const char *)&little == 0) {
+        little = 0;
+    }
+    if (*f == '@' || *f == '=') {
+        f++;
+    }
+    else if (*f == '<' || *f == '>' || *f == '!') {
+        if ((*f == '<') != little) {
+            PyErr_Format(PyExc_BufferError,
+                         "%.200s: format '%s' is not in native byte order; "
+                         "DLPack requires native byte order",
+                         Py_TYPE(exporter)->tp_name, format);
+            return -1;
+        }
+        f++;
+    }
+    switch (f[0]) {
+    case '?': code = BX_kDLBool; break;
+    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+        code = BX_kDLInt; break;
+    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+        code = BX_kDLUInt; break;
+    case 'e': case 'f': case 'd': code = BX_kDLFloat; break;
+    case 'Z':
+        code = BX_kDLComplex;
+        if (f[1] != 'e' && f[1] != 'f' && f[1] != 'd') {
+            goto unsupported;
+        }
+        f++;
+        break;
+    default:
+        goto unsupported;
+    }
+    if (f[1] != '\0' || itemsize <= 0 || itemsize > 32) {
+        goto unsupported;
+    }
+    out->code = code;
+    out->bits = (uint8_t)(itemsize * 8);
+    out->lanes = 1;
+    return 0;
+unsupported:
+    PyErr_Format(PyExc_BufferError,
+                 "%.200s: format '%s' has no DLPack data type",
+                 Py_TYPE(exporter)->tp_name, format);
+    return -1;
+}
+
+/* DLPack device of an acquired extended buffer. */
+static int
+buffer_device(PyObject *exporter, const Py_buffer_extended *ext,
+              BxDLDevice *out)
+{
+    if (!BufferExt_IsDevice(ext)) {
+        out->device_type = BX_kDLCPU;
+        out->device_id = 0;
+        return 0;
+    }
+    if (strcmp(ext->device, BUFFEREXT_DEVICE_CUDA) == 0 &&
+        ext->device_info != NULL) {
+        const BufferExt_CUDADeviceInfo *info = ext->device_info;
+        out->device_type = BX_kDLCUDA;
+        out->device_id = info->device;
+        return 0;
+    }
+    PyErr_Format(PyExc_BufferError,
+                 "%.200s: memory on device '%s' has no DLPack device type",
+                 Py_TYPE(exporter)->tp_name, ext->device);
+    return -1;
+}
+
+static int
+parse_version(PyObject *value, dlpack_options *opts)
+{
+    unsigned long major, minor;
+
+    if (value == Py_None) {
+        return 0;
+    }
+    if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2 ||
+        !PyLong_Check(PyTuple_GET_ITEM(value, 0)) ||
+        !PyLong_Check(PyTuple_GET_ITEM(value, 1))) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__: max_version must be None or a tuple "
+                     "(major, minor) of ints, not %R", value);
+        return -1;
+    }
+    major = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(value, 0));
+    minor = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(value, 1));
+    if (PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError,
+                     "__dlpack__: max_version = %R is out of range", value);
+        return -1;
+    }
+    if (major >= BX_DLPACK_MAJOR) {
+        opts->versioned = 1;
+        opts->version.major = BX_DLPACK_MAJOR;
+        opts->version.minor = BX_DLPACK_MINOR;
+        if (major == BX_DLPACK_MAJOR && minor < BX_DLPACK_MINOR) {
+            opts->version.minor = (uint32_t)minor;
+        }
+    }
+    return 0;
+}
+
+static int
+parse_options(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+              dlpack_options *opts)
+{
+    Py_ssize_t i, nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+
+    memset(opts, 0, sizeof(*opts));
+    opts->copy = -1;
+    if (nargs != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "__dlpack__() takes keyword arguments only");
+        return -1;
+    }
+    for (i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i), *value = args[i];
+        if (PyUnicode_CompareWithASCIIString(name, "stream") == 0) {
+            opts->stream = value;
+        }
+        else if (PyUnicode_CompareWithASCIIString(name, "max_version") == 0) {
+            if (parse_version(value, opts) < 0) {
+                return -1;
+            }
+        }
+        else if (PyUnicode_CompareWithASCIIString(name, "dl_device") == 0) {
+            opts->dl_device = value == Py_None ? NULL : value;
+        }
+        else if (PyUnicode_CompareWithASCIIString(name, "copy") == 0) {
+            if (value != Py_None && !PyBool_Check(value)) {
+                PyErr_Format(PyExc_TypeError,
+                             "__dlpack__: copy must be None or a bool, not "
+                             "%R", value);
+                return -1;
+            }
+            opts->copy = value == Py_None ? -1 : value == Py_True;
+        }
+        else {
+            PyErr_Format(PyExc_TypeError,
+                         "__dlpack__() got an unexpected keyword argument %R",
+                         name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Check dl_device and stream against the buffer's device. */
+static int
+check_target(PyObject *exporter, const dlpack_options *opts,
+             const BxDLDevice *device)
+{
+    if (opts->dl_device != NULL) {
+        int type, id;
+        if (!PyArg_ParseTuple(opts->dl_device, "ii;__dlpack__: dl_device "
+                              "must be a tuple (device_type, device_id)",
+                              &type, &id)) {
+            if (!PyTuple_Check(opts->dl_device)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError,
+                             "__dlpack__: dl_device must be a tuple "
+                             "(device_type, device_id), not %R",
+                             opts->dl_device);
+            }
+            return -1;
+        }
+        if (type != device->device_type || id != device->device_id) {
+            PyErr_Format(PyExc_BufferError,
+                         "%.200s: cannot export to dl_device %R: the data "
+                         "is on (%d, %d) and bufferext copies only within "
+                         "a device", Py_TYPE(exporter)->tp_name,
+                         opts->dl_device, (int)device->device_type,
+                         (int)device->device_id);
+            return -1;
+        }
+    }
+    if (device->device_type == BX_kDLCPU && opts->stream != NULL &&
+        opts->stream != Py_None) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: stream must be None for CPU memory, not %R",
+                     Py_TYPE(exporter)->tp_name, opts->stream);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *
+bufferext_dlpack(PyObject *exporter, PyObject *const *args,
+                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    dlpack_options opts;
+    Py_buffer_extended ext;
+    BxDLTensor tensor;
+    dlpack_holder *holder = NULL;
+    Py_buffer *v = &ext.view;
+    PyObject *capsule;
+    uint64_t flags = 0;
+    int i, ndim;
+
+    if (parse_options(args, nargs, kwnames, &opts) < 0 ||
+        BufferExt_GetBuffer(exporter, &ext,
+                            PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
+        return NULL;
+    }
+    memset(&tensor, 0, sizeof(tensor));
+    ndim = v->ndim;
+    if (buffer_device(exporter, &ext, &tensor.device) < 0 ||
+        check_target(exporter, &opts, &tensor.device) < 0 ||
+        format_to_dtype(exporter, v->format ? v->format : "B", v->itemsize,
+                        &tensor.dtype) < 0) {
+        goto error;
+    }
+    if (v->readonly && !opts.versioned) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: read-only memory needs a versioned DLPack "
+                     "capsule (pass max_version=(1, 0) or later)",
+                     Py_TYPE(exporter)->tp_name);
+        goto error;
+    }
+    if (opts.copy == 1 && tensor.device.device_type != BX_kDLCPU) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: copy=True is supported for CPU memory only",
+                     Py_TYPE(exporter)->tp_name);
+        goto error;
+    }
+    holder = PyMem_RawCalloc(1, sizeof(dlpack_holder) +
+                                    sizeof(int64_t) * 2 * (size_t)ndim);
+    if (holder == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (i = 0; i < ndim; i++) {
+        Py_ssize_t stride = v->strides[i];
+        holder->dims[i] = v->shape[i];
+        if (stride % v->itemsize != 0) {
+            PyErr_Format(PyExc_BufferError,
+                         "%.200s: stride %zd of dimension %d is not a "
+                         "multiple of the item size %zd; DLPack counts "
+                         "strides in items", Py_TYPE(exporter)->tp_name,
+                         stride, i, v->itemsize);
+            goto error;
+        }
+        holder->dims[ndim + i] = stride / v->itemsize;
+    }
+    tensor.data = v->buf;
+    tensor.ndim = ndim;
+    tensor.shape = ndim ? holder->dims : NULL;
+    tensor.strides = ndim ? holder->dims + ndim : NULL;
+    if (v->readonly) {
+        flags |= BX_DLPACK_FLAG_READ_ONLY;
+    }
+    if (opts.copy == 1) {
+        Py_ssize_t stride = 1;
+        holder->copy = PyMem_RawMalloc(v->len ? (size_t)v->len : 1);
+        if (holder->copy == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        if (PyBuffer_ToContiguous(holder->copy, v, v->len, 'C') < 0) {
+            goto error;
+        }
+        for (i = ndim - 1; i >= 0; i--) {
+            holder->dims[ndim + i] = stride;
+            stride *= v->shape[i] ? v->shape[i] : 1;
+        }
+        tensor.data = holder->copy;
+        flags = BX_DLPACK_FLAG_IS_COPIED;
+        BufferExt_Release(&ext);
+    }
+    else {
+        holder->ext = ext;
+        holder->held = 1;
+    }
+    if (opts.versioned) {
+        holder->versioned.version = opts.version;
+        holder->versioned.manager_ctx = holder;
+        holder->versioned.deleter = deleter_versioned;
+        holder->versioned.flags = flags;
+        holder->versioned.dl_tensor = tensor;
+        capsule = PyCapsule_New(&holder->versioned,
+                                BX_DLPACK_CAPSULE_VERSIONED,
+                                capsule_destructor_versioned);
+    }
+    else {
+        holder->legacy.dl_tensor = tensor;
+        holder->legacy.manager_ctx = holder;
+        holder->legacy.deleter = deleter_legacy;
+        capsule = PyCapsule_New(&holder->legacy, BX_DLPACK_CAPSULE,
+                                capsule_destructor_legacy);
+    }
+    if (capsule == NULL) {
+        holder_free(holder);
+        return NULL;
+    }
+    return capsule;
+error:
+    if (holder != NULL) {
+        PyMem_RawFree(holder->copy);
+        PyMem_RawFree(holder);
+    }
+    BufferExt_Release(&ext);
+    return NULL;
+}
+
+PyObject *
+bufferext_dlpack_device(PyObject *exporter)
+{
+    Py_buffer_extended ext;
+    BxDLDevice device;
+    int rc;
+
+    if (BufferExt_GetBuffer(exporter, &ext, PyBUF_DEVICE) < 0) {
+        return NULL;
+    }
+    rc = buffer_device(exporter, &ext, &device);
+    BufferExt_Release(&ext);
+    if (rc < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(ii)", (int)device.device_type,
+                         (int)device.device_id);
+}

@@ -1,0 +1,180 @@
+/* export.c -- what every producer shares outside the hot path: element
+ * types (through bufferext._dtypes), shapes, contiguity. */
+#include "parts.h"
+
+int
+bufferext_dtype_resolve(bufferext_state *st, PyObject *dtype,
+                        bufferext_dtype *out)
+{
+    PyObject *res, *fmt;
+    const char *fmt_utf8;
+    Py_ssize_t len;
+
+    memset(out, 0, sizeof(*out));
+    if (st->resolve_dtype == NULL) {
+        PyObject *mod = PyImport_ImportModule("bufferext._dtypes");
+        if (mod == NULL) {
+            return -1;
+        }
+        st->resolve_dtype = PyObject_GetAttrString(mod, "resolve");
+        Py_DECREF(mod);
+        if (st->resolve_dtype == NULL) {
+            return -1;
+        }
+    }
+    res = PyObject_CallFunctionObjArgs(st->resolve_dtype, dtype, NULL);
+    if (res == NULL) {
+        return -1;
+    }
+    if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 4 ||
+        !PyUnicode_Check(fmt = PyTuple_GET_ITEM(res, 0))) {
+        Py_DECREF(res);
+        PyErr_SetString(PyExc_SystemError,
+                        "bufferext._dtypes.resolve returned a bad value");
+        return -1;
+    }
+    fmt_utf8 = PyUnicode_AsUTF8AndSize(fmt, &len);
+    out->itemsize = PyLong_AsSsize_t(PyTuple_GET_ITEM(res, 1));
+    if (fmt_utf8 == NULL || len >= (Py_ssize_t)sizeof(out->format) ||
+        out->itemsize <= 0) {
+        Py_DECREF(res);
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_SystemError,
+                            "bufferext._dtypes.resolve returned a bad "
+                            "format or itemsize");
+        }
+        return -1;
+    }
+    memcpy(out->format, fmt_utf8, (size_t)len + 1);
+    out->dtype = Py_NewRef(PyTuple_GET_ITEM(res, 2));
+    out->typestr = Py_NewRef(PyTuple_GET_ITEM(res, 3));
+    Py_DECREF(res);
+    return 0;
+}
+
+void
+bufferext_dtype_clear(bufferext_dtype *dt)
+{
+    Py_CLEAR(dt->dtype);
+    Py_CLEAR(dt->typestr);
+}
+
+static int
+layout_dim(const char *who, PyObject *item, int i, Py_ssize_t *out)
+{
+    Py_ssize_t n;
+
+    if (!PyIndex_Check(item) || PyBool_Check(item)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: shape[%d] must be an int, not '%.200s'", who, i,
+                     Py_TYPE(item)->tp_name);
+        return -1;
+    }
+    n = PyNumber_AsSsize_t(item, NULL);
+    if (n == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (n < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: shape[%d] = %zd is negative",
+                     who, i, n);
+        return -1;
+    }
+    if (n == PY_SSIZE_T_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: shape[%d] = %R is too large",
+                     who, i, item);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+int
+bufferext_layout_parse(const char *who, PyObject *shape, Py_ssize_t itemsize,
+                       bufferext_layout *out)
+{
+    PyObject *seq;
+    Py_ssize_t n, i, nbytes, total = itemsize;
+
+    if (PyIndex_Check(shape)) {
+        out->ndim = 1;
+        if (layout_dim(who, shape, 0, &out->shape[0]) < 0) {
+            return -1;
+        }
+    }
+    else {
+        seq = PySequence_Fast(shape, "");
+        if (seq == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: shape must be an int or a sequence of ints, "
+                         "not '%.200s'", who, Py_TYPE(shape)->tp_name);
+            return -1;
+        }
+        n = PySequence_Fast_GET_SIZE(seq);
+        if (n > PyBUF_MAX_NDIM) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError,
+                         "%s: shape has %zd dimensions, at most %d are "
+                         "supported", who, n, PyBUF_MAX_NDIM);
+            return -1;
+        }
+        out->ndim = (int)n;
+        for (i = 0; i < n; i++) {
+            if (layout_dim(who, PySequence_Fast_GET_ITEM(seq, i), (int)i,
+                           &out->shape[i]) < 0) {
+                Py_DECREF(seq);
+                return -1;
+            }
+        }
+        Py_DECREF(seq);
+    }
+    /* numpy-style strides: a zero-length dimension counts as 1 for them */
+    nbytes = itemsize;
+    for (i = out->ndim - 1; i >= 0; i--) {
+        Py_ssize_t dim = out->shape[i] ? out->shape[i] : 1;
+        out->strides[i] = total;
+        if (total > PY_SSIZE_T_MAX / dim) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: shape %R of %zd-byte items is too large", who,
+                         shape, itemsize);
+            return -1;
+        }
+        total *= dim;
+        nbytes *= out->shape[i];
+    }
+    out->nbytes = nbytes;
+    return 0;
+}
+
+PyObject *
+bufferext_tuple_from_ssize(int n, const Py_ssize_t *values)
+{
+    PyObject *tuple = PyTuple_New(n);
+    int i;
+
+    for (i = 0; tuple != NULL && i < n; i++) {
+        PyObject *item = PyLong_FromSsize_t(values[i]);
+        if (item == NULL) {
+            Py_CLEAR(tuple);
+            break;
+        }
+        PyTuple_SET_ITEM(tuple, i, item);
+    }
+    return tuple;
+}
+
+void
+bufferext_layout_contiguity(bufferext_export_layout *layout)
+{
+    Py_buffer view;
+
+    memset(&view, 0, sizeof(view));
+    view.buf = layout->buf;
+    view.len = layout->len;
+    view.itemsize = layout->itemsize;
+    view.ndim = layout->ndim;
+    view.shape = layout->shape;
+    view.strides = layout->strides;
+    view.suboffsets = layout->suboffsets;
+    layout->c_contiguous = PyBuffer_IsContiguous(&view, 'C');
+    layout->f_contiguous = PyBuffer_IsContiguous(&view, 'F');
+}

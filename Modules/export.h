@@ -1,0 +1,77 @@
+/* export.h -- the request-filling step every producer's getbuffer shares.
+ * Inline, because it sits on the hot path of every export. */
+#ifndef BUFFEREXT_MODULES_EXPORT_H
+#define BUFFEREXT_MODULES_EXPORT_H
+#include "parts.h"
+
+#define REQ_WRITABLE(f) ((f) & PyBUF_WRITABLE)
+#define REQ_FORMAT(f) ((f) & PyBUF_FORMAT)
+#define REQ_SHAPE(f) (((f) & PyBUF_ND) == PyBUF_ND)
+#define REQ_STRIDES(f) (((f) & PyBUF_STRIDES) == PyBUF_STRIDES)
+#define REQ_C_CONTIGUOUS(f) \
+    (((f) & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS)
+#define REQ_F_CONTIGUOUS(f) \
+    (((f) & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS)
+#define REQ_ANY_CONTIGUOUS(f) \
+    (((f) & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS)
+#define REQ_INDIRECT(f) (((f) & PyBUF_INDIRECT) == PyBUF_INDIRECT)
+
+static inline int
+bufferext_refuse(PyObject *exporter, const char *reason)
+{
+    PyErr_Format(PyExc_BufferError, "%.200s: %s",
+                 Py_TYPE(exporter)->tp_name, reason);
+    return -1;
+}
+
+/* Fill `view` from `layout` as CPython's memoryview does: the request flags
+ * are tested in a fixed order; a request the layout cannot meet raises
+ * BufferError "Type: reason".  Sets everything but view->obj and the
+ * extension.  Returns 0 or -1. */
+static inline int
+bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
+                       const bufferext_export_layout *layout)
+{
+    int c = layout->c_contiguous;
+
+    if (REQ_WRITABLE(flags) && layout->readonly) {
+        return bufferext_refuse(exporter, "buffer is read-only");
+    }
+    if (REQ_C_CONTIGUOUS(flags) && !c) {
+        return bufferext_refuse(exporter, "buffer is not C-contiguous");
+    }
+    if (REQ_F_CONTIGUOUS(flags) && !layout->f_contiguous) {
+        return bufferext_refuse(exporter,
+                                "buffer is not Fortran contiguous");
+    }
+    if (REQ_ANY_CONTIGUOUS(flags) && !c && !layout->f_contiguous) {
+        return bufferext_refuse(exporter, "buffer is not contiguous");
+    }
+    if (!REQ_INDIRECT(flags) && layout->suboffsets != NULL) {
+        return bufferext_refuse(exporter,
+                                "buffer has suboffsets: request "
+                                "PyBUF_INDIRECT");
+    }
+    if (!REQ_STRIDES(flags) && !c) {
+        return bufferext_refuse(exporter,
+                                "buffer is not C-contiguous: request "
+                                "PyBUF_STRIDES");
+    }
+    view->buf = layout->buf;
+    view->len = layout->len;
+    view->readonly = layout->readonly;
+    view->itemsize = layout->itemsize;
+    view->format = REQ_FORMAT(flags) ? (char *)layout->format : NULL;
+    view->ndim = layout->ndim;
+    view->shape = layout->shape;
+    view->strides = REQ_STRIDES(flags) ? layout->strides : NULL;
+    view->suboffsets = layout->suboffsets;
+    view->internal = NULL;
+    if (!REQ_SHAPE(flags)) {
+        view->ndim = 1;
+        view->shape = NULL;
+    }
+    return 0;
+}
+
+#endif

@@ -1,0 +1,252 @@
+/* module.c -- the _bufferext module: state, init, and the module-level
+ * functions check_buffer_supports() and supported_flags().  The types live
+ * in one file each (see parts.h). */
+#include "parts.h"
+
+static struct PyModuleDef bufferext_module;
+
+bufferext_state *
+bufferext_get_state(PyObject *module)
+{
+    return (bufferext_state *)PyModule_GetState(module);
+}
+
+bufferext_state *
+bufferext_state_from_type(PyTypeObject *type)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *module = PyType_GetModuleByDef(type, &bufferext_module);
+    return module == NULL ? NULL : bufferext_get_state(module);
+#else
+    /* PyType_GetModuleByDef is 3.11+: walk the MRO for our heap type. */
+    PyObject *mro = type->tp_mro;
+    Py_ssize_t i;
+    for (i = 0; mro != NULL && i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (PyType_HasFeature(base, Py_TPFLAGS_HEAPTYPE)) {
+            PyObject *module = ((PyHeapTypeObject *)base)->ht_module;
+            if (module != NULL &&
+                PyModule_GetDef(module) == &bufferext_module) {
+                return bufferext_get_state(module);
+            }
+        }
+    }
+    PyErr_Format(PyExc_TypeError, "%.200s is not a bufferext type",
+                 type->tp_name);
+    return NULL;
+#endif
+}
+
+/* flags: a Python int that fits a C int (BufferFlags members included). */
+static int
+parse_flags(PyObject *obj, int *out)
+{
+    long value;
+    int overflow;
+
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "flags must be an int (bufferext.BufferFlags), not "
+                     "'%.200s'", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    value = PyLong_AsLongAndOverflow(obj, &overflow);
+    if (overflow || value < INT_MIN || value > INT_MAX) {
+        PyErr_Format(PyExc_OverflowError,
+                     "flags = %R does not fit in a C int", obj);
+        return -1;
+    }
+    *out = (int)value;
+    return 0;
+}
+
+/* Parse (obj[, flags]) with `flags` also accepted by keyword. */
+int
+bufferext_parse_obj_flags(const char *fname, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames,
+                          PyObject **obj, int *flags)
+{
+    PyObject *flags_obj = nargs > 1 ? args[1] : NULL;
+    Py_ssize_t i, nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() takes 1 or 2 positional arguments (%zd given)",
+                     fname, nargs);
+        return -1;
+    }
+    for (i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (flags_obj != NULL ||
+            PyUnicode_CompareWithASCIIString(name, "flags") != 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s() got an unexpected keyword argument %R",
+                         fname, name);
+            return -1;
+        }
+        flags_obj = args[nargs + i];
+    }
+    *obj = args[0];
+    return flags_obj == NULL ? 0 : parse_flags(flags_obj, flags);
+}
+
+static PyObject *
+check_buffer_supports(PyObject *module, PyObject *const *args,
+                      Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *obj;
+    int flags = 0;
+    (void)module;
+
+    if (nargs == 2 && kwnames == NULL && PyLong_CheckExact(args[1])) {
+        /* fast path: check_buffer_supports(obj, int) */
+        int overflow;
+        long value = PyLong_AsLongAndOverflow(args[1], &overflow);
+        if (!overflow && value >= INT_MIN && value <= INT_MAX) {
+            return PyBool_FromLong(
+                PyObject_CheckBufferSupports(args[0], (int)value));
+        }
+    }
+    if (bufferext_parse_obj_flags("check_buffer_supports", args, nargs,
+                                  kwnames, &obj, &flags) < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(PyObject_CheckBufferSupports(obj, flags));
+}
+
+static PyObject *
+supported_flags(PyObject *module, PyObject *obj)
+{
+    int mask = BufferExt_SupportedFlags(obj);
+    (void)module;
+    return mask < 0 ? NULL : PyLong_FromLong(mask);
+}
+
+PyObject *bufferext_get_buffer(PyObject *module, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames);
+
+static PyObject *
+device_libraries(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("[NN]", bufferext_cuda_status(),
+                         bufferext_ve_status());
+}
+
+static PyMethodDef module_methods[] = {
+    {"check_buffer_supports", (PyCFunction)(void (*)(void))check_buffer_supports,
+     METH_FASTCALL | METH_KEYWORDS,
+     "check_buffer_supports(obj, flags=0)\n--\n\n"
+     "True if obj exports buffers and declares support for every request\n"
+     "flag in flags.  Never raises for any obj."},
+    {"supported_flags", supported_flags, METH_O,
+     "supported_flags(obj)\n--\n\n"
+     "The mask of request flags obj honours (declared 0 and -1 translated)."},
+    {"get_buffer", (PyCFunction)(void (*)(void))bufferext_get_buffer,
+     METH_FASTCALL | METH_KEYWORDS,
+     "get_buffer(obj, flags=FULL_RO|DEVICE)\n--\n\n"
+     "Acquire an extended buffer of obj as a BufferView."},
+    {"_device_libraries", device_libraries, METH_NOARGS,
+     "_device_libraries()\n--\n\n"
+     "One dict per device library: what was looked for and found."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+add_int(PyObject *module, const char *name, long value)
+{
+    return PyModule_AddIntConstant(module, name, value);
+}
+
+static int
+module_exec(PyObject *module)
+{
+    bufferext_state *st = bufferext_get_state(module);
+
+    st->DeviceUnavailableError = PyErr_NewExceptionWithDoc(
+        "bufferext.DeviceUnavailableError",
+        "A device library (CUDA driver, VEO) or the device itself is not "
+        "available.", PyExc_RuntimeError, NULL);
+    if (st->DeviceUnavailableError == NULL ||
+        PyModule_AddObject(module, "DeviceUnavailableError",
+                           Py_NewRef(st->DeviceUnavailableError)) < 0) {
+        return -1;
+    }
+    if (add_int(module, "PyBUF_DEVICE", PyBUF_DEVICE) < 0 ||
+        add_int(module, "PyBUF_REQUIRED_FLAGS", PyBUF_REQUIRED_FLAGS) < 0 ||
+        add_int(module, "LEGACY_FLAGS", BUFFEREXT_LEGACY_FLAGS) < 0 ||
+        add_int(module, "ABI_VERSION", BUFFEREXT_ABI_VERSION) < 0 ||
+        add_int(module, "VERSION_HEX", BUFFEREXT_VERSION_HEX) < 0) {
+        return -1;
+    }
+    if (bufferext_init_view(module) < 0 ||
+        bufferext_init_cpubuffer(module) < 0 ||
+        bufferext_init_cuda(module) < 0 ||
+        bufferext_init_ve(module) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int
+module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    Py_VISIT(st->BufferView_Type);
+    Py_VISIT(st->CPUBuffer_Type);
+    Py_VISIT(st->CUDABuffer_Type);
+    Py_VISIT(st->VEBuffer_Type);
+    Py_VISIT(st->CUDADeviceInfo_Type);
+    Py_VISIT(st->VEDeviceInfo_Type);
+    Py_VISIT(st->OpaqueDeviceInfo_Type);
+    Py_VISIT(st->DeviceUnavailableError);
+    Py_VISIT(st->resolve_dtype);
+    return 0;
+}
+
+static int
+module_clear(PyObject *module)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    Py_CLEAR(st->BufferView_Type);
+    Py_CLEAR(st->CPUBuffer_Type);
+    Py_CLEAR(st->CUDABuffer_Type);
+    Py_CLEAR(st->VEBuffer_Type);
+    Py_CLEAR(st->CUDADeviceInfo_Type);
+    Py_CLEAR(st->VEDeviceInfo_Type);
+    Py_CLEAR(st->OpaqueDeviceInfo_Type);
+    Py_CLEAR(st->DeviceUnavailableError);
+    Py_CLEAR(st->resolve_dtype);
+    return 0;
+}
+
+static void
+module_free(void *module)
+{
+    module_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, (void *)module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef bufferext_module = {
+    PyModuleDef_HEAD_INIT,
+    "bufferext._bufferext",
+    "C core of bufferext: the extended buffer protocol, BufferView and the "
+    "CPU, CUDA and VE producers.",
+    sizeof(bufferext_state),
+    module_methods,
+    module_slots,
+    module_traverse,
+    module_clear,
+    module_free,
+};
+
+PyMODINIT_FUNC
+PyInit__bufferext(void)
+{
+    return PyModuleDef_Init(&bufferext_module);
+}

@@ -1,0 +1,124 @@
+/* parts.h -- what the C files of the _bufferext module share: the module
+ * state and one init function per file, called from module.c. */
+#ifndef BUFFEREXT_MODULES_PARTS_H
+#define BUFFEREXT_MODULES_PARTS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "bufferext.h"
+#include "structmember.h"   /* T_PYSSIZET, READONLY (3.9-3.11) */
+
+/* Module state.  Types are heap types made from specs. */
+typedef struct {
+    PyTypeObject *BufferView_Type;
+    PyTypeObject *CPUBuffer_Type;
+    PyTypeObject *CUDABuffer_Type;
+    PyTypeObject *VEBuffer_Type;
+    PyTypeObject *CUDADeviceInfo_Type;
+    PyTypeObject *VEDeviceInfo_Type;
+    PyTypeObject *OpaqueDeviceInfo_Type;
+    PyObject *DeviceUnavailableError;
+    PyObject *resolve_dtype;   /* bufferext._dtypes.resolve, imported lazily */
+} bufferext_state;
+
+bufferext_state *bufferext_get_state(PyObject *module);
+/* The state of the module that defined `type` (or a base of it). */
+bufferext_state *bufferext_state_from_type(PyTypeObject *type);
+
+/* One init per file; each returns 0 or -1 with an exception. */
+int bufferext_init_view(PyObject *module);       /* view.c */
+int bufferext_init_cpubuffer(PyObject *module);  /* cpubuffer.c */
+int bufferext_init_cuda(PyObject *module);       /* cudabuffer.c */
+int bufferext_init_ve(PyObject *module);         /* vebuffer.c */
+
+/* A dict per device library for bufferext.devices(). */
+PyObject *bufferext_cuda_status(void);           /* cudabuffer.c */
+PyObject *bufferext_ve_status(void);             /* vebuffer.c */
+
+/* ---- shared helpers ---------------------------------------------------- */
+
+/* A producer's element type, from bufferext._dtypes.resolve(). */
+typedef struct {
+    char format[8];         /* struct-module format, NUL-terminated */
+    Py_ssize_t itemsize;
+    PyObject *dtype;        /* numpy.dtype (strong reference) */
+    PyObject *typestr;      /* array-interface typestr, e.g. '<f8' */
+} bufferext_dtype;
+
+/* Resolve a numpy-style dtype or struct format into `out` (references are
+ * new; clear them with bufferext_dtype_clear).  0 or -1 with TypeError. */
+int bufferext_dtype_resolve(bufferext_state *st, PyObject *dtype,
+                            bufferext_dtype *out);
+void bufferext_dtype_clear(bufferext_dtype *dt);
+
+/* A C-contiguous shape, parsed from an int or a sequence of ints. */
+typedef struct {
+    int ndim;
+    Py_ssize_t nbytes;
+    Py_ssize_t shape[PyBUF_MAX_NDIM];
+    Py_ssize_t strides[PyBUF_MAX_NDIM];
+} bufferext_layout;
+
+/* Parse `shape` for items of `itemsize` bytes; `who` names the caller in
+ * messages.  ValueError for negative/too many dims or overflow, TypeError
+ * for non-integers.  Returns 0 or -1. */
+int bufferext_layout_parse(const char *who, PyObject *shape,
+                           Py_ssize_t itemsize, bufferext_layout *out);
+PyObject *bufferext_tuple_from_ssize(int n, const Py_ssize_t *values);
+
+int bufferext_parse_obj_flags(const char *fname, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames,
+                              PyObject **obj, int *flags);
+
+/* Fill `view` from a held layout (export.h, inline), honouring `flags` the way CPython's
+ * memoryview does (checks in a fixed order, BufferError "Type: reason").
+ * Sets everything but view->obj and the extension. 0 or -1. */
+typedef struct {
+    void *buf;
+    Py_ssize_t len;
+    Py_ssize_t itemsize;
+    const char *format;
+    int ndim;
+    int readonly;
+    Py_ssize_t *shape;
+    Py_ssize_t *strides;
+    Py_ssize_t *suboffsets;
+    int c_contiguous;       /* precomputed: the hot path calls nothing */
+    int f_contiguous;
+} bufferext_export_layout;
+
+/* Contiguity of a layout, for filling c_contiguous/f_contiguous. */
+void bufferext_layout_contiguity(bufferext_export_layout *layout);
+
+/* dlpack.c: DLPack export of any extended-buffer exporter.  The capsule
+ * holds one extended-buffer export of `exporter` for its lifetime. */
+PyObject *bufferext_dlpack(PyObject *exporter, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames);
+PyObject *bufferext_dlpack_device(PyObject *exporter);
+
+/* loader.c: lazy loading of device libraries. */
+typedef struct {
+    const char *label;          /* "CUDA driver" */
+    const char *env_var;        /* "BUFFEREXT_CUDA_DRIVER" */
+    const char *const *defaults;/* NULL-terminated candidate paths */
+    const char *const *symbols; /* NULL-terminated symbol names */
+    void **table;               /* filled in symbol order */
+} bufferext_library_spec;
+
+typedef struct {
+    int state;                  /* 0 untried, 1 loaded, -1 failed, -2 off */
+    void *handle;
+    char path[512];             /* what was loaded, or the last candidate */
+    char message[1024];         /* why it failed, naming what was tried */
+} bufferext_library;
+
+/* Load once (thread-safe under the GIL).  Returns 0 when loaded; -1 with
+ * DeviceUnavailableError (of `st`) otherwise, its message from lib->message. */
+int bufferext_library_load(bufferext_state *st,
+                           const bufferext_library_spec *spec,
+                           bufferext_library *lib);
+/* A dict describing the library for bufferext.devices() (tries to load). */
+PyObject *bufferext_library_status(const bufferext_library_spec *spec,
+                                   bufferext_library *lib);
+
+#endif

@@ -1,0 +1,578 @@
+/* view.c -- BufferView: one acquired extended buffer, seen from Python.
+ * memoryview cannot carry the extension (it copies sizeof(Py_buffer)), so
+ * this type holds a Py_buffer_extended, shows its fields, shows device_info
+ * as a typed object, and re-exports the buffer itself (CPU memory to anyone,
+ * device memory only under PyBUF_DEVICE).  Also get_buffer(). */
+#include "parts.h"
+#include "export.h"
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer_extended ext;
+    int acquired;
+    int request_flags;
+    bufferext_export_layout layout; /* shape/strides never NULL here */
+    Py_ssize_t len_items;           /* shape when the exporter gave none */
+    Py_ssize_t itemsize_one;        /* stride then */
+    Py_ssize_t *computed_strides;   /* C strides when it gave none */
+    Py_ssize_t exports;
+    PyObject *weakreflist;
+} BufferViewObject;
+
+#define BufferView_CAST(op) ((BufferViewObject *)(op))
+
+static int
+check_acquired(BufferViewObject *self)
+{
+    if (!self->acquired) {
+        PyErr_SetString(PyExc_ValueError,
+                        "operation on a released BufferView");
+        return -1;
+    }
+    return 0;
+}
+
+/* Complete the layout: a NULL shape means 1-D bytes, NULL strides C order. */
+static int
+view_build_layout(BufferViewObject *self)
+{
+    Py_buffer *v = &self->ext.view;
+    bufferext_export_layout *l = &self->layout;
+    int i;
+
+    l->buf = v->buf;
+    l->len = v->len;
+    l->readonly = v->readonly;
+    l->itemsize = v->itemsize;
+    l->format = v->format != NULL ? v->format : "B";
+    l->ndim = v->ndim;
+    l->shape = v->shape;
+    l->strides = v->strides;
+    l->suboffsets = v->suboffsets;
+    if (v->shape == NULL) {
+        /* PEP 3118: without a shape, the consumer assumes bytes. */
+        self->len_items = v->len;
+        self->itemsize_one = 1;
+        l->itemsize = 1;
+        l->format = "B";
+        l->ndim = 1;
+        l->shape = &self->len_items;
+        l->strides = &self->itemsize_one;
+    }
+    else if (v->strides == NULL && v->ndim > 0) {
+        Py_ssize_t stride = v->itemsize;
+        self->computed_strides =
+            PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)v->ndim);
+        if (self->computed_strides == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (i = v->ndim - 1; i >= 0; i--) {
+            self->computed_strides[i] = stride;
+            stride *= v->shape[i] ? v->shape[i] : 1;
+        }
+        l->strides = self->computed_strides;
+    }
+    bufferext_layout_contiguity(l);
+    return 0;
+}
+
+static void
+view_release_held(BufferViewObject *self)
+{
+    if (self->acquired) {
+        self->acquired = 0;
+        BufferExt_Release(&self->ext);
+    }
+    PyMem_Free(self->computed_strides);
+    self->computed_strides = NULL;
+}
+
+PyObject *
+bufferext_get_buffer(PyObject *module, PyObject *const *args,
+                     Py_ssize_t nargs, PyObject *kwnames)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    PyObject *obj;
+    int flags = PyBUF_FULL_RO | PyBUF_DEVICE;
+    BufferViewObject *self;
+
+    if (bufferext_parse_obj_flags("get_buffer", args, nargs, kwnames, &obj,
+                                  &flags) < 0) {
+        return NULL;
+    }
+    self = (BufferViewObject *)st->BufferView_Type->tp_alloc(
+        st->BufferView_Type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    if (BufferExt_GetBuffer(obj, &self->ext, flags) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->acquired = 1;
+    self->request_flags = flags;
+    if (view_build_layout(self) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+view_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    Py_VISIT(Py_TYPE(op));
+    if (self->acquired) {
+        Py_VISIT(self->ext.view.obj);
+    }
+    return 0;
+}
+
+static int
+view_clear(PyObject *op)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    if (self->exports == 0) {
+        view_release_held(self);
+    }
+    return 0;
+}
+
+static void
+view_dealloc(PyObject *op)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    PyTypeObject *type = Py_TYPE(op);
+
+    PyObject_GC_UnTrack(op);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs(op);
+    }
+    view_release_held(self);
+    type->tp_free(op);
+    Py_DECREF(type);
+}
+
+/* ---- re-export -------------------------------------------------------- */
+
+static int
+view_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    int device = BufferExt_IsDevice(&self->ext);
+
+    view->obj = NULL;
+    if (!self->acquired) {
+        return bufferext_refuse(op, "BufferView is released");
+    }
+    if (bufferext_fill_request(op, view, flags, &self->layout) < 0 ||
+        BufferExt_SetDevice(op, view, flags,
+                            device ? self->ext.device : NULL,
+                            device ? self->ext.device_info : NULL) < 0) {
+        return -1;
+    }
+    self->exports++;
+    view->obj = Py_NewRef(op);
+    return 0;
+}
+
+static void
+view_releasebuffer(PyObject *op, Py_buffer *view)
+{
+    (void)view;
+    BufferView_CAST(op)->exports--;
+}
+
+/* ---- methods ---------------------------------------------------------- */
+
+static PyObject *
+view_release(PyObject *op, PyObject *unused)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    (void)unused;
+
+    if (self->exports > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "BufferView has %zd export(s) (a memoryview?): release "
+                     "them first", self->exports);
+        return NULL;
+    }
+    view_release_held(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+view_enter(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    if (check_acquired(BufferView_CAST(op)) < 0) {
+        return NULL;
+    }
+    return Py_NewRef(op);
+}
+
+static PyObject *
+view_exit(PyObject *op, PyObject *args)
+{
+    (void)args;
+    return view_release(op, NULL);
+}
+
+static int
+check_cpu(BufferViewObject *self, const char *what)
+{
+    if (check_acquired(self) < 0) {
+        return -1;
+    }
+    if (BufferExt_IsDevice(&self->ext)) {
+        PyErr_Format(PyExc_BufferError,
+                     "BufferView.%s(): memory on device '%s' is not "
+                     "CPU-accessible", what, self->ext.device);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+view_tobytes(PyObject *op, PyObject *unused)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    Py_buffer copy;
+    PyObject *bytes;
+    (void)unused;
+
+    if (check_cpu(self, "tobytes") < 0) {
+        return NULL;
+    }
+    bytes = PyBytes_FromStringAndSize(NULL, self->layout.len);
+    if (bytes == NULL) {
+        return NULL;
+    }
+    copy = self->ext.view;
+    copy.ndim = self->layout.ndim;
+    copy.shape = self->layout.shape;
+    copy.strides = self->layout.strides;
+    copy.itemsize = self->layout.itemsize;
+    if (PyBuffer_ToContiguous(PyBytes_AS_STRING(bytes), &copy,
+                              self->layout.len, 'C') < 0) {
+        Py_DECREF(bytes);
+        return NULL;
+    }
+    return bytes;
+}
+
+static PyObject *
+view_memoryview(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    if (check_cpu(BufferView_CAST(op), "memoryview") < 0) {
+        return NULL;
+    }
+    return PyMemoryView_FromObject(op);
+}
+
+static PyObject *
+view_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+            PyObject *kwnames)
+{
+    if (check_acquired(BufferView_CAST(op)) < 0) {
+        return NULL;
+    }
+    return bufferext_dlpack(op, args, nargs, kwnames);
+}
+
+static PyObject *
+view_dlpack_device(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    if (check_acquired(BufferView_CAST(op)) < 0) {
+        return NULL;
+    }
+    return bufferext_dlpack_device(op);
+}
+
+static PyMethodDef view_methods[] = {
+    {"release", view_release, METH_NOARGS,
+     "release()\n--\n\n"
+     "Release the buffer now.  Releasing twice is harmless; BufferError\n"
+     "while this view is itself exported."},
+    {"tobytes", view_tobytes, METH_NOARGS,
+     "tobytes()\n--\n\nA copy of the contents in C order (CPU memory only)."},
+    {"memoryview", view_memoryview, METH_NOARGS,
+     "memoryview()\n--\n\nA memoryview of the memory (CPU memory only)."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))view_dlpack,
+     METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
+     "copy=None)\n--\n\nExport as a DLPack capsule (zero-copy)."},
+    {"__dlpack_device__", view_dlpack_device, METH_NOARGS,
+     "__dlpack_device__()\n--\n\n(DLPack device type, device id)."},
+    {"__enter__", view_enter, METH_NOARGS, NULL},
+    {"__exit__", view_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---- attributes ------------------------------------------------------- */
+
+#define VIEW_GETTER(name, expr)                                         \
+    static PyObject *view_get_##name(PyObject *op, void *closure)       \
+    {                                                                   \
+        BufferViewObject *self = BufferView_CAST(op);                   \
+        (void)closure;                                                  \
+        if (check_acquired(self) < 0) {                                 \
+            return NULL;                                                \
+        }                                                               \
+        return (expr);                                                  \
+    }
+
+VIEW_GETTER(obj, Py_NewRef(self->ext.view.obj ? self->ext.view.obj
+                                              : Py_None))
+VIEW_GETTER(ptr, PyLong_FromVoidPtr(self->layout.buf))
+VIEW_GETTER(nbytes, PyLong_FromSsize_t(self->layout.len))
+VIEW_GETTER(itemsize, PyLong_FromSsize_t(self->layout.itemsize))
+VIEW_GETTER(format, PyUnicode_FromString(self->layout.format))
+VIEW_GETTER(ndim, PyLong_FromLong(self->layout.ndim))
+VIEW_GETTER(shape, bufferext_tuple_from_ssize(self->layout.ndim,
+                                              self->layout.shape))
+VIEW_GETTER(strides, bufferext_tuple_from_ssize(self->layout.ndim,
+                                                self->layout.strides))
+VIEW_GETTER(suboffsets,
+            self->layout.suboffsets == NULL
+                ? Py_NewRef(Py_None)
+                : bufferext_tuple_from_ssize(self->layout.ndim,
+                                             self->layout.suboffsets))
+VIEW_GETTER(readonly, PyBool_FromLong(self->layout.readonly))
+VIEW_GETTER(c_contiguous, PyBool_FromLong(self->layout.c_contiguous))
+VIEW_GETTER(f_contiguous, PyBool_FromLong(self->layout.f_contiguous))
+VIEW_GETTER(request_flags, PyLong_FromLong(self->request_flags))
+VIEW_GETTER(flags, PyLong_FromLong(self->ext.flags))
+VIEW_GETTER(device, BufferExt_IsDevice(&self->ext)
+                        ? PyUnicode_FromString(self->ext.device)
+                        : Py_NewRef(Py_None))
+
+static PyObject *
+view_get_released(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(!BufferView_CAST(op)->acquired);
+}
+
+/* device_info as a typed, read-only object: one struct sequence type per
+ * known device, an opaque (device, address) pair for the others. */
+static PyObject *
+new_structseq(PyTypeObject *type, int n, PyObject **items)
+{
+    PyObject *result = PyStructSequence_New(type);
+    int i;
+
+    for (i = 0; i < n; i++) {
+        if (items[i] == NULL) {
+            Py_XDECREF(result);
+            for (; i < n; i++) {
+                Py_XDECREF(items[i]);
+            }
+            return NULL;
+        }
+        if (result == NULL) {
+            Py_DECREF(items[i]);
+            continue;
+        }
+        PyStructSequence_SET_ITEM(result, i, items[i]);
+    }
+    return result;
+}
+
+static PyObject *
+view_get_device_info(PyObject *op, void *closure)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
+    const char *device = self->ext.device;
+    void *info = self->ext.device_info;
+    PyObject *items[4];
+    (void)closure;
+
+    if (st == NULL || check_acquired(self) < 0) {
+        return NULL;
+    }
+    if (!BufferExt_IsDevice(&self->ext)) {
+        Py_RETURN_NONE;
+    }
+    if (info != NULL && strcmp(device, BUFFEREXT_DEVICE_CUDA) == 0 &&
+        ((const BufferExt_CUDADeviceInfo *)info)->version >> 16 ==
+            BUFFEREXT_CUDA_INFO_MAJOR) {
+        const BufferExt_CUDADeviceInfo *cuda = info;
+        items[0] = PyLong_FromUnsignedLong(cuda->version);
+        items[1] = PyLong_FromLong(cuda->device);
+        items[2] = PyLong_FromVoidPtr(cuda->context);
+        items[3] = PyLong_FromVoidPtr(cuda->event);
+        return new_structseq(st->CUDADeviceInfo_Type, 4, items);
+    }
+    if (info != NULL && strcmp(device, BUFFEREXT_DEVICE_VE) == 0 &&
+        ((const BufferExt_VEDeviceInfo *)info)->version >> 16 ==
+            BUFFEREXT_VE_INFO_MAJOR) {
+        const BufferExt_VEDeviceInfo *ve = info;
+        items[0] = PyLong_FromUnsignedLong(ve->version);
+        items[1] = PyLong_FromLong(ve->node);
+        items[2] = PyLong_FromVoidPtr(ve->proc);
+        items[3] = PyLong_FromVoidPtr(ve->context);
+        return new_structseq(st->VEDeviceInfo_Type, 4, items);
+    }
+    items[0] = PyUnicode_FromString(device);
+    items[1] = PyLong_FromVoidPtr(info);
+    return new_structseq(st->OpaqueDeviceInfo_Type, 2, items);
+}
+
+#define VIEW_ATTR(name, doc) {#name, view_get_##name, NULL, doc, NULL}
+
+static PyGetSetDef view_getset[] = {
+    VIEW_ATTR(obj, "The exporting object."),
+    VIEW_ATTR(ptr, "Address of the first byte (a device address for "
+                   "device memory)."),
+    VIEW_ATTR(nbytes, "Size in bytes (view.len)."),
+    VIEW_ATTR(itemsize, "Bytes per item."),
+    VIEW_ATTR(format, "struct-module format of an item ('B' if none)."),
+    VIEW_ATTR(ndim, "Number of dimensions."),
+    VIEW_ATTR(shape, "Shape, a tuple of ints."),
+    VIEW_ATTR(strides, "Strides in bytes."),
+    VIEW_ATTR(suboffsets, "PIL-style suboffsets, or None."),
+    VIEW_ATTR(readonly, "True if the memory must not be written."),
+    VIEW_ATTR(c_contiguous, "True if the layout is C-contiguous."),
+    VIEW_ATTR(f_contiguous, "True if the layout is Fortran-contiguous."),
+    VIEW_ATTR(request_flags, "The request flags passed to the exporter."),
+    VIEW_ATTR(flags, "Extended flags the exporter honoured (PyBUF_DEVICE "
+                     "when it answered the device request)."),
+    VIEW_ATTR(device, "Device name, or None for CPU memory."),
+    VIEW_ATTR(device_info, "Typed, read-only description of the device "
+                           "memory, or None for CPU memory."),
+    VIEW_ATTR(released, "True once release() was called."),
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *
+view_repr(PyObject *op)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    PyObject *shape, *result;
+
+    if (!self->acquired) {
+        return PyUnicode_FromString("<released BufferView>");
+    }
+    shape = view_get_shape(op, NULL);
+    if (shape == NULL) {
+        return NULL;
+    }
+    result = PyUnicode_FromFormat(
+        "<BufferView of %.200s: shape=%R format='%s' device=%s%s>",
+        Py_TYPE(self->ext.view.obj ? self->ext.view.obj : Py_None)->tp_name,
+        shape, self->layout.format,
+        BufferExt_IsDevice(&self->ext) ? self->ext.device : "cpu",
+        self->layout.readonly ? " readonly" : "");
+    Py_DECREF(shape);
+    return result;
+}
+
+static PyMemberDef view_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET,
+     offsetof(BufferViewObject, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot view_slots[] = {
+    {Py_tp_dealloc, view_dealloc},
+    {Py_tp_traverse, view_traverse},
+    {Py_tp_clear, view_clear},
+    {Py_tp_repr, view_repr},
+    {Py_tp_methods, view_methods},
+    {Py_tp_getset, view_getset},
+    {Py_tp_members, view_members},
+    {Py_bf_getbuffer, view_getbuffer},
+    {Py_bf_releasebuffer, view_releasebuffer},
+    {Py_tp_doc,
+     "One acquired extended buffer (see bufferext.get_buffer).  A context\n"
+     "manager; release() gives the buffer back.  Device memory is described\n"
+     "but never handed to CPU-only accessors."},
+    {0, NULL},
+};
+
+static PyType_Spec view_spec = {
+    "bufferext.BufferView",
+    sizeof(BufferViewObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    view_slots,
+};
+
+/* ---- device_info types ------------------------------------------------ */
+
+static PyStructSequence_Field cuda_fields[] = {
+    {"version", "struct version (major << 16 | minor)"},
+    {"device", "CUDA device ordinal"},
+    {"context", "CUcontext, as an int"},
+    {"event", "CUevent to wait on before access, 0 when the data is ready"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Field ve_fields[] = {
+    {"version", "struct version (major << 16 | minor)"},
+    {"node", "VE node number"},
+    {"proc", "struct veo_proc_handle *, as an int"},
+    {"context", "struct veo_thr_ctxt *, as an int"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Field opaque_fields[] = {
+    {"device", "device name"},
+    {"address", "address of the exporter's device_info, or None"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc cuda_desc = {
+    "bufferext.CUDADeviceInfo",
+    "device_info of 'bufferext.cuda' memory (see bufferext/cuda.h).",
+    cuda_fields, 4,
+};
+
+static PyStructSequence_Desc ve_desc = {
+    "bufferext.VEDeviceInfo",
+    "device_info of 'bufferext.ve' memory (see bufferext/ve.h).",
+    ve_fields, 4,
+};
+
+static PyStructSequence_Desc opaque_desc = {
+    "bufferext.OpaqueDeviceInfo",
+    "device_info of a device bufferext does not know.",
+    opaque_fields, 2,
+};
+
+int
+bufferext_init_view(PyObject *module)
+{
+    bufferext_state *st = bufferext_get_state(module);
+
+    st->BufferView_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &view_spec, NULL);
+    if (st->BufferView_Type == NULL ||
+        BufferExt_SetSupportedFlags(st->BufferView_Type,
+                                    BUFFEREXT_LEGACY_FLAGS |
+                                        PyBUF_DEVICE) < 0 ||
+        PyModule_AddObject(module, "BufferView",
+                           Py_NewRef(st->BufferView_Type)) < 0) {
+        return -1;
+    }
+    st->CUDADeviceInfo_Type = PyStructSequence_NewType(&cuda_desc);
+    st->VEDeviceInfo_Type = PyStructSequence_NewType(&ve_desc);
+    st->OpaqueDeviceInfo_Type = PyStructSequence_NewType(&opaque_desc);
+    if (st->CUDADeviceInfo_Type == NULL || st->VEDeviceInfo_Type == NULL ||
+        st->OpaqueDeviceInfo_Type == NULL ||
+        PyModule_AddObject(module, "CUDADeviceInfo",
+                           Py_NewRef(st->CUDADeviceInfo_Type)) < 0 ||
+        PyModule_AddObject(module, "VEDeviceInfo",
+                           Py_NewRef(st->VEDeviceInfo_Type)) < 0 ||
+        PyModule_AddObject(module, "OpaqueDeviceInfo",
+                           Py_NewRef(st->OpaqueDeviceInfo_Type)) < 0) {
+        return -1;
+    }
+    return 0;
+}

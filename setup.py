@@ -1,0 +1,44 @@
+"""Build of the _bufferext extension; metadata lives in pyproject.toml."""
+
+import glob
+import os
+import shutil
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class build_py_with_headers(build_py):
+    """Install Include/ as bufferext/include, found by get_include()."""
+
+    def run(self):
+        super().run()
+        target = os.path.join(self.build_lib, "bufferext", "include")
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(os.path.join(HERE, "Include"), target)
+
+
+extra_compile_args = []
+if sys.platform != "win32":
+    extra_compile_args = ["-std=c99", "-Wall", "-Wextra"]
+    if os.environ.get("BUFFEREXT_WERROR"):
+        extra_compile_args.append("-Werror")
+libraries = ["dl"] if sys.platform.startswith("linux") else []
+
+setup(
+    ext_modules=[
+        Extension(
+            "bufferext._bufferext",
+            sources=sorted(glob.glob("Modules/*.c")),
+            depends=glob.glob("Modules/*.h") + glob.glob("Include/**/*.h",
+                                                           recursive=True),
+            include_dirs=["Include", "Modules"],
+            extra_compile_args=extra_compile_args,
+            libraries=libraries,
+        )
+    ],
+    cmdclass={"build_py": build_py_with_headers},
+)
