@@ -90,22 +90,49 @@ bufferext_parse_obj_flags(const char *fname, PyObject *const *args,
     return flags_obj == NULL ? 0 : parse_flags(flags_obj, flags);
 }
 
+/* The value of an int (or int subclass, such as a BufferFlags member) of at
+ * most one digit, read without a call; 0 when `obj` is something else, to
+ * take the general path.  Flag masks always fit one digit (>= 2**30). */
+static inline int
+small_int_value(PyObject *obj, long *out)
+{
+    if (!PyLong_Check(obj)) {
+        return 0;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    if (!PyUnstable_Long_IsCompact((PyLongObject *)obj)) {
+        return 0;
+    }
+    *out = (long)PyUnstable_Long_CompactValue((PyLongObject *)obj);
+#else
+    {
+        Py_ssize_t size = Py_SIZE(obj);
+        long digit0;
+        if (size < -1 || size > 1) {
+            return 0;
+        }
+        /* a zero may have no digit allocated */
+        digit0 = size == 0 ? 0 : (long)((PyLongObject *)obj)->ob_digit[0];
+        *out = size < 0 ? -digit0 : digit0;
+    }
+#endif
+    return 1;
+}
+
 static PyObject *
 check_buffer_supports(PyObject *module, PyObject *const *args,
                       Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *obj;
     int flags = 0;
+    long value;
     (void)module;
 
-    if (nargs == 2 && kwnames == NULL && PyLong_CheckExact(args[1])) {
+    if (nargs == 2 && kwnames == NULL && small_int_value(args[1], &value) &&
+        value >= INT_MIN && value <= INT_MAX) {
         /* fast path: check_buffer_supports(obj, int) */
-        int overflow;
-        long value = PyLong_AsLongAndOverflow(args[1], &overflow);
-        if (!overflow && value >= INT_MIN && value <= INT_MAX) {
-            return PyBool_FromLong(
-                PyObject_CheckBufferSupports(args[0], (int)value));
-        }
+        return Py_NewRef(PyObject_CheckBufferSupports(args[0], (int)value)
+                             ? Py_True : Py_False);
     }
     if (bufferext_parse_obj_flags("check_buffer_supports", args, nargs,
                                   kwnames, &obj, &flags) < 0) {

@@ -29,10 +29,14 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional
 
-import numpy as np
+# numpy's OpenBLAS threads can spin on this small machine: keep them out.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import bufferext
-from bufferext import BufferFlags
+import numpy as np  # noqa: E402
+
+import bufferext  # noqa: E402
+from bufferext import BufferFlags  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -95,16 +99,17 @@ class Settings:
 
 # ---- building the C loops ----------------------------------------------
 
-def build_bench(workdir: str) -> ModuleType:
-    """Compile _bench.c with the interpreter's compiler settings against the
-    installed bufferext headers (-O2) and import it."""
+def build_bench(workdir: str, include: Optional[str] = None) -> ModuleType:
+    """Compile _bench.c with the interpreter's compiler against the installed
+    bufferext headers (or `include`, to try a header change) at -O2 and
+    import it."""
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     target = os.path.join(workdir, "_bench" + suffix)
     cmd = cc + [
         "-O2", "-fPIC", "-shared", "-Wall", "-Wextra",
         "-I", sysconfig.get_paths()["include"],
-        "-I", bufferext.get_include(),
+        "-I", include or bufferext.get_include(),
         os.path.join(HERE, "_bench.c"), "-o", target,
     ]
     subprocess.run(cmd, check=True)
@@ -339,6 +344,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="fewer iterations (for CI)")
     parser.add_argument("--check", action="store_true",
                         help="exit with status 1 if a target is missed")
+    parser.add_argument("--include", metavar="DIR",
+                        help="build the C loops against the bufferext.h in "
+                             "DIR instead of the installed one")
     parser.add_argument("--json", metavar="PATH",
                         help="also write the results as JSON to PATH")
     args = parser.parse_args(argv)
@@ -350,7 +358,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                      alloc_iterations=100_000)
     objs = make_objects()
     with tempfile.TemporaryDirectory(prefix="bufferext-bench-") as workdir:
-        bench = build_bench(workdir)
+        bench = build_bench(workdir, args.include)
         bench_check_supports(bench, s, objs)
         bench_get_buffer(bench, s, objs)
         bench_allocations(bench, s, objs)

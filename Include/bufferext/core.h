@@ -167,6 +167,28 @@ static inline unsigned int BufferExtInternal_TypeTag(PyTypeObject *type)
 }
 #endif
 
+/* PyObject_CheckBuffer(obj), inlined where the type struct is visible: the
+ * test is the same on every CPython 3.9-3.13 (a getbuffer slot is present),
+ * and the call into libpython costs as much as the cache lookup. */
+static inline int BufferExtInternal_CheckBuffer(PyObject *obj)
+{
+#ifdef Py_LIMITED_API
+    return PyObject_CheckBuffer(obj);
+#else
+    PyBufferProcs *procs = Py_TYPE(obj)->tp_as_buffer;
+    return procs != NULL && procs->bf_getbuffer != NULL;
+#endif
+}
+
+/* Declares the error paths of the inline functions below: kept out of line
+ * (where the compiler allows saying so) so that the hot path a consumer
+ * inlines stays small. */
+#if defined(__GNUC__) || defined(__clang__)
+#  define BUFFEREXT_COLD_FUNC static __attribute__((noinline, cold, unused))
+#else
+#  define BUFFEREXT_COLD_FUNC static inline
+#endif
+
 /* Read the declaration of `type` from its attribute.  Returns the declared
  * value (-1 included) or BUFFEREXT_INVALID_DECLARATION for a value that is
  * not an int in {-1} U [0, INT_MAX].  Never raises: a missing attribute, or
@@ -252,7 +274,7 @@ static inline int PyObject_CheckBufferSupports(PyObject *obj, int flags)
 {
     int mask;
 
-    if (!PyObject_CheckBuffer(obj)) {
+    if (!BufferExtInternal_CheckBuffer(obj)) {
         return 0;
     }
     if (flags == 0) {
@@ -356,6 +378,67 @@ static inline void BufferExtInternal_FlagNames(int flags, char *out,
     }
 }
 
+/* Raise the BufferError of BufferExt_GetBuffer for request flags that the
+ * type of `obj` does not declare.  Returns -1. */
+BUFFEREXT_COLD_FUNC int
+BufferExtInternal_RaiseUnsupported(PyObject *obj, int unsupported,
+                                   int declared)
+{
+    char names[128], what[48];
+
+    BufferExtInternal_FlagNames(unsupported, names, sizeof(names));
+    if (declared >= 0) {
+        PyOS_snprintf(what, sizeof(what), "0x%x", (unsigned int)declared);
+    }
+    else {
+        PyOS_snprintf(what, sizeof(what), "%s",
+                      declared == -1 ? "-1, PyBUF_SIMPLE only"
+                                     : "an invalid value");
+    }
+    PyErr_Format(PyExc_BufferError,
+                 "%.200s does not support the buffer request flags %s "
+                 "(declared " BUFFEREXT_SUPPORTED_FLAGS_ATTR " = %s)",
+                 Py_TYPE(obj)->tp_name, names, what);
+    return -1;
+}
+
+/* What is wrong with the extension fields an exporter left in `view` for a
+ * request of `flags`, or NULL when nothing is. */
+static inline const char *
+BufferExtInternal_ExtensionProblem(const Py_buffer_extended *view, int flags)
+{
+    if (!(flags & BUFFEREXT_EXTENDED_FLAGS)) {
+        return (view->flags || view->ext_flags || view->device ||
+                view->device_info)
+                   ? "wrote the buffer extension although no extended "
+                     "flag was requested" : NULL;
+    }
+    if (view->flags & ~(flags & BUFFEREXT_EXTENDED_FLAGS)) {
+        return "set extended flags that were not requested";
+    }
+    if (!(view->flags & PyBUF_DEVICE) &&
+        (view->device || view->device_info || view->ext_flags)) {
+        return "filled device fields without setting PyBUF_DEVICE in flags";
+    }
+    return NULL;
+}
+
+/* Release the export in `view`, clear its extension and raise BufferError
+ * "Type problem".  Returns -1. */
+BUFFEREXT_COLD_FUNC int
+BufferExtInternal_RejectExport(PyObject *obj, Py_buffer_extended *view,
+                               const char *problem)
+{
+    PyBuffer_Release(&view->view);
+    view->flags = 0;
+    view->ext_flags = 0;
+    view->device = NULL;
+    view->device_info = NULL;
+    PyErr_Format(PyExc_BufferError, "%.200s %s", Py_TYPE(obj)->tp_name,
+                 problem);
+    return -1;
+}
+
 /* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
  * the extension, raises BufferError up front (without calling the exporter)
  * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
@@ -372,58 +455,21 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
     view->ext_flags = 0;
     view->device = NULL;
     view->device_info = NULL;
-    if (required && PyObject_CheckBuffer(obj)) {
+    if (required && BufferExtInternal_CheckBuffer(obj)) {
         int declared = BufferExtInternal_Declared(Py_TYPE(obj));
         int unsupported =
             required & ~BufferExtInternal_EffectiveMask(declared);
         if (unsupported) {
-            char names[128], what[48];
-            BufferExtInternal_FlagNames(unsupported, names, sizeof(names));
-            if (declared >= 0) {
-                PyOS_snprintf(what, sizeof(what), "0x%x",
-                              (unsigned int)declared);
-            }
-            else {
-                PyOS_snprintf(what, sizeof(what), "%s",
-                              declared == -1 ? "-1, PyBUF_SIMPLE only"
-                                             : "an invalid value");
-            }
-            PyErr_Format(PyExc_BufferError,
-                         "%.200s does not support the buffer request flags "
-                         "%s (declared " BUFFEREXT_SUPPORTED_FLAGS_ATTR
-                         " = %s)", Py_TYPE(obj)->tp_name, names, what);
-            return -1;
+            return BufferExtInternal_RaiseUnsupported(obj, unsupported,
+                                                      declared);
         }
     }
     if (PyObject_GetBuffer(obj, &view->view, flags) < 0) {
         return -1;
     }
-    if (!(flags & BUFFEREXT_EXTENDED_FLAGS)) {
-        problem = (view->flags || view->ext_flags || view->device ||
-                   view->device_info)
-                      ? "wrote the buffer extension although no extended "
-                        "flag was requested" : NULL;
-    }
-    else if (view->flags & ~(flags & BUFFEREXT_EXTENDED_FLAGS)) {
-        problem = "set extended flags that were not requested";
-    }
-    else if (!(view->flags & PyBUF_DEVICE) &&
-             (view->device || view->device_info || view->ext_flags)) {
-        problem = "filled device fields without setting PyBUF_DEVICE in "
-                  "flags";
-    }
-    else {
-        problem = NULL;
-    }
+    problem = BufferExtInternal_ExtensionProblem(view, flags);
     if (problem != NULL) {
-        PyBuffer_Release(&view->view);
-        view->flags = 0;
-        view->ext_flags = 0;
-        view->device = NULL;
-        view->device_info = NULL;
-        PyErr_Format(PyExc_BufferError, "%.200s %s",
-                     Py_TYPE(obj)->tp_name, problem);
-        return -1;
+        return BufferExtInternal_RejectExport(obj, view, problem);
     }
     return 0;
 }
