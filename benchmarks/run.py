@@ -86,15 +86,24 @@ class Row:
 
 @dataclass
 class Settings:
-    """Iteration counts: full run or --quick."""
+    """Iteration counts: full run or --quick.  Samples are short (well under
+    a millisecond) and many, so that the best of them falls in a quiet
+    moment of a busy machine."""
 
-    c_iterations: int = 1_000_000
-    c_repeats: int = 15
-    py_iterations: int = 200_000
-    py_repeats: int = 9
-    ctx_iterations: int = 20_000
+    c_iterations: int = 100_000      # per sample, check loops
+    c_get_iterations: int = 50_000   # per sample, get/release loops
+    c_repeats: int = 41
+    py_iterations: int = 20_000
+    py_repeats: int = 41
+    ctx_iterations: int = 2_000
+    ctx_repeats: int = 21
     alloc_iterations: int = 100_000
     rows: List[Row] = field(default_factory=list)
+
+
+QUICK = Settings(c_iterations=50_000, c_get_iterations=20_000, c_repeats=15,
+                 py_iterations=10_000, py_repeats=15, ctx_iterations=1_000,
+                 ctx_repeats=7, alloc_iterations=100_000)
 
 
 # ---- building the C loops ----------------------------------------------
@@ -183,7 +192,7 @@ def bench_get_buffer(bench: ModuleType, s: Settings,
     PyObject_GetBuffer+PyBuffer_Release on bytes."""
     cpu, data, arr = objs["CPUBuffer"], objs["bytes"], objs["ndarray"]
     ext_flags = PyBUF_FULL_RO | PyBUF_DEVICE
-    n = s.c_iterations // 4
+    n = s.c_get_iterations
     timers = [
         c_timer(bench, bench.OP_GET_EXTENDED, cpu, ext_flags, n),
         c_timer(bench, bench.OP_GET_PLAIN, data, PyBUF_SIMPLE, n),
@@ -267,7 +276,7 @@ def bench_context(s: Settings, objs: Dict[str, Any]) -> None:
         ("py memoryview(CPUBuffer)", "f(a)", {"f": memoryview, "a": cpu}),
     ]
     timers = [py_timer(stmt, ns, s.ctx_iterations) for _, stmt, ns in cases]
-    for (name, _, _), ns_op in zip(cases, interleaved(timers, s.py_repeats)):
+    for (name, _, _), ns_op in zip(cases, interleaved(timers, s.ctx_repeats)):
         s.rows.append(Row(name, ns_op, note="context"))
 
 
@@ -351,11 +360,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="also write the results as JSON to PATH")
     args = parser.parse_args(argv)
 
-    s = Settings()
-    if args.quick:
-        s = Settings(c_iterations=200_000, c_repeats=7, py_iterations=50_000,
-                     py_repeats=5, ctx_iterations=5_000,
-                     alloc_iterations=100_000)
+    s = Settings(**{k: v for k, v in vars(QUICK).items() if k != 'rows'}) \
+        if args.quick else Settings()
     objs = make_objects()
     with tempfile.TemporaryDirectory(prefix="bufferext-bench-") as workdir:
         bench = build_bench(workdir, args.include)
@@ -368,7 +374,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     env = environment()
     print_table(s.rows, "bufferext benchmarks: " + ", ".join(
         f"{k} {v}" for k, v in env.items()))
-    missed = [r.name for r in s.rows if r.verdict == "MISS"]
+    missed = [f"{r.name} vs {r.anchor}" if r.anchor else r.name
+              for r in s.rows if r.verdict == "MISS"]
     print(f"\n{len(missed)} target(s) missed" +
           (": " + "; ".join(missed) if missed else ""))
     if args.json:
