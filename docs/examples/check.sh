@@ -3,7 +3,9 @@
 #   docs/examples/check.sh [python]
 # compiles example.c as C99 and C++11/17 with -Wall -Wextra -Werror, builds
 # it as an extension with setup.py (include_dirs=[bufferext.get_include()]),
-# runs test_example.py, then runs the Python snippets (snippets/*.py).
+# runs test_example.py, runs the Python snippets (snippets/*.py) and compares
+# what they print with snippets/*.out, and checks that the README's code
+# blocks are these tested files (check_readme.py).
 set -eu
 PY=${1:-python}
 case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY");; esac
@@ -28,7 +30,11 @@ cp "$HERE/example.c" "$HERE/setup.py" "$HERE/test_example.py" "$WORK/"
 (cd "$WORK" && "$PY" setup.py -q build_ext --inplace >/dev/null &&
     "$PY" test_example.py)
 for snippet in "$HERE"/snippets/*.py; do
-    (cd "$WORK" && "$PY" "$snippet" >/dev/null) ||
+    (cd "$WORK" && "$PY" "$snippet" >"$WORK/out") ||
         { echo "FAILED: $snippet"; exit 1; }
+    # the printed output is what the docs show next to the code
+    diff -u "${snippet%.py}.out" "$WORK/out" ||
+        { echo "FAILED: $snippet prints something else"; exit 1; }
     echo "ok: $(basename "$snippet")"
 done
+"$PY" "$HERE/check_readme.py" "$HERE/../../README.md" "$HERE"
