@@ -14,7 +14,6 @@ version = ".".join(release.split(".")[:2])
 
 extensions = [
     "sphinx.ext.autodoc",
-    "sphinx.ext.napoleon",
 ]
 
 exclude_patterns = ["_build"]
