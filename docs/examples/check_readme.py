@@ -4,8 +4,9 @@
 
 A ``c`` or ``python`` block passes when its lines appear, in order and
 contiguously (blank lines ignored), in one of the tested files under
-docs/examples (example.c, setup.py, snippets/*.py); a ``python`` block that
-is not found there is run instead.  Shell blocks are left to CI, which
+docs/examples (example.c, setup.py, snippets/*.py).  A line ``/* ... */``
+or ``# ...`` elides: the parts between elisions must each appear, in order,
+in the same file.  A ``python`` block that is not found is run instead.  Shell blocks are left to CI, which
 runs the README's commands itself.
 """
 
@@ -25,10 +26,35 @@ def lines_of(text: str) -> List[str]:
     return [line.rstrip() for line in text.splitlines() if line.strip()]
 
 
+ELISIONS = ("/* ... */", "# ...")
+
+
+def find(part: List[str], text: List[str], start: int) -> int:
+    """Index after the first contiguous occurrence of ``part`` in ``text``
+    at or after ``start``, or -1."""
+    n = len(part)
+    for i in range(start, len(text) - n + 1):
+        if text[i:i + n] == part:
+            return i + n
+    return -1
+
+
 def contained(block: List[str], text: List[str]) -> bool:
-    """True if ``block`` occurs contiguously in ``text``."""
-    n = len(block)
-    return any(text[i:i + n] == block for i in range(len(text) - n + 1))
+    """True if the parts of ``block`` between elisions occur, in order and
+    each contiguously, in ``text``."""
+    parts: List[List[str]] = [[]]
+    for line in block:
+        if line.strip() in ELISIONS:
+            parts.append([])
+        else:
+            parts[-1].append(line)
+    start = 0
+    for part in parts:
+        if part:
+            start = find(part, text, start)
+            if start < 0:
+                return False
+    return True
 
 
 def main(readme: str, examples: str) -> int:
