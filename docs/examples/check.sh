@@ -23,7 +23,6 @@ done
 cp "$HERE/example.c" "$WORK/example.cpp"
 for std in c++11 c++17; do
     "$CXX" -std=$std -Wall -Wextra -Werror -fsyntax-only \
-        -Wno-missing-field-initializers \
         -I"$INC" -I"$PYINC" "$WORK/example.cpp"
 done
 cp "$HERE/example.c" "$HERE/setup.py" "$HERE/test_example.py" "$WORK/"
