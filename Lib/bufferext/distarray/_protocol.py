@@ -124,9 +124,9 @@ class _Checker:
         if "dist_type" not in dd:
             self.problems.append(f"dim_data[{dim}]: required key 'dist_type' is missing")
             return None
-        if dist not in _KEYS:
+        if type(dist) is not str or dist not in _KEYS:
             hint = ("'n' was removed in 0.10.0: use {} for an undistributed "
-                    "dimension" if dist == "n" else "must be 'b', 'c' or 'u'")
+                    "dimension" if isinstance(dist, str) and dist == "n" else "must be 'b', 'c' or 'u'")
             self.bad(dim, "dist_type", dist, hint)
             return None
         if self.strict_keys:
@@ -263,13 +263,13 @@ def _legacy_dim(dim: int, dd: Any, extent: int, problems: List[str]) -> Any:
     if type(dd) is not dict:
         return dd
     dist = dd.get("dist_type")
-    if dist == "n":
+    if isinstance(dist, str) and dist == "n":
         out = {k: v for k, v in dd.items() if k in ("size", "padding", "periodic")}
         size = dd.get("size")
         out.update(dist_type="b", proc_grid_size=1, proc_grid_rank=0,
                    start=0, stop=size)
         return out
-    if dist != "b" or "padding" not in dd:
+    if not (isinstance(dist, str) and dist == "b") or "padding" not in dd:
         return dd
     pad, start, stop = dd.get("padding"), dd.get("start"), dd.get("stop")
     grid, rank = dd.get("proc_grid_size"), dd.get("proc_grid_rank")
@@ -278,9 +278,10 @@ def _legacy_dim(dim: int, dd: Any, extent: int, problems: List[str]) -> Any:
         return dd                   # the 0.10.0 checks name what is wrong
     if stop - start == extent:
         return dd
-    low = pad[0] if rank > 0 or dd.get("periodic") else 0
-    high = pad[1] if rank < grid - 1 or dd.get("periodic") else 0
-    if dd.get("periodic") and (rank == 0 and pad[0] or rank == grid - 1 and pad[1]):
+    periodic = dd.get("periodic") is True
+    low = pad[0] if rank > 0 else 0
+    high = pad[1] if rank < grid - 1 else 0
+    if periodic and (rank == 0 and pad[0] or rank == grid - 1 and pad[1]):
         problems.append(f"dim_data[{dim}]['padding'] = {pad!r}: 0.9.x periodic "
                         "edge padding wraps around, which 0.10.0 cannot describe")
         return dd
