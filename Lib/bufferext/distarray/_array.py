@@ -339,7 +339,7 @@ class DistArray:
                                   "BufferFlags.FULL_RO | BufferFlags.DEVICE)")
             buf = self._buffer
             view = buf if isinstance(buf, np.ndarray) else np.asarray(memoryview(buf))
-            self._local = view.reshape(self._shape)
+            self._local = view if view.shape == self._shape else view.reshape(self._shape)
         return self._local
 
     @property
