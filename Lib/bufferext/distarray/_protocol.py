@@ -76,6 +76,45 @@ def owned_count(size: int, grid_size: int, grid_rank: int, block_size: int = 1) 
     return count
 
 
+def _fast_dim(dd: Dict[str, Any], extent: int) -> Optional[Dict[str, Any]]:
+    """The normalised form of a well-formed 0.10.0 block or cyclic dimension
+    dictionary, or None to take the thorough path (which names problems)."""
+    try:
+        dist = dd["dist_type"]
+        size, grid, rank = dd["size"], dd["proc_grid_size"], dd["proc_grid_rank"]
+        if not (type(size) is int and type(grid) is int and type(rank) is int
+                and size >= 0 and 0 <= rank < grid and dd.keys() <= _KEYS[dist]):
+            return None
+        start = dd["start"]
+        if dist == "b":
+            stop = dd["stop"]
+            pad = dd.get("padding", (0, 0))
+            periodic = dd.get("periodic", False)
+            if (type(start) is int and type(stop) is int and type(pad) is tuple
+                    and len(pad) == 2 and type(pad[0]) is int and type(pad[1]) is int
+                    and type(periodic) is bool and 0 <= start <= stop <= size
+                    and stop - start == extent and (rank or not start)
+                    and (rank != grid - 1 or stop == size)
+                    and pad[0] >= 0 and pad[1] >= 0 and pad[0] + pad[1] <= extent):
+                if len(dd) == 8:            # complete already: no copy needed
+                    return dd
+                return {"dist_type": "b", "size": size, "proc_grid_size": grid,
+                        "proc_grid_rank": rank, "start": start, "stop": stop,
+                        "padding": pad, "periodic": periodic}
+        elif dist == "c":
+            block = dd.get("block_size", 1)
+            if (type(start) is int and type(block) is int and block >= 1
+                    and start == rank * block
+                    and owned_count(size, grid, rank, block) == extent):
+                if len(dd) == 6:
+                    return dd
+                return {"dist_type": "c", "size": size, "proc_grid_size": grid,
+                        "proc_grid_rank": rank, "start": start, "block_size": block}
+    except (KeyError, TypeError):
+        pass
+    return None
+
+
 class _Checker:
     """Collects the problems of one ``dim_data`` (all reported together)."""
 
@@ -111,6 +150,10 @@ class _Checker:
 
     def dim(self, dim: int, dd: Any, extent: int) -> Optional[Dict[str, Any]]:
         """Check one dimension dictionary; return its normalised form."""
+        if type(dd) is dict and dd and not self.legacy and self.strict_keys:
+            fast = _fast_dim(dd, extent)
+            if fast is not None:
+                return fast
         if type(dd) is not dict:
             self.problems.append(f"dim_data[{dim}] = {dd!r}: must be a dict, "
                                  f"not {type(dd).__name__}")
@@ -245,6 +288,8 @@ def _index_buffer(raw: Any, legacy: bool) -> Optional[np.ndarray]:
 
 
 def _version(value: Any) -> Tuple[int, int, int]:
+    if value == EXPORT_VERSION and type(value) is str:
+        return (0, 10, 0)
     if type(value) is not str or _VERSION.match(value) is None:
         raise ProtocolError([f"'__version__' = {value!r}: must be a "
                              "'major.minor.patch' string"])
@@ -315,11 +360,12 @@ def check(distbuffer: Any) -> Tuple[Tuple[int, int, int], Tuple[int, ...],
     if type(distbuffer) is not dict:
         raise ProtocolError([f"__distarray__() returned {type(distbuffer).__name__}, "
                              "not a dict"])
-    missing = _TOP_KEYS.difference(distbuffer)
+    missing = () if distbuffer.keys() == _TOP_KEYS else _TOP_KEYS.difference(distbuffer)
     if missing:
         raise ProtocolError([f"missing key {k!r}" for k in sorted(missing)])
     version = _version(distbuffer["__version__"])
-    extra = set(distbuffer).difference(_TOP_KEYS)
+    extra = () if not missing and len(distbuffer) == 3 else \
+        set(distbuffer).difference(_TOP_KEYS)
     if extra and version[:2] == (0, 10):
         raise ProtocolError([f"unknown key {k!r}" for k in sorted(extra, key=repr)])
     legacy = version[:2] == (0, 9)
