@@ -71,8 +71,11 @@ def _as_index(value: Any, what: str) -> Tuple[np.ndarray, bool]:
     return arr.astype(np.int64, copy=False), False
 
 
-def _run(kernel: _Kernel, x: np.ndarray, nscratch: int) -> np.ndarray:
-    """Apply ``kernel(chunk, out_chunk, scratch)`` chunk by chunk."""
+def _run(kernel: _Kernel, x: np.ndarray, nscratch: int,
+         limit: Optional[int] = None) -> np.ndarray:
+    """Apply ``kernel(chunk, out_chunk, scratch)`` chunk by chunk; with
+    ``limit``, first check each chunk (while it is in cache) lies in
+    ``[0, limit)``."""
     out = np.empty(x.shape, np.int64)
     flat, flat_out = x.reshape(-1), out.reshape(-1)
     n = flat.size
@@ -80,7 +83,11 @@ def _run(kernel: _Kernel, x: np.ndarray, nscratch: int) -> np.ndarray:
     scratch = [np.empty(step, np.int64) for _ in range(nscratch)]
     for lo in range(0, n, step):
         m = min(step, n - lo)
-        kernel(flat[lo:lo + m], flat_out[lo:lo + m], [s[:m] for s in scratch])
+        chunk = flat[lo:lo + m]
+        if limit is not None and (chunk.min() < 0 or chunk.max() >= limit):
+            bad = _first_bad(chunk, (chunk >= 0) & (chunk < limit))
+            raise IndexError(f"global index {bad} is out of range for size {limit}")
+        kernel(chunk, flat_out[lo:lo + m], [s[:m] for s in scratch])
     return out
 
 
@@ -123,13 +130,13 @@ class DimMap:
     def owner(self, g: IndexLike) -> Any:
         """Grid coordinate (along this dimension) owning global index ``g``."""
         x, scalar = self._global(g)
-        return _result(_run(self._owner_kernel, x, 2), scalar)
+        return _result(_run(self._owner_kernel, x, 2, self._limit()), scalar)
 
     def global_to_local(self, g: IndexLike) -> Any:
         """Local slot of global index ``g`` on this process (IndexError if
         this process's buffer does not hold it)."""
         x, scalar = self._global(g)
-        return _result(_run(self._g2l_kernel, x, 3), scalar)
+        return _result(_run(self._g2l_kernel, x, 3, self._limit()), scalar)
 
     def local_to_global(self, local: IndexLike) -> Any:
         """Global index held in local slot ``local`` (padding slots included)."""
@@ -151,16 +158,14 @@ class DimMap:
         raise NotImplementedError
 
     # -- helpers for subclasses --------------------------------------------
+    def _limit(self) -> Optional[int]:
+        """Global indices must lie in [0, limit) (None: any integer)."""
+        return None if self.dist_type == "u" or self.periodic else self.size
+
     def _global(self, g: IndexLike) -> Tuple[np.ndarray, bool]:
         x, scalar = _as_index(g, "global index")
-        if not x.size:
-            return x, scalar
-        if self.periodic and self.size:
+        if x.size and self.periodic and self.size:
             return np.remainder(x, self.size), scalar
-        if self.dist_type != "u" and (x.min() < 0 or x.max() >= self.size):
-            bad = _first_bad(x, (x >= 0) & (x < self.size))
-            raise IndexError(f"global index {bad} is out of range for size "
-                             f"{self.size}")
         return x, scalar
 
     def _not_here(self, x: np.ndarray, ok: np.ndarray) -> IndexError:
@@ -355,7 +360,8 @@ class UnstructuredMap(DimMap):
         self._base = int(self._sorted[0]) if idx.size else 0
         span = int(self._sorted[-1]) - self._base + 1 if idx.size else 0
         if 0 < span <= 4 * idx.size + 64:
-            self._dense = np.full(span, -1, dtype=np.int64)
+            kind = np.int32 if idx.size < 2**31 else np.int64
+            self._dense = np.full(span, -1, dtype=kind)
             self._dense[idx - self._base] = np.arange(idx.size)
         self._table: Optional[np.ndarray] = None
         if all_indices is not None:
@@ -398,7 +404,7 @@ class UnstructuredMap(DimMap):
             np.subtract(x, self._base, out=s[0])
             if s[0].min() < 0 or s[0].max() >= dense.size:
                 raise self._not_here(x, (s[0] >= 0) & (s[0] < dense.size))
-            np.take(dense, s[0], out=out)
+            out[...] = dense[s[0]]
             if out.min() < 0:
                 raise self._not_here(x, out >= 0)
             return
