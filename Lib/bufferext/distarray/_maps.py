@@ -199,7 +199,7 @@ class BlockMap(DimMap):
 
     def __init__(self, size: int, grid_size: int, grid_rank: int, start: int,
                  stop: int, padding: Tuple[int, int] = (0, 0), periodic: bool = False,
-                 bounds: Optional[Sequence[int]] = None, split: Optional[str] = None,
+                 bounds: Any = None, split: Optional[str] = None,
                  alias: bool = False) -> None:
         super().__init__(size, grid_size, grid_rank, stop - start)
         self.start, self.stop = start, stop

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import _bufferext
+from .._bufferext import get_buffer  # type: ignore[import-not-found]
 from .._flags import BufferFlags
 
 __all__ = ["ProtocolError", "validate", "EXPORT_VERSION", "owned_count"]
@@ -139,7 +139,7 @@ class _Checker:
         if value < low:
             self.bad(dim, key, value, f"must be >= {low}")
             return None
-        return value
+        return int(value)
 
     def bool_key(self, dim: int, dd: Mapping[str, Any], key: str) -> bool:
         value = dd.get(key, False)
@@ -229,7 +229,8 @@ class _Checker:
         start = self.int_key(dim, dd, "start", 0)
         block = self.int_key(dim, dd, "block_size", 1, default=1)
         out.update(start=start, block_size=block)
-        if None in (size, grid, rank, start, block):
+        if size is None or grid is None or rank is None or start is None \
+                or block is None:
             return
         first = rank * block
         if start != first and not (first >= size and start == size):
@@ -316,8 +317,11 @@ def _legacy_dim(dim: int, dd: Any, extent: int, problems: List[str]) -> Any:
         return out
     if not (isinstance(dist, str) and dist == "b") or "padding" not in dd:
         return dd
-    pad, start, stop = dd.get("padding"), dd.get("start"), dd.get("stop")
-    grid, rank = dd.get("proc_grid_size"), dd.get("proc_grid_rank")
+    pad: Any = dd.get("padding")
+    start: Any = dd.get("start")
+    stop: Any = dd.get("stop")
+    grid: Any = dd.get("proc_grid_size")
+    rank: Any = dd.get("proc_grid_rank")
     if not (type(pad) in (list, tuple) and len(pad) == 2
             and all(_is_int(v) for v in (pad[0], pad[1], start, stop, grid, rank))):
         return dd                   # the 0.10.0 checks name what is wrong
@@ -337,7 +341,7 @@ def _legacy_dim(dim: int, dd: Any, extent: int, problems: List[str]) -> Any:
 
 def _buffer_shape(buffer: Any) -> Tuple[Tuple[int, ...], Optional[str], str]:
     try:
-        view = _bufferext.get_buffer(buffer, _PROBE)
+        view = get_buffer(buffer, _PROBE)
     except (TypeError, BufferError, ValueError) as exc:
         raise ProtocolError([f"'buffer' = {type(buffer).__name__} object: does not "
                              f"export a buffer ({exc})"]) from None
