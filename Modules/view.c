@@ -49,8 +49,9 @@ view_build_layout(BufferViewObject *self)
     l->shape = v->shape;
     l->strides = v->strides;
     l->suboffsets = v->suboffsets;
-    if (v->shape == NULL) {
-        /* PEP 3118: without a shape, the consumer assumes bytes. */
+    if (v->shape == NULL && v->ndim != 0) {
+        /* PEP 3118: without a shape, the consumer assumes bytes (ndim 0 with
+           no shape is a scalar, as numpy exports 0-d arrays). */
         self->len_items = v->len;
         self->itemsize_one = 1;
         l->itemsize = 1;

@@ -1,1 +1,37 @@
-"""The Distributed Array Protocol (``__distarray__``) over extended buffers."""
+"""The Distributed Array Protocol (0.10.0) over extended-buffer exporters.
+
+``DistArray`` is one process's section of a distributed array: export it with
+``__distarray__()``, import any exporter with ``DistArray.from_distarray``,
+cut a section out of a global array with ``DistArray.from_global``, and
+translate indices with its per-dimension ``maps``.  ``validate`` checks
+``__distarray__`` data against every rule one process can check.  The local
+buffer may be device memory: consumers use the extended buffer protocol
+(``bufferext.get_buffer``) on ``'buffer'`` to find out.
+
+    >>> import numpy as np
+    >>> from bufferext.distarray import DistArray, validate
+    >>> d = DistArray.from_global(np.arange(10), dist="c", grid_shape=(3,), rank=1)
+    >>> d.local.tolist(), d.owner(5)
+    ([1, 4, 7], 2)
+    >>> validate(d.__distarray__())
+"""
+
+from ._array import DistArray, producer_class
+from ._maps import BlockMap, CyclicMap, DimMap, UnstructuredMap, split_bounds
+from ._plot import plot_distribution
+from ._protocol import EXPORT_VERSION, ProtocolError, owned_count, validate
+
+__all__ = [
+    "BlockMap",
+    "CyclicMap",
+    "DimMap",
+    "DistArray",
+    "EXPORT_VERSION",
+    "ProtocolError",
+    "UnstructuredMap",
+    "owned_count",
+    "plot_distribution",
+    "producer_class",
+    "split_bounds",
+    "validate",
+]

@@ -1,0 +1,429 @@
+"""``DistArray``: one process's section of a distributed array.
+
+Process-local: a ``DistArray`` holds its local buffer (any extended-buffer
+exporter, CPU or device) and the index maps of every dimension.  The MPI
+layer (scatter, gather, redistribution, halo exchange) builds on this class:
+it sets ``comm`` and supplies the other processes' layout to the maps; no
+method here depends on it.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .. import _dtypes
+from ._maps import (BlockMap, CyclicMap, DimMap, UnstructuredMap, map_from_dim_dict,
+                    split_bounds)
+from ._protocol import EXPORT_VERSION, check
+
+__all__ = ["DistArray"]
+
+_DEVICE_NAMES = {"bufferext.cuda": "cuda", "bufferext.ve": "ve"}
+_PRODUCERS = {"cpu": "CPUBuffer", "cuda": "CUDABuffer", "ve": "VEBuffer"}
+Pair = Tuple[int, int]
+
+
+def producer_class(device: str) -> Any:
+    """The producer type for ``device`` (``"cpu"``, ``"cuda"`` or ``"ve"``).
+
+    Looked up on the ``bufferext`` package at call time, so device producers
+    added there are used as soon as they exist.
+    """
+    import bufferext
+
+    name = _PRODUCERS.get(device) if isinstance(device, str) else None
+    if name is None:
+        raise ValueError(f"device={device!r}: must be 'cpu', 'cuda' or 've'")
+    cls = getattr(bufferext, name, None)
+    if cls is None:
+        raise bufferext.DeviceUnavailableError(
+            f"device={device!r}: bufferext.{name} is not available in this "
+            "build of bufferext")
+    return cls
+
+
+# -- argument normalisation for from_global --------------------------------
+
+def _per_dim(value: Any, ndim: int, name: str) -> List[Any]:
+    if value is None or isinstance(value, (bool, int, str)):
+        return [value] * ndim
+    items = list(value)
+    if len(items) != ndim:
+        raise ValueError(f"{name}={value!r}: need one entry per dimension ({ndim})")
+    return items
+
+
+def _nested(value: Any, depth: int) -> bool:
+    """Whether ``value`` is a sequence nested ``depth`` levels below a
+    sequence of ints (used to read 1-D shorthands)."""
+    try:
+        first = value[0]
+    except (TypeError, IndexError, KeyError):
+        return False
+    if isinstance(first, (int, np.integer)) or first is None:
+        return False
+    if depth == 1:
+        return True
+    return _nested(first, depth - 1) or (hasattr(first, "__len__") and len(first) == 0)
+
+
+def _pair(value: Any, what: str) -> Pair:
+    if (not isinstance(value, (tuple, list)) or len(value) != 2
+            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                       and v >= 0 for v in value)):
+        raise ValueError(f"{what}={value!r}: must be a (lo, hi) pair of ints >= 0")
+    return int(value[0]), int(value[1])
+
+
+def _paddings(value: Any, grid: int, dim: int) -> List[Pair]:
+    """One ``(lo, hi)`` per grid rank from either accepted spelling."""
+    if value is None:
+        return [(0, 0)] * grid
+    what = f"padding[{dim}]"
+    if (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, (int, np.integer)) for v in value)):
+        pair = _pair(value, what)
+        if grid > 1 and pair[0] != pair[1]:
+            raise ValueError(
+                f"{what}={value!r} on every rank: the protocol requires grid rank "
+                "i's right communication padding to equal rank i+1's left one; "
+                f"give one (lo, hi) per grid rank ({grid}) instead")
+        return [pair] * grid
+    if not isinstance(value, (tuple, list)) or len(value) != grid:
+        raise ValueError(f"{what}={value!r}: must be one (lo, hi) pair, or one "
+                         f"per grid rank along the dimension ({grid})")
+    return [_pair(v, f"{what}[{r}]") for r, v in enumerate(value)]
+
+
+def _block_layout(size: int, grid: int, pads: List[Pair], split: str,
+                  dim: int) -> np.ndarray:
+    bounds = split_bounds(size, grid, split)
+    owned = np.diff(bounds)
+    for r in range(grid - 1):
+        right, left = pads[r][1], pads[r + 1][0]
+        if right != left:
+            raise ValueError(f"padding[{dim}]: grid rank {r}'s right padding "
+                             f"{right} must equal rank {r + 1}'s left padding {left}")
+        if right > owned[r + 1] or left > owned[r]:
+            raise ValueError(f"padding[{dim}]: communication padding {right} "
+                             f"between grid ranks {r} and {r + 1} is wider than "
+                             f"a neighbour's {min(owned[r], owned[r + 1])} "
+                             "owned indices")
+    low, high = pads[0][0], pads[-1][1]
+    if low > owned[0] or high > owned[-1] or (grid == 1 and low + high > size):
+        raise ValueError(f"padding[{dim}]: boundary padding ({low}, {high}) is "
+                         "wider than the edge ranks' owned indices")
+    return bounds
+
+
+def _unstructured(value: Any, size: int, grid: int, dim: int) -> List[np.ndarray]:
+    what = f"indices[{dim}]"
+    if value is None or isinstance(value, (str, bytes)) or len(value) != grid:
+        raise ValueError(f"{what}: need one index array per grid rank along the "
+                         f"dimension ({grid})")
+    out = []
+    for r, raw in enumerate(value):
+        arr = np.asarray(raw)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise ValueError(f"{what}[{r}]: must be a 1-D sequence of integers")
+        arr = arr.astype(np.int64)
+        if arr.size and (arr.min() < 0 or arr.max() >= size):
+            raise ValueError(f"{what}[{r}]: indices must lie in [0, {size})")
+        if np.unique(arr).size != arr.size:
+            raise ValueError(f"{what}[{r}]: indices must be unique on each rank")
+        out.append(arr)
+    return out
+
+
+class DistArray:
+    """One process's section of a distributed array (Distributed Array
+    Protocol 0.10.0), over a CPU or device buffer.
+
+    Make one with :meth:`from_global` or :meth:`from_distarray`; export it
+    with :meth:`__distarray__`.
+    """
+
+    def __init__(self, buffer: Any, maps: Sequence[DimMap], *, device: str = "cpu",
+                 dtype: Any = None, comm: Any = None) -> None:
+        self._buffer = buffer
+        self._maps: Optional[Tuple[DimMap, ...]] = tuple(maps)
+        self._dims: Optional[Tuple[Dict[str, Any], ...]] = None
+        self._aliases: Tuple[bool, ...] = ()
+        self._device = device
+        self._dtype = None if dtype is None else np.dtype(dtype)
+        self._local: Optional[np.ndarray] = None
+        self._dim_data: Optional[Tuple[Dict[str, Any], ...]] = None
+        self._shape: Tuple[int, ...] = tuple(m.extent for m in self._maps)
+        #: The communicator of the MPI layer, or None (process-local).
+        self.comm = comm
+
+    # -- construction ------------------------------------------------------
+    @classmethod
+    def from_global(cls, array: Any, *, dist: Union[str, Sequence[str]],
+                    grid_shape: Sequence[int], rank: int = 0,
+                    block_size: Any = None, padding: Any = None, periodic: Any = None,
+                    indices: Any = None, split: str = "balanced",
+                    device: str = "cpu") -> "DistArray":
+        """The section of grid process ``rank`` of the global ``array``.
+
+        ``dist`` has one letter per dimension: ``'b'`` block, ``'c'``
+        cyclic/block-cyclic, ``'u'`` unstructured, ``'n'`` undistributed
+        (grid size 1, exported as ``{}``).  ``grid_shape`` is the process
+        grid (ranks in C order).  ``block_size``: an int for every cyclic
+        dimension or one entry per dimension.  ``padding`` (block and
+        undistributed dimensions): per dimension None, one ``(lo, hi)`` for
+        every rank, or one ``(lo, hi)`` per grid rank; edge padding is
+        boundary padding, inner padding communication padding, all filled
+        from ``array``.  ``periodic``: a bool or one per dimension.
+        ``indices`` (unstructured dimensions): per dimension, one index
+        array per grid rank.  ``split``: ``"balanced"`` or ``"ceil"``.
+        ``device``: ``"cpu"``, ``"cuda"`` or ``"ve"``.
+        """
+        arr = np.asarray(array)
+        ndim = arr.ndim
+        letters = list(dist) if isinstance(dist, str) else list(dist)
+        if len(letters) != ndim or not all(d in ("b", "c", "u", "n") for d in letters):
+            raise ValueError(f"dist={dist!r}: need one of 'b', 'c', 'u', 'n' per "
+                             f"dimension ({ndim})")
+        grid = tuple(operator.index(p) for p in grid_shape)
+        if len(grid) != ndim or any(p < 1 for p in grid):
+            raise ValueError(f"grid_shape={grid_shape!r}: need one size >= 1 per "
+                             f"dimension ({ndim})")
+        nprocs = int(np.prod(grid, dtype=np.int64))
+        rank = operator.index(rank)
+        if not 0 <= rank < nprocs:
+            raise ValueError(f"rank={rank}: must be in [0, {nprocs})")
+        if split not in ("balanced", "ceil"):
+            raise ValueError(f"split={split!r}: must be 'balanced' or 'ceil'")
+        coords = tuple(int(c) for c in np.unravel_index(rank, grid)) if ndim else ()
+        blocks = _per_dim(block_size, ndim, "block_size")
+        if ndim == 1 and padding is not None and len(padding) != 1:
+            padding = [padding]             # 1-D shorthand: the dimension's entry
+        if ndim == 1 and indices is not None and not _nested(indices, 2):
+            indices = [indices]
+        pads = padding if padding is None else _per_dim(padding, ndim, "padding")
+        periods = _per_dim(periodic, ndim, "periodic")
+        idx = _per_dim(indices, ndim, "indices") if indices is not None else [None] * ndim
+        maps: List[DimMap] = []
+        for i, letter in enumerate(letters):
+            maps.append(_make_map(letter, arr.shape[i], grid[i], coords[i],
+                                  blocks[i] if letter == "c" or not isinstance(
+                                      block_size, int) else None,
+                                  None if pads is None else pads[i],
+                                  None if isinstance(periodic, bool)
+                                  and letter in "cu" else periods[i],
+                                  idx[i], split, i))
+        local = arr
+        for i, m in enumerate(maps):
+            if isinstance(m, BlockMap):
+                key = (slice(None),) * i + (slice(m.start, m.stop),)
+                local = local[key]
+            else:
+                local = np.take(local, m.owned_global(), axis=i)
+        buffer = _make_buffer(device, np.ascontiguousarray(local))
+        return cls(buffer, maps, device=device, dtype=arr.dtype)
+
+    @classmethod
+    def from_distarray(cls, obj: Any) -> "DistArray":
+        """Import any ``__distarray__`` exporter (or its dict), zero-copy.
+
+        Reads 0.10.x and 0.9.x (``'n'`` dimensions become the empty-dict
+        alias).  The data are validated first (:class:`ProtocolError`).
+        ``'buffer'`` is examined through the extended buffer protocol: CPU
+        memory becomes a numpy view (:attr:`local`) without copying; device
+        memory stays in the producer object (:attr:`buffer`).
+        """
+        data = obj if type(obj) is dict else obj.__distarray__()
+        _, shape, device, fmt, dims = check(data)
+        self = cls.__new__(cls)
+        self._buffer = data["buffer"]
+        self._maps = None
+        self._dims = dims
+        self._aliases = tuple(type(d) is dict and (not d or d.get("dist_type") == "n")
+                              for d in data["dim_data"])
+        self._device = "cpu" if device is None else _DEVICE_NAMES.get(device, device)
+        self._dtype = _dtypes.resolve(fmt)[2] if device is not None else None
+        self._local = None
+        self._dim_data = None
+        self._shape = shape
+        self.comm = None
+        return self
+
+    # -- the protocol ------------------------------------------------------
+    def __distarray__(self) -> Dict[str, Any]:
+        """The Distributed Array Protocol 0.10.0 dict of this section."""
+        dim_data = self._dim_data
+        if dim_data is None:
+            dim_data = self._dim_data = tuple(m.dim_dict() for m in self.maps)
+        return {"__version__": EXPORT_VERSION, "buffer": self._buffer,
+                "dim_data": tuple([dict(d) for d in dim_data])}
+
+    # -- attributes --------------------------------------------------------
+    @property
+    def maps(self) -> Tuple[DimMap, ...]:
+        """One index map per dimension."""
+        if self._maps is None:
+            assert self._dims is not None
+            self._maps = tuple(map_from_dim_dict(d, n, alias)
+                               for d, n, alias in zip(self._dims, self._shape,
+                                                      self._aliases))
+        return self._maps
+
+    @property
+    def buffer(self) -> Any:
+        """The local producer object (exported as ``'buffer'``)."""
+        return self._buffer
+
+    @property
+    def device(self) -> str:
+        """``"cpu"``, ``"cuda"``, ``"ve"`` (or another device's name)."""
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Element type."""
+        if self._dtype is None:
+            self._dtype = self.local.dtype
+        return self._dtype
+
+    @property
+    def dim_data(self) -> Tuple[Dict[str, Any], ...]:
+        """The exported ``dim_data`` (a fresh copy)."""
+        out: Tuple[Dict[str, Any], ...] = self.__distarray__()["dim_data"]
+        return out
+
+    @property
+    def global_shape(self) -> Tuple[int, ...]:
+        """Global extent of every dimension (``size``)."""
+        return tuple(m.size for m in self.maps)
+
+    @property
+    def local_shape(self) -> Tuple[int, ...]:
+        """Shape of the local buffer, padding included."""
+        return self._shape
+
+    @property
+    def grid_shape(self) -> Tuple[int, ...]:
+        """Process grid (``proc_grid_size`` of every dimension)."""
+        return tuple(m.grid_size for m in self.maps)
+
+    @property
+    def grid_coords(self) -> Tuple[int, ...]:
+        """This process's coordinates in the grid."""
+        return tuple(m.grid_rank for m in self.maps)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (grid coordinates in C order)."""
+        rank = 0
+        for m in self.maps:
+            rank = rank * m.grid_size + m.grid_rank
+        return rank
+
+    @property
+    def local(self) -> np.ndarray:
+        """A numpy view of the whole local buffer, padding included (CPU
+        memory only; no copy)."""
+        if self._local is None:
+            if self._device != "cpu":
+                raise BufferError(f"DistArray: the local buffer is {self._device} "
+                                  "memory; use bufferext.get_buffer(d.buffer, "
+                                  "BufferFlags.FULL_RO | BufferFlags.DEVICE)")
+            buf = self._buffer
+            view = buf if isinstance(buf, np.ndarray) else np.asarray(memoryview(buf))
+            self._local = view if view.shape == self._shape else view.reshape(self._shape)
+        return self._local
+
+    @property
+    def owned(self) -> np.ndarray:
+        """A view of the owned part of :attr:`local`: communication padding
+        removed (boundary padding belongs to the global array and stays)."""
+        return self.local[tuple(m.owned_slice for m in self.maps)]
+
+    def __repr__(self) -> str:
+        dist = "".join(m.dist_type for m in self.maps)
+        return (f"DistArray(global_shape={self.global_shape}, dist={dist!r}, "
+                f"grid_shape={self.grid_shape}, rank={self.rank}, "
+                f"local_shape={self.local_shape}, device={self.device!r})")
+
+    # -- index maps --------------------------------------------------------
+    def _split(self, index: Any, what: str) -> Tuple[Any, ...]:
+        if self.ndim == 1 and not isinstance(index, tuple):
+            index = (index,)
+        if not isinstance(index, tuple) or len(index) != self.ndim:
+            raise ValueError(f"{what} {index!r}: need a tuple of {self.ndim} "
+                             "indices (ints or integer arrays)")
+        return index
+
+    def owner(self, global_index: Any) -> Any:
+        """Rank (C order) of the process owning ``global_index`` (a tuple of
+        ints or of broadcastable integer arrays)."""
+        parts = self._split(global_index, "global index")
+        rank: Any = 0
+        for m, g in zip(self.maps, parts):
+            rank = rank * m.grid_size + m.owner(g)
+        return rank
+
+    def global_to_local(self, global_index: Any) -> Tuple[Any, ...]:
+        """Local index (padding included) of ``global_index`` on this
+        process; IndexError if this process's buffer does not hold it."""
+        parts = self._split(global_index, "global index")
+        return tuple(m.global_to_local(g) for m, g in zip(self.maps, parts))
+
+    def local_to_global(self, local_index: Any) -> Tuple[Any, ...]:
+        """Global index of a local index (padding slots included)."""
+        parts = self._split(local_index, "local index")
+        return tuple(m.local_to_global(x) for m, x in zip(self.maps, parts))
+
+
+def _make_map(letter: str, size: int, grid: int, coord: int, block: Any,
+              pad: Any, periodic: Any, idx: Any, split: str, dim: int) -> DimMap:
+    if periodic is not None and not isinstance(periodic, (bool, np.bool_)):
+        raise ValueError(f"periodic[{dim}]={periodic!r}: must be a bool")
+    periodic = bool(periodic)
+    if letter != "c" and block is not None:
+        raise ValueError(f"block_size[{dim}]={block!r}: only cyclic ('c') "
+                         "dimensions have a block size")
+    if letter in ("c", "u") and (pad is not None or periodic):
+        raise ValueError(f"dimension {dim} ({letter!r}): padding and periodic "
+                         "apply to block ('b') and undistributed ('n') dimensions")
+    if letter != "u" and idx is not None:
+        raise ValueError(f"indices[{dim}]: only unstructured ('u') dimensions "
+                         "take indices")
+    if letter == "c":
+        b = 1 if block is None else block
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+            raise ValueError(f"block_size[{dim}]={block!r}: must be an int >= 1")
+        return CyclicMap(size, grid, coord, int(b))
+    if letter == "u":
+        all_idx = _unstructured(idx, size, grid, dim)
+        joined = np.sort(np.concatenate(all_idx)) if all_idx else np.empty(0)
+        one_to_one = joined.size == size and bool(np.all(joined == np.arange(size)))
+        return UnstructuredMap(size, grid, coord, all_idx[coord], one_to_one, all_idx)
+    if letter == "n" and grid != 1:
+        raise ValueError(f"grid_shape[{dim}]={grid}: an undistributed ('n') "
+                         "dimension needs grid size 1")
+    pads = _paddings(pad, grid, dim)
+    bounds = _block_layout(size, grid, pads, split, dim)
+    lo, hi = int(bounds[coord]), int(bounds[coord + 1])
+    left = pads[coord][0] if coord > 0 else 0
+    right = pads[coord][1] if coord < grid - 1 else 0
+    return BlockMap(size, grid, coord, lo - left, hi + right, pads[coord], periodic,
+                    bounds=bounds, split=split, alias=letter == "n")
+
+
+def _make_buffer(device: str, host: np.ndarray) -> Any:
+    cls = producer_class(device)
+    buf = cls(host.shape, host.dtype)
+    if host.size:
+        buf.copy_from_host(host)
+    return buf
+

@@ -1,0 +1,405 @@
+"""Validation of ``__distarray__`` data (Distributed Array Protocol 0.10.0).
+
+Every rule that one process can check on its own export is checked here
+(the collective rules, which need every process's ``dim_data``, belong to the
+MPI layer).  0.9.x exports are read through a legacy path that rewrites them
+into 0.10.0 terms first (``'n'`` becomes the empty-dict alias, 0.9 padding
+``start``/``stop`` are widened by the communication padding).
+
+Decisions where the protocol text is ambiguous (see docs/distarray.rst):
+
+* ``stop == start`` is a valid (empty) block section, as the spec's own
+  empty-buffer rules say.
+* A cyclic ``start`` is ``proc_grid_rank * block_size``; when that is past the
+  end, ``start == size`` (the clamped form) is accepted too.
+* ``bool`` is not accepted where an ``int`` is required, nor are numpy
+  integers: exporters must emit Python ints.  In 0.10.x, lists are rejected
+  where tuples are required; 0.9.x exports may use lists (its own examples do).
+* Unknown keys are rejected for 0.10.0 exactly; later 0.x minor versions may
+  add keys, which are then ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .._bufferext import get_buffer  # type: ignore[import-not-found]
+from .._flags import BufferFlags
+
+__all__ = ["ProtocolError", "validate", "EXPORT_VERSION", "owned_count"]
+
+#: The protocol version this package exports.
+EXPORT_VERSION = "0.10.0"
+
+_VERSION = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+_TOP_KEYS = frozenset(("__version__", "buffer", "dim_data"))
+_COMMON = ("dist_type", "size", "proc_grid_size", "proc_grid_rank")
+_KEYS = {
+    "b": frozenset(_COMMON + ("start", "stop", "padding", "periodic")),
+    "c": frozenset(_COMMON + ("start", "block_size")),
+    "u": frozenset(_COMMON + ("indices", "one_to_one")),
+}
+_PROBE = int(BufferFlags.FULL_RO | BufferFlags.DEVICE)
+
+
+class ProtocolError(ValueError):
+    """Bad ``__distarray__`` data.
+
+    ``problems`` lists every problem found, each naming the dimension, the
+    key and the value; the message joins them.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems: List[str] = list(problems)
+        super().__init__("invalid __distarray__ data: " + "; ".join(self.problems))
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def owned_count(size: int, grid_size: int, grid_rank: int, block_size: int = 1) -> int:
+    """Number of indices grid rank ``grid_rank`` owns along a cyclic dimension.
+
+    Rank r owns global index g iff ``(g // block_size) % grid_size == r``.
+    (The spec appendix credits a trailing partial block to rank 0 always,
+    which is wrong whenever ``(size // block_size) % grid_size != 0``.)
+    """
+    full, rest = divmod(size, block_size)
+    count = 0 if grid_rank >= full else (full - grid_rank + grid_size - 1) // grid_size
+    count *= block_size
+    if rest and full % grid_size == grid_rank:
+        count += rest
+    return count
+
+
+def _fast_dim(dd: Dict[str, Any], extent: int) -> Optional[Dict[str, Any]]:
+    """The normalised form of a well-formed 0.10.0 block or cyclic dimension
+    dictionary, or None to take the thorough path (which names problems)."""
+    try:
+        dist = dd["dist_type"]
+        size, grid, rank = dd["size"], dd["proc_grid_size"], dd["proc_grid_rank"]
+        if not (type(size) is int and type(grid) is int and type(rank) is int
+                and size >= 0 and 0 <= rank < grid and dd.keys() <= _KEYS[dist]):
+            return None
+        start = dd["start"]
+        if dist == "b":
+            stop = dd["stop"]
+            pad = dd.get("padding", (0, 0))
+            periodic = dd.get("periodic", False)
+            if (type(start) is int and type(stop) is int and type(pad) is tuple
+                    and len(pad) == 2 and type(pad[0]) is int and type(pad[1]) is int
+                    and type(periodic) is bool and 0 <= start <= stop <= size
+                    and stop - start == extent and (rank or not start)
+                    and (rank != grid - 1 or stop == size)
+                    and pad[0] >= 0 and pad[1] >= 0 and pad[0] + pad[1] <= extent):
+                if len(dd) == 8:            # complete already: no copy needed
+                    return dd
+                return {"dist_type": "b", "size": size, "proc_grid_size": grid,
+                        "proc_grid_rank": rank, "start": start, "stop": stop,
+                        "padding": pad, "periodic": periodic}
+        elif dist == "c":
+            block = dd.get("block_size", 1)
+            if (type(start) is int and type(block) is int and block >= 1
+                    and start == rank * block
+                    and owned_count(size, grid, rank, block) == extent):
+                if len(dd) == 6:
+                    return dd
+                return {"dist_type": "c", "size": size, "proc_grid_size": grid,
+                        "proc_grid_rank": rank, "start": start, "block_size": block}
+    except (KeyError, TypeError):
+        pass
+    return None
+
+
+class _Checker:
+    """Collects the problems of one ``dim_data`` (all reported together)."""
+
+    def __init__(self, legacy: bool, strict_keys: bool) -> None:
+        self.legacy = legacy
+        self.strict_keys = strict_keys
+        self.problems: List[str] = []
+
+    def bad(self, dim: int, key: str, value: Any, what: str) -> None:
+        self.problems.append(f"dim_data[{dim}][{key!r}] = {value!r}: {what}")
+
+    def int_key(self, dim: int, dd: Mapping[str, Any], key: str, low: int,
+                default: Optional[int] = None) -> Optional[int]:
+        if key not in dd:
+            if default is None:
+                self.problems.append(f"dim_data[{dim}]: required key {key!r} is missing")
+            return default
+        value = dd[key]
+        if not _is_int(value):
+            self.bad(dim, key, value, f"must be a Python int, not {type(value).__name__}")
+            return None
+        if value < low:
+            self.bad(dim, key, value, f"must be >= {low}")
+            return None
+        return int(value)
+
+    def bool_key(self, dim: int, dd: Mapping[str, Any], key: str) -> bool:
+        value = dd.get(key, False)
+        if type(value) is not bool:
+            self.bad(dim, key, value, f"must be a bool, not {type(value).__name__}")
+            return False
+        return value
+
+    def dim(self, dim: int, dd: Any, extent: int) -> Optional[Dict[str, Any]]:
+        """Check one dimension dictionary; return its normalised form."""
+        if type(dd) is dict and dd and not self.legacy and self.strict_keys:
+            fast = _fast_dim(dd, extent)
+            if fast is not None:
+                return fast
+        if type(dd) is not dict:
+            self.problems.append(f"dim_data[{dim}] = {dd!r}: must be a dict, "
+                                 f"not {type(dd).__name__}")
+            return None
+        if not dd:
+            return {"dist_type": "b", "size": extent, "proc_grid_size": 1,
+                    "proc_grid_rank": 0, "start": 0, "stop": extent,
+                    "padding": (0, 0), "periodic": False}
+        before = len(self.problems)
+        dist = dd.get("dist_type")
+        if "dist_type" not in dd:
+            self.problems.append(f"dim_data[{dim}]: required key 'dist_type' is missing")
+            return None
+        if type(dist) is not str or dist not in _KEYS:
+            hint = ("'n' was removed in 0.10.0: use {} for an undistributed "
+                    "dimension" if isinstance(dist, str) and dist == "n" else "must be 'b', 'c' or 'u'")
+            self.bad(dim, "dist_type", dist, hint)
+            return None
+        if self.strict_keys:
+            for key in dd:
+                if key not in _KEYS[dist]:
+                    self.bad(dim, str(key), dd[key],
+                             f"unknown key for dist_type {dist!r}")
+        size = self.int_key(dim, dd, "size", 0)
+        grid = self.int_key(dim, dd, "proc_grid_size", 1)
+        rank = self.int_key(dim, dd, "proc_grid_rank", 0)
+        if grid is not None and rank is not None and rank >= grid:
+            self.bad(dim, "proc_grid_rank", rank,
+                     f"must be < proc_grid_size ({grid})")
+            rank = None
+        out: Dict[str, Any] = {"dist_type": dist, "size": size,
+                               "proc_grid_size": grid, "proc_grid_rank": rank}
+        getattr(self, "_" + dist)(dim, dd, extent, out)
+        return out if len(self.problems) == before else None
+
+    def _b(self, dim: int, dd: Mapping[str, Any], extent: int,
+           out: Dict[str, Any]) -> None:
+        size, grid, rank = out["size"], out["proc_grid_size"], out["proc_grid_rank"]
+        start = self.int_key(dim, dd, "start", 0)
+        stop = self.int_key(dim, dd, "stop", 0)
+        padding = dd.get("padding", (0, 0))
+        ok_type = (tuple, list) if self.legacy else (tuple,)
+        if (type(padding) not in ok_type or len(padding) != 2
+                or not all(_is_int(p) and p >= 0 for p in padding)):
+            self.bad(dim, "padding", padding, "must be a 2-tuple of Python ints >= 0")
+            padding = None
+        else:
+            padding = (padding[0], padding[1])
+        out["periodic"] = self.bool_key(dim, dd, "periodic")
+        out.update(start=start, stop=stop, padding=padding)
+        if start is None or stop is None:
+            return
+        if stop < start:
+            self.bad(dim, "stop", stop, f"must be >= start ({start})")
+        if size is not None and stop > size:
+            self.bad(dim, "stop", stop, f"must be <= size ({size})")
+        if stop - start != extent:
+            self.bad(dim, "stop", stop, f"stop - start ({stop} - {start}) must "
+                     f"equal the buffer's extent {extent}")
+        if rank == 0 and start != 0:
+            self.bad(dim, "start", start, "must be 0 on proc_grid_rank 0")
+        if (grid is not None and rank == grid - 1 and size is not None
+                and stop != size):
+            self.bad(dim, "stop", stop, f"must equal size ({size}) on the last "
+                     "grid rank (the blocks cover [0, size))")
+        if padding is not None and padding[0] + padding[1] > max(stop - start, 0):
+            self.bad(dim, "padding", padding, f"wider than the section "
+                     f"[{start}, {stop})")
+
+    def _c(self, dim: int, dd: Mapping[str, Any], extent: int,
+           out: Dict[str, Any]) -> None:
+        size, grid, rank = out["size"], out["proc_grid_size"], out["proc_grid_rank"]
+        start = self.int_key(dim, dd, "start", 0)
+        block = self.int_key(dim, dd, "block_size", 1, default=1)
+        out.update(start=start, block_size=block)
+        if size is None or grid is None or rank is None or start is None \
+                or block is None:
+            return
+        first = rank * block
+        if start != first and not (first >= size and start == size):
+            self.bad(dim, "start", start, f"must be proc_grid_rank * block_size "
+                     f"({first})")
+        count = owned_count(size, grid, rank, block)
+        if count != extent:
+            self.bad(dim, "size", size, f"grid rank {rank} of {grid} owns {count} "
+                     f"indices with block_size {block}, but the buffer's extent "
+                     f"is {extent}")
+
+    def _u(self, dim: int, dd: Mapping[str, Any], extent: int,
+           out: Dict[str, Any]) -> None:
+        out["one_to_one"] = self.bool_key(dim, dd, "one_to_one")
+        if "indices" not in dd:
+            self.problems.append(f"dim_data[{dim}]: required key 'indices' is missing")
+            return
+        raw = dd["indices"]
+        indices = _index_buffer(raw, self.legacy)
+        if indices is None:
+            self.bad(dim, "indices", raw, "must be a 1-D buffer of integers")
+            return
+        if indices.shape[0] != extent:
+            self.bad(dim, "indices", raw, f"has {indices.shape[0]} entries, the "
+                     f"buffer's extent is {extent}")
+        if indices.shape[0] > 1:
+            ordered = np.sort(indices)
+            dup = ordered[1:] == ordered[:-1]
+            if dup.any():
+                self.bad(dim, "indices", raw, "values must be locally unique "
+                         f"({int(ordered[1:][dup][0])} repeats)")
+        out["indices"] = indices
+
+
+def _index_buffer(raw: Any, legacy: bool) -> Optional[np.ndarray]:
+    """``raw`` as a read-only 1-D int64 array, or None if it is not one."""
+    if legacy and type(raw) in (list, tuple):
+        if not all(_is_int(v) for v in raw):
+            return None
+        return np.array(raw, dtype=np.int64).reshape(-1)
+    try:
+        view = memoryview(raw)
+    except TypeError:
+        return None
+    if view.ndim != 1:
+        return None
+    try:
+        arr = np.asarray(view)
+    except (TypeError, ValueError):
+        return None
+    if arr.dtype.kind not in "iu":
+        return None
+    if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+        return None
+    return arr.astype(np.int64, copy=False)
+
+
+def _version(value: Any) -> Tuple[int, int, int]:
+    if value == EXPORT_VERSION and type(value) is str:
+        return (0, 10, 0)
+    if type(value) is not str or _VERSION.match(value) is None:
+        raise ProtocolError([f"'__version__' = {value!r}: must be a "
+                             "'major.minor.patch' string"])
+    major, minor, patch = (int(p) for p in value.split("."))
+    if (major, minor) == (1, 0) and patch == 0:
+        return (0, 9, 0)            # the pre-0.9 draft's own label, read as 0.9
+    if major != 0 or minor < 9:
+        raise ProtocolError([f"'__version__' = {value!r}: unsupported protocol "
+                             "version (this reader handles 0.9.x and 0.10.x; "
+                             "a different major version may be incompatible)"])
+    return (major, minor, patch)
+
+
+def _legacy_dim(dim: int, dd: Any, extent: int, problems: List[str]) -> Any:
+    """Rewrite one 0.9.x dimension dictionary into 0.10.0 terms."""
+    if type(dd) is not dict:
+        return dd
+    dist = dd.get("dist_type")
+    if isinstance(dist, str) and dist == "n":
+        out = {k: v for k, v in dd.items() if k in ("size", "padding", "periodic")}
+        size = dd.get("size")
+        out.update(dist_type="b", proc_grid_size=1, proc_grid_rank=0,
+                   start=0, stop=size)
+        return out
+    if not (isinstance(dist, str) and dist == "b") or "padding" not in dd:
+        return dd
+    pad: Any = dd.get("padding")
+    start: Any = dd.get("start")
+    stop: Any = dd.get("stop")
+    grid: Any = dd.get("proc_grid_size")
+    rank: Any = dd.get("proc_grid_rank")
+    if not (type(pad) in (list, tuple) and len(pad) == 2
+            and all(_is_int(v) for v in (pad[0], pad[1], start, stop, grid, rank))):
+        return dd                   # the 0.10.0 checks name what is wrong
+    if stop - start == extent:
+        return dd
+    periodic = dd.get("periodic") is True
+    low = pad[0] if rank > 0 else 0
+    high = pad[1] if rank < grid - 1 else 0
+    if periodic and (rank == 0 and pad[0] or rank == grid - 1 and pad[1]):
+        problems.append(f"dim_data[{dim}]['padding'] = {pad!r}: 0.9.x periodic "
+                        "edge padding wraps around, which 0.10.0 cannot describe")
+        return dd
+    out = dict(dd)
+    out.update(start=start - low, stop=stop + high)
+    return out
+
+
+def _buffer_shape(buffer: Any) -> Tuple[Tuple[int, ...], Optional[str], str]:
+    try:
+        view = get_buffer(buffer, _PROBE)
+    except (TypeError, BufferError, ValueError) as exc:
+        raise ProtocolError([f"'buffer' = {type(buffer).__name__} object: does not "
+                             f"export a buffer ({exc})"]) from None
+    try:
+        return tuple(view.shape), view.device, view.format
+    finally:
+        view.release()
+
+
+def check(distbuffer: Any) -> Tuple[Tuple[int, int, int], Tuple[int, ...],
+                                     Optional[str], str, Tuple[Dict[str, Any], ...]]:
+    """Validate and normalise; ``(version, shape, device, format, dims)``.
+
+    ``shape``, ``device`` and ``format`` describe the buffer as the extended
+    buffer protocol reports it (``device`` None for CPU memory).
+
+    ``dims`` are complete 0.10.0 dimension dictionaries (aliases expanded,
+    defaults filled in, ``indices`` as int64 arrays).
+    """
+    if type(distbuffer) is not dict:
+        raise ProtocolError([f"__distarray__() returned {type(distbuffer).__name__}, "
+                             "not a dict"])
+    missing = () if distbuffer.keys() == _TOP_KEYS else _TOP_KEYS.difference(distbuffer)
+    if missing:
+        raise ProtocolError([f"missing key {k!r}" for k in sorted(missing)])
+    version = _version(distbuffer["__version__"])
+    extra = () if not missing and len(distbuffer) == 3 else \
+        set(distbuffer).difference(_TOP_KEYS)
+    if extra and version[:2] == (0, 10):
+        raise ProtocolError([f"unknown key {k!r}" for k in sorted(extra, key=repr)])
+    legacy = version[:2] == (0, 9)
+    shape, device, fmt = _buffer_shape(distbuffer["buffer"])
+    dim_data = distbuffer["dim_data"]
+    if not (type(dim_data) is tuple or legacy and type(dim_data) is list):
+        raise ProtocolError([f"'dim_data' = {dim_data!r}: must be a tuple of "
+                             f"dicts, not {type(dim_data).__name__}"])
+    if len(dim_data) != len(shape):
+        raise ProtocolError([f"'dim_data' has {len(dim_data)} entries, the buffer "
+                             f"has {len(shape)} dimensions"])
+    checker = _Checker(legacy, strict_keys=version[:2] == (0, 10) or legacy)
+    dims = []
+    for i, dd in enumerate(dim_data):
+        if legacy:
+            dd = _legacy_dim(i, dd, shape[i], checker.problems)
+        dims.append(checker.dim(i, dd, shape[i]))
+    if checker.problems:
+        raise ProtocolError(checker.problems)
+    return version, shape, device, fmt, tuple(dims)  # type: ignore[arg-type]
+
+
+def validate(distbuffer: Any) -> None:
+    """Check a ``__distarray__()`` dict against every process-local rule.
+
+    Accepts 0.10.x (and, as a legacy path, 0.9.x) data.  Raises
+    :class:`ProtocolError` naming the dimension, key and value of every
+    problem in ``dim_data`` at once; returns None when the data are valid.
+    An object with a ``__distarray__`` method may be passed too.
+    """
+    if type(distbuffer) is not dict and hasattr(distbuffer, "__distarray__"):
+        distbuffer = distbuffer.__distarray__()
+    check(distbuffer)

@@ -1,0 +1,179 @@
+"""validate(): process-local rules of 0.10.0, legacy 0.9.x, and fuzzing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bufferext
+from bufferext.distarray import DistArray, ProtocolError, validate
+
+
+def _exp(buffer, *dims, version="0.10.0"):
+    return {"__version__": version, "buffer": buffer, "dim_data": tuple(dims)}
+
+
+def B(size=4, grid=1, rank=0, start=0, stop=4, **kw):
+    d = {"dist_type": "b", "size": size, "proc_grid_size": grid,
+         "proc_grid_rank": rank, "start": start, "stop": stop}
+    d.update(kw)
+    return d
+
+
+def C(size=10, grid=3, rank=1, start=1, **kw):
+    d = {"dist_type": "c", "size": size, "proc_grid_size": grid,
+         "proc_grid_rank": rank, "start": start}
+    d.update(kw)
+    return d
+
+
+def U(indices, size=10, grid=2, rank=0, **kw):
+    d = {"dist_type": "u", "size": size, "proc_grid_size": grid,
+         "proc_grid_rank": rank, "indices": np.asarray(indices)}
+    d.update(kw)
+    return d
+
+
+def rejects(data, *fragments):
+    with pytest.raises(ProtocolError) as info:
+        validate(data)
+    for fragment in fragments:
+        assert fragment in str(info.value), str(info.value)
+    return info.value
+
+
+def test_valid_forms():
+    validate(_exp(np.zeros(4), B()))
+    validate(_exp(np.zeros(3), C()))                       # ranks own 4, 3, 3
+    validate(_exp(np.zeros(2), C(size=10, grid=3, rank=2, start=8, block_size=4)))
+    validate(_exp(np.zeros(3), U([5, -1, 2])))             # negative indices allowed
+    validate(_exp(np.zeros(()),))                          # 0-d
+    validate(_exp(np.zeros((0, 3)), B(size=0, stop=0), {}))
+    validate(_exp(np.zeros(0), B(size=6, grid=2, rank=1, start=6, stop=6)))
+    validate(_exp(np.zeros(0), C(size=2, grid=3, rank=2, start=2)))   # clamped start
+    validate(_exp(np.zeros(0), C(size=2, grid=3, rank=2, start=4, block_size=2)))
+    validate(_exp(np.zeros(10), B(size=10, stop=10, padding=(2, 2), periodic=True)))
+    validate(_exp(memoryview(bytearray(4)), B()))
+    validate(bufferext.CPUBuffer((4,)) and _exp(bufferext.CPUBuffer((4,)), B()))
+
+
+def test_rejects_major_version_2_and_bad_versions():
+    rejects(_exp(np.zeros(4), B(), version="2.0.0"), "'__version__' = '2.0.0'")
+    rejects(_exp(np.zeros(4), B(), version="0.8.0"), "unsupported")
+    rejects(_exp(np.zeros(4), B(), version="0.10"), "major.minor.patch")
+    rejects(_exp(np.zeros(4), B(), version=(0, 10, 0)), "major.minor.patch")
+    validate(_exp(np.zeros(4), B(), version="0.10.3"))
+    validate(_exp(np.zeros(4), B(), version="0.9.1"))
+
+
+def test_rejects_n_in_010_and_imports_it_from_09():
+    dim = {"dist_type": "n", "size": 4}
+    rejects(_exp(np.zeros(4), dim), "dim_data[0]['dist_type'] = 'n'", "use {}")
+    d = DistArray.from_distarray(_exp(np.zeros(4), dim, version="0.9.0"))
+    assert d.dim_data == ({},)
+
+
+def test_rejects_lists_where_tuples_are_required():
+    rejects({"__version__": "0.10.0", "buffer": np.zeros(4), "dim_data": [B()]},
+            "'dim_data'", "tuple")
+    rejects(_exp(np.zeros(4), B(padding=[0, 0])), "dim_data[0]['padding'] = [0, 0]")
+    rejects(_exp(np.zeros(3), U([1, 2, 3]) | {"indices": [1, 2, 3]}),
+            "dim_data[0]['indices'] = [1, 2, 3]")
+
+
+def test_rejects_duplicate_unstructured_indices():
+    rejects(_exp(np.zeros(3), U([4, 1, 4])), "dim_data[0]['indices']", "4 repeats")
+
+
+def test_top_level_problems():
+    rejects([], "not a dict")
+    rejects({"buffer": np.zeros(1), "dim_data": ()}, "missing key '__version__'")
+    rejects(dict(_exp(np.zeros(4), B()), extra=1), "unknown key 'extra'")
+    validate(dict(_exp(np.zeros(4), B(), version="0.11.0"), extra=1))  # later minor
+    rejects(_exp([1, 2, 3], B()), "'buffer'", "does not export a buffer")
+    rejects(_exp(np.zeros((4, 2)), B()), "1 entries", "2 dimensions")
+    rejects(_exp(np.zeros(4), [B()]), "dim_data[0]", "must be a dict")
+
+
+def test_every_problem_of_a_dim_data_is_reported_together():
+    err = rejects(_exp(np.zeros((4, 3)),
+                       B(size=True, stop=5, padding=(-1, 0), periodic="yes"),
+                       C(size=10, grid=3, rank=1, start=np.int64(1))),
+                  "dim_data[0]['size'] = True", "dim_data[0]['padding'] = (-1, 0)",
+                  "dim_data[0]['periodic'] = 'yes'", "dim_data[1]['start'] = ",
+                  "not int64")
+    assert len(err.problems) >= 4
+    assert isinstance(err, ValueError)
+
+
+@pytest.mark.parametrize("dims,buffer,fragment", [
+    ([{"size": 4}], np.zeros(4), "required key 'dist_type'"),
+    ([B(rank=-1)], np.zeros(4), "['proc_grid_rank'] = -1"),
+    ([B(grid=2, rank=2)], np.zeros(4), "must be < proc_grid_size"),
+    ([B(grid=0)], np.zeros(4), "['proc_grid_size'] = 0"),
+    ([B(start=-1, stop=3)], np.zeros(4), "['start'] = -1"),
+    ([B(size=4, grid=2, rank=1, start=3, stop=2)], np.zeros(0), "must be >= start"),
+    ([B(size=4, stop=5)], np.zeros(5), "must be <= size"),
+    ([B(size=8, grid=2, rank=0, stop=3)], np.zeros(4), "stop - start"),
+    ([B(size=8, grid=2, rank=0, start=1, stop=5)], np.zeros(4), "proc_grid_rank 0"),
+    ([B(size=8, grid=2, rank=1, start=4, stop=7)], np.zeros(3), "last grid rank"),
+    ([B(padding=(3, 2))], np.zeros(4), "wider than the section"),
+    ([B(padding=(1, 1, 1))], np.zeros(4), "2-tuple"),
+    ([B(extra=1)], np.zeros(4), "unknown key for dist_type 'b'"),
+    ([C(start=3)], np.zeros(3), "proc_grid_rank * block_size (1)"),
+    ([C(size=11)], np.zeros(3), "owns 4 indices"),
+    ([C(block_size=0)], np.zeros(3), "['block_size'] = 0"),
+    ([C(size=3, grid=2, rank=1, start=2, block_size=2)], np.zeros(0), "owns 1"),
+    ([{"dist_type": "c", "proc_grid_size": 1, "proc_grid_rank": 0, "start": 0}],
+     np.zeros(3), "required key 'size'"),
+    ([U([1, 2])], np.zeros(3), "has 2 entries"),
+    ([U([1.0, 2.0])], np.zeros(2), "1-D buffer of integers"),
+    ([U([1, 2], one_to_one=1)], np.zeros(2), "['one_to_one'] = 1"),
+    ([{"dist_type": "u", "size": 2, "proc_grid_size": 1, "proc_grid_rank": 0}],
+     np.zeros(2), "required key 'indices'"),
+    ([{"dist_type": "x"}], np.zeros(2), "must be 'b', 'c' or 'u'"),
+])
+def test_each_local_rule(dims, buffer, fragment):
+    rejects(_exp(buffer, *dims), fragment)
+
+
+def test_09_periodic_edge_padding_cannot_be_expressed():
+    dd = B(size=10, grid=2, rank=0, start=0, stop=5, padding=(1, 1), periodic=True)
+    rejects(_exp(np.zeros(7), dd, version="0.9.0"), "wraps around")
+
+
+def test_legacy_draft_label_reads_as_09():
+    dim = {"dist_type": "n", "size": 3}
+    d = DistArray.from_distarray(_exp(np.zeros(3), dim, version="1.0.0"))
+    assert d.global_shape == (3,)
+
+
+# -- fuzzing: invalid dim_data always gives ProtocolError, nothing else ---------------
+
+junk = st.one_of(st.none(), st.booleans(), st.integers(-3, 12), st.floats(allow_nan=False),
+                 st.text(max_size=2), st.sampled_from(["b", "c", "u", "n"]),
+                 st.tuples(st.integers(-2, 5), st.integers(-2, 5)),
+                 st.lists(st.integers(-3, 12), max_size=5),
+                 st.builds(lambda xs: np.array(xs, dtype=np.int64),
+                           st.lists(st.integers(-3, 12), max_size=5)),
+                 st.just(np.int64(2)), st.just(object()))
+KEYS = ["dist_type", "size", "proc_grid_size", "proc_grid_rank", "start", "stop",
+        "padding", "periodic", "block_size", "indices", "one_to_one", "other"]
+dim_dicts = st.dictionaries(st.sampled_from(KEYS), junk, max_size=8)
+top = st.one_of(st.tuples(dim_dicts), st.tuples(dim_dicts, dim_dicts), junk)
+
+
+@settings(max_examples=500, deadline=None)
+@given(dims=top, shape=st.lists(st.integers(0, 5), min_size=0, max_size=2),
+       version=st.sampled_from(["0.10.0", "0.9.0", "0.10.1", "2.0.0"]))
+def test_fuzz_never_raises_anything_but_protocolerror(dims, shape, version):
+    data = {"__version__": version, "buffer": np.zeros(shape), "dim_data": dims}
+    try:
+        validate(data)
+    except ProtocolError:
+        return
+    # accepted: then import must work and agree on the shape
+    d = DistArray.from_distarray(data)
+    assert d.local_shape == tuple(shape)
