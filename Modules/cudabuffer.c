@@ -826,11 +826,38 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
 
 /* The bytes of `value` as one item of the buffer's dtype.  ValueError for
  * non-scalars and values of another kind (1.5 into an int dtype). */
+/* Whether a value of numpy dtype `from` may fill items of `to`: bools fill
+ * anything, integers any number, floats floats and complex, complex only
+ * complex (range is numpy's to check).  -1 with an exception. */
+static int
+kind_fits(PyObject *from, PyObject *to)
+{
+    static const char *const fits[][2] = {
+        {"b", "biufc"}, {"i", "iufc"}, {"u", "iufc"}, {"f", "fc"},
+        {"c", "c"},
+    };
+    PyObject *a = PyObject_GetAttrString(from, "kind");
+    PyObject *b = PyObject_GetAttrString(to, "kind");
+    const char *ka = a == NULL ? NULL : PyUnicode_AsUTF8(a);
+    const char *kb = b == NULL ? NULL : PyUnicode_AsUTF8(b);
+    size_t i;
+    int result = ka == NULL || kb == NULL ? -1 : 0;
+
+    for (i = 0; result == 0 && i < sizeof(fits) / sizeof(fits[0]); i++) {
+        if (strcmp(ka, fits[i][0]) == 0 && strchr(fits[i][1], kb[0])) {
+            result = 1;
+        }
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return result;
+}
+
 static int
 fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
 {
     const char *who = "CUDABuffer.fill";
-    PyObject *numpy, *array = NULL, *ndim = NULL, *kind = NULL, *ok = NULL;
+    PyObject *numpy, *array = NULL, *ndim = NULL, *kind = NULL;
     PyObject *item = NULL, *bytes = NULL;
     int rc = -1;
 
@@ -851,14 +878,11 @@ fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
         }
         goto done;
     }
-    ok = PyObject_CallMethod(numpy, "can_cast", "OOs", kind, self->dt.dtype,
-                             "same_kind");
-    if (ok == NULL) {
-        goto done;
-    }
-    if (ok != Py_True) {
-        PyErr_Format(PyExc_ValueError, "%s: value %R (%S) is not a %S "
-                     "scalar", who, value, kind, self->dt.dtype);
+    if (kind_fits(kind, self->dt.dtype) != 1) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError, "%s: value %R (%S) is not a %S "
+                         "scalar", who, value, kind, self->dt.dtype);
+        }
         goto done;
     }
     item = PyObject_CallMethod(numpy, "array", "OO", value, self->dt.dtype);
@@ -877,7 +901,6 @@ done:
     Py_XDECREF(array);
     Py_XDECREF(ndim);
     Py_XDECREF(kind);
-    Py_XDECREF(ok);
     Py_XDECREF(item);
     Py_XDECREF(bytes);
     return rc;
@@ -1032,6 +1055,19 @@ cudabuffer_dlpack_device(PyObject *op, PyObject *unused)
     return Py_BuildValue("(ii)", 2, (int)CUDABuffer_CAST(op)->info.device);
 }
 
+/* numpy.asarray() would wrap a refused buffer in an object array. */
+static PyObject *
+cudabuffer_array(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    (void)op;
+    (void)args;
+    (void)kwargs;
+    PyErr_SetString(PyExc_BufferError,
+                    "CUDABuffer: device memory cannot be converted to a "
+                    "numpy array implicitly; use to_host() to copy it");
+    return NULL;
+}
+
 static PyObject *
 cudabuffer_enter(PyObject *op, PyObject *unused)
 {
@@ -1081,6 +1117,10 @@ static PyMethodDef cudabuffer_methods[] = {
      "synchronisation)."},
     {"__dlpack_device__", cudabuffer_dlpack_device, METH_NOARGS,
      "__dlpack_device__()\n--\n\n(2, ordinal): kDLCUDA."},
+    {"__array__", (PyCFunction)(void (*)(void))cudabuffer_array,
+     METH_VARARGS | METH_KEYWORDS,
+     "__array__(dtype=None, copy=None)\n--\n\n"
+     "Refuses: device memory is not CPU memory (use to_host())."},
     {"__enter__", cudabuffer_enter, METH_NOARGS, NULL},
     {"__exit__", cudabuffer_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
