@@ -1,17 +1,72 @@
-/* cudabuffer.c -- the CUDA driver table (loaded lazily, no CUDA header
- * needed).  The CUDABuffer producer is added by the CUDA work. */
+/* cudabuffer.c -- CUDABuffer, device memory allocated through the CUDA
+ * driver API, and the driver table it uses.
+ *
+ * The driver (libcuda.so.1, or BUFFEREXT_CUDA_DRIVER) is loaded on first
+ * use into one table of typed function pointers, listed once below; the
+ * few CUDA types are declared here, so no CUDA header or library is needed
+ * to build.  Every buffer owns a retained primary context, a non-blocking
+ * stream on which all its work is queued and an event recorded after
+ * asynchronous work: that event is what device_info exports (NULL once the
+ * stream has been synchronised).  Specification: docs/cuda.rst. */
 #include "parts.h"
+#include "export.h"
 
-/* The driver entry points the table uses, listed once. */
-#define CUDA_SYMBOLS(X) \
-    X(cuInit)           \
-    X(cuDeviceGetCount)
+/* ---- the driver: types, constants, table ------------------------------- */
 
-#define AS_NAME(name) #name,
-#define AS_SLOT(name) void *name;
+typedef int CUresult;                      /* an enum in cuda.h */
+typedef int CUdevice;
+typedef struct bufferext_CUctx *CUcontext;
+typedef struct bufferext_CUevent *CUevent;
+typedef struct bufferext_CUstream *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NO_DEVICE 100
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+/* The driver entry points used, with their exported symbol names (the _v2
+ * names are what cuda.h maps the plain names to). */
+#define CUDA_SYMBOLS(X)                                                     \
+    X(cuGetErrorName, (CUresult, const char **))                            \
+    X(cuGetErrorString, (CUresult, const char **))                          \
+    X(cuInit, (unsigned int))                                               \
+    X(cuDeviceGetCount, (int *))                                            \
+    X(cuDeviceGet, (CUdevice *, int))                                       \
+    X(cuDeviceGetName, (char *, int, CUdevice))                             \
+    X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                    \
+    X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                             \
+    X(cuCtxPushCurrent_v2, (CUcontext))                                     \
+    X(cuCtxPopCurrent_v2, (CUcontext *))                                    \
+    X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                               \
+    X(cuMemFree_v2, (CUdeviceptr))                                          \
+    X(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void *, size_t, CUstream))  \
+    X(cuMemcpyDtoHAsync_v2, (void *, CUdeviceptr, size_t, CUstream))        \
+    X(cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, CUstream))   \
+    X(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))      \
+    X(cuMemsetD16Async, (CUdeviceptr, unsigned short, size_t, CUstream))    \
+    X(cuMemsetD32Async, (CUdeviceptr, unsigned int, size_t, CUstream))      \
+    X(cuStreamCreate, (CUstream *, unsigned int))                           \
+    X(cuStreamDestroy_v2, (CUstream))                                       \
+    X(cuStreamSynchronize, (CUstream))                                      \
+    X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                 \
+    X(cuEventCreate, (CUevent *, unsigned int))                             \
+    X(cuEventDestroy_v2, (CUevent))                                         \
+    X(cuEventRecord, (CUevent, CUstream))
+
+#define AS_NAME(name, params) #name,
+#define AS_FIELD(name, params) CUresult (*name) params;
+#define AS_ONE(name, params) +1
 
 static const char *const cuda_symbols[] = {CUDA_SYMBOLS(AS_NAME) NULL};
-static struct { CUDA_SYMBOLS(AS_SLOT) } cuda_table;
+static struct { CUDA_SYMBOLS(AS_FIELD) } drv;
+
+/* loader.c fills the table as an array of pointers. */
+typedef char cuda_table_is_an_array[
+    sizeof(drv) == (0 CUDA_SYMBOLS(AS_ONE)) * sizeof(void *) ? 1 : -1];
 
 static const char *const cuda_defaults[] = {
 #ifdef _WIN32
@@ -24,22 +79,1285 @@ static const char *const cuda_defaults[] = {
 
 static const bufferext_library_spec cuda_spec = {
     "CUDA driver", "BUFFEREXT_CUDA_DRIVER", cuda_defaults, cuda_symbols,
-    (void **)&cuda_table,
+    (void **)&drv,
 };
 
 static bufferext_library cuda_library;
 
+/* cuInit runs once per process; its outcome is kept. */
+static struct {
+    int tried;
+    CUresult rc;
+    int count;
+    char message[256];
+} cuda_init;
+
+/* ---- errors ------------------------------------------------------------ */
+
+static void
+error_text(CUresult rc, const char **name, const char **text)
+{
+    *name = NULL;
+    *text = NULL;
+    if (drv.cuGetErrorName == NULL ||
+        drv.cuGetErrorName(rc, name) != CUDA_SUCCESS || *name == NULL) {
+        *name = "unknown CUresult";
+    }
+    if (drv.cuGetErrorString == NULL ||
+        drv.cuGetErrorString(rc, text) != CUDA_SUCCESS || *text == NULL) {
+        *text = "no description";
+    }
+}
+
+/* Raise for a failed driver call: MemoryError for out of memory, else
+ * RuntimeError, both naming the caller, the entry point and the CUresult.
+ * Returns -1. */
+static int
+cuda_error(CUresult rc, const char *who, const char *call)
+{
+    const char *name, *text;
+
+    error_text(rc, &name, &text);
+    PyErr_Format(rc == CUDA_ERROR_OUT_OF_MEMORY ? PyExc_MemoryError
+                                                : PyExc_RuntimeError,
+                 "%s: %s failed: %s (%d): %s", who, call, name, (int)rc,
+                 text);
+    return -1;
+}
+
+/* Call a driver entry point; 0, or -1 with the exception above. */
+#define CU_CHECK(who, name, args)                                           \
+    cuda_check(drv.name args, (who), #name)
+
+static inline int
+cuda_check(CUresult rc, const char *who, const char *call)
+{
+    return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, who, call);
+}
+
+/* ---- driver start-up --------------------------------------------------- */
+
+static void
+cuda_init_once(void)
+{
+    const char *name, *text;
+
+    if (cuda_init.tried) {
+        return;
+    }
+    cuda_init.tried = 1;
+    cuda_init.rc = drv.cuInit(0);
+    if (cuda_init.rc == CUDA_SUCCESS) {
+        cuda_init.rc = drv.cuDeviceGetCount(&cuda_init.count);
+    }
+    if (cuda_init.rc == CUDA_ERROR_NO_DEVICE ||
+        (cuda_init.rc == CUDA_SUCCESS && cuda_init.count <= 0)) {
+        cuda_init.count = 0;
+        PyOS_snprintf(cuda_init.message, sizeof(cuda_init.message),
+                      "the CUDA driver at %s reports no CUDA device",
+                      cuda_library.path);
+    }
+    else if (cuda_init.rc != CUDA_SUCCESS) {
+        error_text(cuda_init.rc, &name, &text);
+        PyOS_snprintf(cuda_init.message, sizeof(cuda_init.message),
+                      "the CUDA driver at %s failed to start: cuInit: %s "
+                      "(%d): %s", cuda_library.path, name, (int)cuda_init.rc,
+                      text);
+        cuda_init.count = 0;
+    }
+}
+
+/* Load the driver and initialise it once.  0, or -1 with
+ * DeviceUnavailableError saying what was looked for and why it failed. */
+static int
+cuda_ready(bufferext_state *st)
+{
+    if (bufferext_library_load(st, &cuda_spec, &cuda_library) < 0) {
+        return -1;
+    }
+    cuda_init_once();
+    if (cuda_init.count == 0) {
+        PyErr_SetString(st->DeviceUnavailableError, cuda_init.message);
+        return -1;
+    }
+    return 0;
+}
+
+/* A list of "ordinal: name" strings, one per device. */
+static PyObject *
+device_names(void)
+{
+    PyObject *names = PyList_New(0);
+    int i;
+
+    for (i = 0; names != NULL && i < cuda_init.count; i++) {
+        char name[256] = "?";
+        CUdevice dev;
+        PyObject *item;
+        if (drv.cuDeviceGet(&dev, i) != CUDA_SUCCESS ||
+            drv.cuDeviceGetName(name, (int)sizeof(name), dev) !=
+                CUDA_SUCCESS) {
+            PyOS_snprintf(name, sizeof(name), "(name unavailable)");
+        }
+        name[sizeof(name) - 1] = '\0';
+        item = PyUnicode_FromFormat("%d: %s", i, name);
+        if (item == NULL || PyList_Append(names, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(names);
+        }
+        Py_XDECREF(item);
+    }
+    return names;
+}
+
+/* ---- shared: the element-type check of copies from the host ------------ */
+
+int
+bufferext_check_source_format(bufferext_state *st, const char *who,
+                              const Py_buffer *view, PyObject *dtype)
+{
+    bufferext_dtype src;
+    PyObject *fmt;
+    int same;
+
+    /* Raw bytes copy as they are; typed sources must match the dtype. */
+    if (view->format == NULL || strcmp(view->format, "B") == 0) {
+        return 0;
+    }
+    fmt = PyUnicode_FromString(view->format);
+    if (fmt == NULL || bufferext_dtype_resolve(st, fmt, &src) < 0) {
+        Py_XDECREF(fmt);
+        PyErr_Clear();
+        same = 0;
+    }
+    else {
+        Py_DECREF(fmt);
+        same = PyObject_RichCompareBool(src.dtype, dtype, Py_EQ);
+        bufferext_dtype_clear(&src);
+        if (same < 0) {
+            return -1;
+        }
+    }
+    if (!same) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: source format '%s' does not match the buffer's "
+                     "dtype %R", who, view->format, dtype);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the object -------------------------------------------------------- */
+
+/* The request flags CUDABuffer honours: every legacy flag (its memory is
+ * C-contiguous) and PyBUF_DEVICE, which every request must include. */
+#define CUDABUFFER_SUPPORTED_FLAGS (BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE)
+
+typedef struct {
+    PyObject_HEAD
+    int open;                   /* 0 once closed (or never set up) */
+    int pending;                /* work queued since the last sync */
+    int busy;                   /* driver calls running without the GIL */
+    CUdevice device;
+    CUcontext context;          /* retained primary context, or NULL */
+    CUstream stream;            /* this buffer's work queue */
+    CUevent event;              /* recorded after asynchronous work */
+    CUdeviceptr ptr;            /* 0 for zero bytes */
+    BufferExt_CUDADeviceInfo info;  /* what exports point to */
+    bufferext_export_layout layout;
+    Py_ssize_t *dims;           /* shape then strides */
+    Py_ssize_t exports;
+    bufferext_dtype dt;
+    PyObject *weakreflist;
+} CUDABufferObject;
+
+#define CUDABuffer_CAST(op) ((CUDABufferObject *)(op))
+
+static int
+check_open(CUDABufferObject *self)
+{
+    if (!self->open) {
+        PyErr_SetString(PyExc_ValueError, "operation on a closed CUDABuffer");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+check_not_exported(CUDABufferObject *self, const char *what)
+{
+    if (self->exports > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "CUDABuffer: cannot %s while %zd export(s) are alive "
+                     "(release the views and DLPack capsules first)",
+                     what, self->exports);
+        return -1;
+    }
+    if (self->busy > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "CUDABuffer: cannot %s while another thread copies",
+                     what);
+        return -1;
+    }
+    return 0;
+}
+
+/* Writing: refused on a read-only buffer while it is exported (a consumer
+ * holds it as read-only memory). */
+static int
+check_writable(CUDABufferObject *self)
+{
+    if (check_open(self) < 0) {
+        return -1;
+    }
+    if (self->layout.readonly &&
+        check_not_exported(self, "be written while read-only") < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int
+ctx_push(CUDABufferObject *self, const char *who)
+{
+    return CU_CHECK(who, cuCtxPushCurrent_v2, (self->context));
+}
+
+static void
+ctx_pop(void)
+{
+    CUcontext popped;
+    (void)drv.cuCtxPopCurrent_v2(&popped);
+}
+
+/* After asynchronous work: record the event that exports hand out. */
+static int
+record_event(CUDABufferObject *self, const char *who)
+{
+    if (CU_CHECK(who, cuEventRecord, (self->event, self->stream)) < 0) {
+        return -1;
+    }
+    self->pending = 1;
+    self->info.event = self->event;
+    return 0;
+}
+
+/* Wait (without the GIL) for the stream; the data is then ready. */
+static int
+stream_sync(CUDABufferObject *self, const char *who)
+{
+    CUresult rc;
+
+    self->busy++;
+    Py_BEGIN_ALLOW_THREADS
+    rc = drv.cuStreamSynchronize(self->stream);
+    Py_END_ALLOW_THREADS
+    self->busy--;
+    if (rc != CUDA_SUCCESS) {
+        return cuda_error(rc, who, "cuStreamSynchronize");
+    }
+    self->pending = 0;
+    self->info.event = NULL;
+    return 0;
+}
+
+/* Give everything back, in reverse order of set_up.  Never raises; returns
+ * the first failed CUresult (and its entry point in *call) or CUDA_SUCCESS. */
+static CUresult
+tear_down(CUDABufferObject *self, const char **call)
+{
+    CUresult first = CUDA_SUCCESS, rc;
+
+#define KEEP(name, args)                                                    \
+    do {                                                                    \
+        rc = drv.name args;                                                 \
+        if (rc != CUDA_SUCCESS && first == CUDA_SUCCESS) {                  \
+            first = rc;                                                     \
+            *call = #name;                                                  \
+        }                                                                   \
+    } while (0)
+
+    self->open = 0;
+    if (self->context == NULL) {
+        return first;
+    }
+    KEEP(cuCtxPushCurrent_v2, (self->context));
+    if (rc == CUDA_SUCCESS) {
+        if (self->stream != NULL) {
+            KEEP(cuStreamSynchronize, (self->stream));
+        }
+        if (self->ptr != 0) {
+            KEEP(cuMemFree_v2, (self->ptr));
+        }
+        if (self->event != NULL) {
+            KEEP(cuEventDestroy_v2, (self->event));
+        }
+        if (self->stream != NULL) {
+            KEEP(cuStreamDestroy_v2, (self->stream));
+        }
+        ctx_pop();
+    }
+    KEEP(cuDevicePrimaryCtxRelease_v2, (self->device));
+#undef KEEP
+    self->ptr = 0;
+    self->event = NULL;
+    self->stream = NULL;
+    self->context = NULL;
+    self->pending = 0;
+    self->info.event = NULL;
+    self->info.context = NULL;
+    return first;
+}
+
+/* Retain the primary context of `ordinal`, create the stream and event and
+ * allocate `nbytes` zeroed bytes.  0, or -1 (the caller tears down). */
+static int
+set_up(CUDABufferObject *self, int ordinal, Py_ssize_t nbytes)
+{
+    const char *who = "CUDABuffer";
+    int rc;
+
+    if (CU_CHECK(who, cuDeviceGet, (&self->device, ordinal)) < 0 ||
+        CU_CHECK(who, cuDevicePrimaryCtxRetain,
+                 (&self->context, self->device)) < 0) {
+        self->context = NULL;
+        return -1;
+    }
+    if (ctx_push(self, who) < 0) {
+        return -1;
+    }
+    rc = CU_CHECK(who, cuStreamCreate,
+                  (&self->stream, CU_STREAM_NON_BLOCKING));
+    if (rc == 0) {
+        rc = CU_CHECK(who, cuEventCreate,
+                      (&self->event, CU_EVENT_DISABLE_TIMING));
+    }
+    if (rc == 0 && nbytes > 0) {
+        CUresult res = drv.cuMemAlloc_v2(&self->ptr, (size_t)nbytes);
+        if (res != CUDA_SUCCESS) {
+            self->ptr = 0;
+            rc = cuda_error(res, who, "cuMemAlloc_v2");
+            if (res == CUDA_ERROR_OUT_OF_MEMORY) {
+                PyErr_Format(PyExc_MemoryError,
+                             "CUDABuffer: cannot allocate %zd bytes on CUDA "
+                             "device %d: CUDA_ERROR_OUT_OF_MEMORY", nbytes,
+                             ordinal);
+            }
+        }
+        else {
+            rc = CU_CHECK(who, cuMemsetD8Async,
+                          (self->ptr, 0, (size_t)nbytes, self->stream));
+        }
+    }
+    self->open = 1;
+    if (rc == 0 && nbytes > 0) {
+        rc = record_event(self, who);
+    }
+    ctx_pop();
+    return rc;
+}
+
+static int
+parse_ordinal(PyObject *device, int *ordinal)
+{
+    long value;
+
+    if (!PyLong_Check(device) || PyBool_Check(device)) {
+        PyErr_Format(PyExc_TypeError,
+                     "CUDABuffer: device must be an int (a CUDA device "
+                     "ordinal), not '%.200s'", Py_TYPE(device)->tp_name);
+        return -1;
+    }
+    value = PyLong_AsLong(device);
+    if (value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        value = -1;
+    }
+    if (value < 0 || value >= cuda_init.count) {
+        PyObject *names = device_names();
+        if (names != NULL) {
+            PyErr_Format(PyExc_ValueError,
+                         "CUDABuffer: device=%R is out of range: %d CUDA "
+                         "device(s) found: %R", device, cuda_init.count,
+                         names);
+            Py_DECREF(names);
+        }
+        return -1;
+    }
+    *ordinal = (int)value;
+    return 0;
+}
+
+/* Shape, strides and everything about the layout but the pointer. */
+static int
+set_layout(CUDABufferObject *self, PyObject *shape, int readonly)
+{
+    bufferext_layout layout;
+    int ndim;
+
+    if (bufferext_layout_parse("CUDABuffer", shape, self->dt.itemsize,
+                               &layout) < 0) {
+        return -1;
+    }
+    ndim = layout.ndim;
+    self->dims = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * ndim + 1));
+    if (self->dims == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(self->dims, layout.shape, sizeof(Py_ssize_t) * (size_t)ndim);
+    memcpy(self->dims + ndim, layout.strides,
+           sizeof(Py_ssize_t) * (size_t)ndim);
+    self->layout.len = layout.nbytes;
+    self->layout.ndim = ndim;
+    self->layout.shape = self->dims;
+    self->layout.strides = self->dims + ndim;
+    self->layout.itemsize = self->dt.itemsize;
+    self->layout.format = self->dt.format;
+    self->layout.readonly = readonly;
+    bufferext_layout_contiguity(&self->layout);
+    return 0;
+}
+
+static PyObject *
+cudabuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"shape", "dtype", "device", "readonly", NULL};
+    PyObject *shape, *dtype = NULL, *device = NULL;
+    int readonly = 0, ordinal = 0;
+    bufferext_state *st;
+    CUDABufferObject *self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$Op:CUDABuffer",
+                                     keywords, &shape, &dtype, &device,
+                                     &readonly)) {
+        return NULL;
+    }
+    st = bufferext_state_from_type(type);
+    if (st == NULL || cuda_ready(st) < 0) {
+        return NULL;
+    }
+    if (device != NULL && parse_ordinal(device, &ordinal) < 0) {
+        return NULL;
+    }
+    self = (CUDABufferObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    dtype = dtype == NULL ? PyUnicode_FromString("float64")
+                          : Py_NewRef(dtype);
+    if (dtype == NULL ||
+        bufferext_dtype_resolve(st, dtype, &self->dt) < 0 ||
+        set_layout(self, shape, readonly) < 0 ||
+        set_up(self, ordinal, self->layout.len) < 0) {
+        Py_XDECREF(dtype);
+        Py_DECREF(self);        /* dealloc tears down what was set up */
+        return NULL;
+    }
+    Py_DECREF(dtype);
+    self->layout.buf = (void *)(uintptr_t)self->ptr;
+    self->info.version = BUFFEREXT_CUDA_INFO_VERSION;
+    self->info.device = ordinal;
+    self->info.context = self->context;
+    return (PyObject *)self;
+}
+
+static int
+cudabuffer_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(CUDABuffer_CAST(op)->dt.dtype);
+    return 0;
+}
+
+static void
+cudabuffer_dealloc(PyObject *op)
+{
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    PyTypeObject *type = Py_TYPE(op);
+    const char *call = NULL;
+
+    PyObject_GC_UnTrack(op);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs(op);
+    }
+    (void)tear_down(self, &call);   /* nobody to report a failure to */
+    PyMem_Free(self->dims);
+    bufferext_dtype_clear(&self->dt);
+    type->tp_free(op);
+    Py_DECREF(type);
+}
+
+/* ---- the buffer protocol ---------------------------------------------- */
+
+static int
+cudabuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+
+    view->obj = NULL;
+    if (!self->open) {
+        return bufferext_refuse(op, "buffer is closed");
+    }
+    /* Device memory: only for consumers that asked for PyBUF_DEVICE. */
+    if (BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_CUDA,
+                            &self->info) < 0) {
+        return -1;
+    }
+    if (bufferext_fill_request(op, view, flags, &self->layout) < 0) {
+        Py_buffer_extended *ext = (Py_buffer_extended *)view;
+        ext->flags = 0;
+        ext->device = NULL;
+        ext->device_info = NULL;
+        return -1;
+    }
+    self->exports++;
+    view->obj = Py_NewRef(op);
+    return 0;
+}
+
+static void
+cudabuffer_releasebuffer(PyObject *op, Py_buffer *view)
+{
+    (void)view;
+    CUDABuffer_CAST(op)->exports--;
+}
+
+/* ---- copies ------------------------------------------------------------ */
+
+/* Copy `nbytes` from host memory and wait for the copy: the source may be
+ * released as soon as this returns. */
+static int
+copy_in(CUDABufferObject *self, const char *who, const void *src,
+        Py_ssize_t nbytes)
+{
+    CUresult res;
+    int rc;
+
+    if (nbytes == 0) {
+        return 0;
+    }
+    if (ctx_push(self, who) < 0) {
+        return -1;
+    }
+    res = drv.cuMemcpyHtoDAsync_v2(self->ptr, src, (size_t)nbytes,
+                                   self->stream);
+    if (res != CUDA_SUCCESS) {
+        ctx_pop();
+        return cuda_error(res, who, "cuMemcpyHtoDAsync_v2");
+    }
+    rc = stream_sync(self, who);
+    ctx_pop();
+    return rc;
+}
+
+static PyObject *
+cudabuffer_copy_from_host(PyObject *op, PyObject *source)
+{
+    const char *who = "CUDABuffer.copy_from_host";
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
+    void *staged = NULL;
+    const void *src;
+    Py_buffer view;
+
+    if (st == NULL || check_writable(self) < 0 ||
+        PyObject_GetBuffer(source, &view, PyBUF_FULL_RO) < 0) {
+        return NULL;
+    }
+    if (view.len != self->layout.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: source has %zd bytes, the buffer %zd", who,
+                     view.len, self->layout.len);
+        goto error;
+    }
+    if (bufferext_check_source_format(st, who, &view, self->dt.dtype) < 0) {
+        goto error;
+    }
+    src = view.buf;
+    if (!PyBuffer_IsContiguous(&view, 'C')) {
+        staged = PyMem_RawMalloc(view.len ? (size_t)view.len : 1);
+        if (staged == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        if (PyBuffer_ToContiguous(staged, &view, view.len, 'C') < 0) {
+            goto error;
+        }
+        src = staged;
+    }
+    if (copy_in(self, who, src, view.len) < 0) {
+        goto error;
+    }
+    PyMem_RawFree(staged);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+error:
+    PyMem_RawFree(staged);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyObject *
+cudabuffer_to_host(PyObject *op, PyObject *unused)
+{
+    const char *who = "CUDABuffer.to_host";
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    PyObject *numpy, *shape, *array = NULL;
+    Py_buffer view;
+    CUresult res;
+    int rc;
+    (void)unused;
+
+    if (check_open(self) < 0 || (numpy = PyImport_ImportModule("numpy"))
+                                    == NULL) {
+        return NULL;
+    }
+    shape = bufferext_tuple_from_ssize(self->layout.ndim, self->layout.shape);
+    if (shape != NULL) {
+        array = PyObject_CallMethod(numpy, "empty", "OO", shape,
+                                    self->dt.dtype);
+    }
+    Py_DECREF(numpy);
+    Py_XDECREF(shape);
+    if (array == NULL || self->layout.len == 0) {
+        return array;
+    }
+    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS |
+                                             PyBUF_WRITABLE) < 0) {
+        Py_DECREF(array);
+        return NULL;
+    }
+    if (ctx_push(self, who) < 0) {
+        goto error;
+    }
+    res = drv.cuMemcpyDtoHAsync_v2(view.buf, self->ptr,
+                                   (size_t)self->layout.len, self->stream);
+    rc = res != CUDA_SUCCESS ? cuda_error(res, who, "cuMemcpyDtoHAsync_v2")
+                             : stream_sync(self, who);
+    ctx_pop();
+    if (rc < 0) {
+        goto error;
+    }
+    PyBuffer_Release(&view);
+    return array;
+error:
+    PyBuffer_Release(&view);
+    Py_DECREF(array);
+    return NULL;
+}
+
+/* Queue a device-to-device copy from `src`: our stream first waits for the
+ * source's pending work; the source's stream then waits for the copy, so
+ * nothing later on the source (a write, close()) overtakes the read. */
+static int
+copy_device(CUDABufferObject *self, CUDABufferObject *src, const char *who)
+{
+    int rc = 0;
+
+    if (ctx_push(self, who) < 0) {
+        return -1;
+    }
+    if (src->pending) {
+        rc = CU_CHECK(who, cuStreamWaitEvent, (self->stream, src->event, 0));
+    }
+    if (rc == 0) {
+        rc = CU_CHECK(who, cuMemcpyDtoDAsync_v2,
+                      (self->ptr, src->ptr, (size_t)self->layout.len,
+                       self->stream));
+    }
+    if (rc == 0) {
+        rc = record_event(self, who);
+    }
+    if (rc == 0) {
+        rc = CU_CHECK(who, cuStreamWaitEvent, (src->stream, self->event, 0));
+    }
+    ctx_pop();
+    return rc;
+}
+
+static PyObject *
+cudabuffer_copy_from(PyObject *op, PyObject *other)
+{
+    const char *who = "CUDABuffer.copy_from";
+    CUDABufferObject *self = CUDABuffer_CAST(op), *src;
+    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
+    int same;
+
+    if (st == NULL) {
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(other, st->CUDABuffer_Type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: source must be a CUDABuffer, not '%.200s' (use "
+                     "copy_from_host for host memory)", who,
+                     Py_TYPE(other)->tp_name);
+        return NULL;
+    }
+    src = CUDABuffer_CAST(other);
+    if (check_writable(self) < 0 || check_open(src) < 0) {
+        return NULL;
+    }
+    if (src->layout.len != self->layout.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: source has %zd bytes, the buffer %zd", who,
+                     src->layout.len, self->layout.len);
+        return NULL;
+    }
+    same = PyObject_RichCompareBool(src->dt.dtype, self->dt.dtype, Py_EQ);
+    if (same <= 0) {
+        if (same == 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: source dtype %R does not match the buffer's "
+                         "dtype %R", who, src->dt.dtype, self->dt.dtype);
+        }
+        return NULL;
+    }
+    if (src == self || self->layout.len == 0) {
+        Py_RETURN_NONE;
+    }
+    if (copy_device(self, src, who) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---- fill -------------------------------------------------------------- */
+
+/* The bytes of `value` as one item of the buffer's dtype.  ValueError for
+ * non-scalars and values of another kind (1.5 into an int dtype). */
+/* Whether a value of numpy dtype `from` may fill items of `to`: bools fill
+ * anything, integers any number, floats floats and complex, complex only
+ * complex (range is numpy's to check).  -1 with an exception. */
+static int
+kind_fits(PyObject *from, PyObject *to)
+{
+    static const char *const fits[][2] = {
+        {"b", "biufc"}, {"i", "iufc"}, {"u", "iufc"}, {"f", "fc"},
+        {"c", "c"},
+    };
+    PyObject *a = PyObject_GetAttrString(from, "kind");
+    PyObject *b = PyObject_GetAttrString(to, "kind");
+    const char *ka = a == NULL ? NULL : PyUnicode_AsUTF8(a);
+    const char *kb = b == NULL ? NULL : PyUnicode_AsUTF8(b);
+    size_t i;
+    int result = ka == NULL || kb == NULL ? -1 : 0;
+
+    for (i = 0; result == 0 && i < sizeof(fits) / sizeof(fits[0]); i++) {
+        if (strcmp(ka, fits[i][0]) == 0 && strchr(fits[i][1], kb[0])) {
+            result = 1;
+        }
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return result;
+}
+
+static int
+fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
+{
+    const char *who = "CUDABuffer.fill";
+    PyObject *numpy, *array = NULL, *ndim = NULL, *kind = NULL;
+    PyObject *item = NULL, *bytes = NULL;
+    int rc = -1;
+
+    numpy = PyImport_ImportModule("numpy");
+    if (numpy == NULL) {
+        return -1;
+    }
+    array = PyObject_CallMethod(numpy, "asarray", "O", value);
+    ndim = array == NULL ? NULL : PyObject_GetAttrString(array, "ndim");
+    kind = array == NULL ? NULL : PyObject_GetAttrString(array, "dtype");
+    if (ndim == NULL || kind == NULL) {
+        goto done;
+    }
+    if (PyLong_AsLong(ndim) != 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: value must be a scalar, not %R", who, value);
+        }
+        goto done;
+    }
+    if (kind_fits(kind, self->dt.dtype) != 1) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError, "%s: value %R (%S) is not a %S "
+                         "scalar", who, value, kind, self->dt.dtype);
+        }
+        goto done;
+    }
+    item = PyObject_CallMethod(numpy, "array", "OO", value, self->dt.dtype);
+    bytes = item == NULL ? NULL : PyObject_CallMethod(item, "tobytes", NULL);
+    if (bytes != NULL && PyBytes_Check(bytes) &&
+        PyBytes_GET_SIZE(bytes) == self->dt.itemsize) {
+        memcpy(out, PyBytes_AS_STRING(bytes), (size_t)self->dt.itemsize);
+        rc = 0;
+    }
+    else if (bytes != NULL) {
+        PyErr_Format(PyExc_SystemError, "%s: numpy gave %R for one item",
+                     who, bytes);
+    }
+done:
+    Py_DECREF(numpy);
+    Py_XDECREF(array);
+    Py_XDECREF(ndim);
+    Py_XDECREF(kind);
+    Py_XDECREF(item);
+    Py_XDECREF(bytes);
+    return rc;
+}
+
+/* The memset width (1, 2 or 4) that writes `pattern` repeated, or 0. */
+static int
+memset_width(const char *pattern, Py_ssize_t itemsize)
+{
+    Py_ssize_t i;
+    int width;
+
+    for (width = 1; width <= 4; width *= 2) {
+        if (itemsize % width != 0) {
+            break;
+        }
+        for (i = width; i < itemsize; i++) {
+            if (pattern[i] != pattern[i % width]) {
+                break;
+            }
+        }
+        if (i == itemsize) {
+            return width;
+        }
+    }
+    return 0;
+}
+
+/* Queue a memset of the pattern; 0, -1 with an exception. */
+static int
+fill_memset(CUDABufferObject *self, const char *pattern, int width,
+            const char *who)
+{
+    size_t n = (size_t)self->layout.len / (size_t)width;
+    unsigned short u16;
+    unsigned int u32;
+    int rc;
+
+    if (ctx_push(self, who) < 0) {
+        return -1;
+    }
+    if (width == 1) {
+        rc = CU_CHECK(who, cuMemsetD8Async,
+                      (self->ptr, (unsigned char)pattern[0], n,
+                       self->stream));
+    }
+    else if (width == 2) {
+        memcpy(&u16, pattern, 2);
+        rc = CU_CHECK(who, cuMemsetD16Async,
+                      (self->ptr, u16, n, self->stream));
+    }
+    else {
+        memcpy(&u32, pattern, 4);
+        rc = CU_CHECK(who, cuMemsetD32Async,
+                      (self->ptr, u32, n, self->stream));
+    }
+    if (rc == 0) {
+        rc = record_event(self, who);
+    }
+    ctx_pop();
+    return rc;
+}
+
+static PyObject *
+cudabuffer_fill(PyObject *op, PyObject *value)
+{
+    const char *who = "CUDABuffer.fill";
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    Py_ssize_t i, itemsize = self->dt.itemsize;
+    char pattern[32], *staged;
+    int width, rc;
+
+    if (check_writable(self) < 0 || fill_pattern(self, value, pattern) < 0) {
+        return NULL;
+    }
+    if (self->layout.len == 0) {
+        Py_RETURN_NONE;
+    }
+    width = memset_width(pattern, itemsize);
+    if (width != 0) {
+        rc = fill_memset(self, pattern, width, who);
+        return rc < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    /* No memset writes this pattern: stage it on the host. */
+    staged = PyMem_RawMalloc((size_t)self->layout.len);
+    if (staged == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (i = 0; i < self->layout.len; i += itemsize) {
+        memcpy(staged + i, pattern, (size_t)itemsize);
+    }
+    rc = copy_in(self, who, staged, self->layout.len);
+    PyMem_RawFree(staged);
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+/* ---- other methods ----------------------------------------------------- */
+
+static PyObject *
+cudabuffer_synchronize(PyObject *op, PyObject *unused)
+{
+    const char *who = "CUDABuffer.synchronize";
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    int rc;
+    (void)unused;
+
+    if (check_open(self) < 0 || ctx_push(self, who) < 0) {
+        return NULL;
+    }
+    rc = stream_sync(self, who);
+    ctx_pop();
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+static PyObject *
+cudabuffer_close(PyObject *op, PyObject *unused)
+{
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    const char *call = NULL;
+    CUresult rc;
+    (void)unused;
+
+    if (!self->open) {
+        Py_RETURN_NONE;
+    }
+    if (check_not_exported(self, "close") < 0) {
+        return NULL;
+    }
+    rc = tear_down(self, &call);
+    self->layout.buf = NULL;
+    if (rc != CUDA_SUCCESS) {
+        cuda_error(rc, "CUDABuffer.close", call);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+cudabuffer_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                  PyObject *kwnames)
+{
+    if (check_open(CUDABuffer_CAST(op)) < 0) {
+        return NULL;
+    }
+    return bufferext_dlpack(op, args, nargs, kwnames);
+}
+
+static PyObject *
+cudabuffer_dlpack_device(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    return Py_BuildValue("(ii)", 2, (int)CUDABuffer_CAST(op)->info.device);
+}
+
+/* numpy.asarray() would wrap a refused buffer in an object array. */
+static PyObject *
+cudabuffer_array(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    (void)op;
+    (void)args;
+    (void)kwargs;
+    PyErr_SetString(PyExc_BufferError,
+                    "CUDABuffer: device memory cannot be converted to a "
+                    "numpy array implicitly; use to_host() to copy it");
+    return NULL;
+}
+
+static PyObject *
+cudabuffer_enter(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(CUDABuffer_CAST(op)) < 0) {
+        return NULL;
+    }
+    return Py_NewRef(op);
+}
+
+static PyObject *
+cudabuffer_exit(PyObject *op, PyObject *args)
+{
+    (void)args;
+    return cudabuffer_close(op, NULL);
+}
+
+static PyMethodDef cudabuffer_methods[] = {
+    {"copy_from_host", cudabuffer_copy_from_host, METH_O,
+     "copy_from_host(source)\n--\n\n"
+     "Copy any host buffer or array of the same size into the device memory\n"
+     "(raw bytes, or items of the same dtype in any layout); returns when\n"
+     "the copy is done."},
+    {"to_host", cudabuffer_to_host, METH_NOARGS,
+     "to_host()\n--\n\nA numpy array holding a copy of the contents."},
+    {"copy_from", cudabuffer_copy_from, METH_O,
+     "copy_from(other)\n--\n\n"
+     "Queue a copy of another CUDABuffer of the same size and dtype\n"
+     "(asynchronous: exports then carry an event)."},
+    {"fill", cudabuffer_fill, METH_O,
+     "fill(value)\n--\n\n"
+     "Set every item to value, a scalar of the dtype (asynchronous when a\n"
+     "memset can write it)."},
+    {"synchronize", cudabuffer_synchronize, METH_NOARGS,
+     "synchronize()\n--\n\n"
+     "Wait for the queued work; exports then carry no event."},
+    {"close", cudabuffer_close, METH_NOARGS,
+     "close()\n--\n\n"
+     "Free the device memory now.  BufferError while exported; closing\n"
+     "twice is harmless."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))cudabuffer_dlpack,
+     METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
+     "copy=None)\n--\n\n"
+     "Export as a DLPack capsule (zero-copy).  Pending work is ordered\n"
+     "before the consumer's stream (None: legacy default stream, -1: no\n"
+     "synchronisation)."},
+    {"__dlpack_device__", cudabuffer_dlpack_device, METH_NOARGS,
+     "__dlpack_device__()\n--\n\n(2, ordinal): kDLCUDA."},
+    {"__array__", (PyCFunction)(void (*)(void))cudabuffer_array,
+     METH_VARARGS | METH_KEYWORDS,
+     "__array__(dtype=None, copy=None)\n--\n\n"
+     "Refuses: device memory is not CPU memory (use to_host())."},
+    {"__enter__", cudabuffer_enter, METH_NOARGS, NULL},
+    {"__exit__", cudabuffer_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---- attributes ------------------------------------------------------- */
+
+#define GETTER(name, expr)                                                  \
+    static PyObject *get_##name(PyObject *op, void *closure)                \
+    {                                                                       \
+        CUDABufferObject *self = CUDABuffer_CAST(op);                       \
+        (void)closure;                                                      \
+        (void)self;                                                         \
+        return (expr);                                                      \
+    }
+
+GETTER(shape, bufferext_tuple_from_ssize(self->layout.ndim,
+                                         self->layout.shape))
+GETTER(strides, bufferext_tuple_from_ssize(self->layout.ndim,
+                                           self->layout.strides))
+GETTER(ndim, PyLong_FromLong(self->layout.ndim))
+GETTER(nbytes, PyLong_FromSsize_t(self->layout.len))
+GETTER(itemsize, PyLong_FromSsize_t(self->layout.itemsize))
+GETTER(dtype, Py_NewRef(self->dt.dtype))
+GETTER(format, PyUnicode_FromString(self->dt.format))
+GETTER(device, PyLong_FromLong(self->info.device))
+GETTER(readonly, PyBool_FromLong(self->layout.readonly))
+GETTER(exports, PyLong_FromSsize_t(self->exports))
+GETTER(closed, PyBool_FromLong(!self->open))
+GETTER(ptr, check_open(self) < 0 ? NULL
+                                 : PyLong_FromUnsignedLongLong(self->ptr))
+
+/* CUDA Array Interface v3.  `stream` is this buffer's own stream while work
+ * is pending on it (its event was recorded there, so synchronising with it
+ * covers everything), None once the data is ready. */
+static PyObject *
+get_cuda_array_interface(PyObject *op, void *closure)
+{
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    PyObject *shape, *stream;
+    (void)closure;
+
+    if (check_open(self) < 0) {
+        return NULL;
+    }
+    shape = get_shape(op, NULL);
+    if (shape == NULL) {
+        return NULL;
+    }
+    stream = self->pending ? PyLong_FromVoidPtr(self->stream)
+                           : Py_NewRef(Py_None);
+    return Py_BuildValue("{s:N,s:O,s:(NO),s:O,s:i,s:N}",
+                         "shape", shape, "typestr", self->dt.typestr,
+                         "data", PyLong_FromUnsignedLongLong(self->ptr),
+                         self->layout.readonly ? Py_True : Py_False,
+                         "strides", Py_None, "version", 3,
+                         "stream", stream);
+}
+
+static PyGetSetDef cudabuffer_getset[] = {
+    {"shape", get_shape, NULL, "Shape, a tuple of ints.", NULL},
+    {"strides", get_strides, NULL, "Strides in bytes (C order).", NULL},
+    {"ndim", get_ndim, NULL, "Number of dimensions.", NULL},
+    {"nbytes", get_nbytes, NULL, "Size in bytes.", NULL},
+    {"itemsize", get_itemsize, NULL, "Bytes per item.", NULL},
+    {"dtype", get_dtype, NULL, "Element type, a numpy.dtype.", NULL},
+    {"format", get_format, NULL, "Element type as a struct format.", NULL},
+    {"device", get_device, NULL, "CUDA device ordinal.", NULL},
+    {"readonly", get_readonly, NULL, "True if exports are read-only.", NULL},
+    {"exports", get_exports, NULL, "Number of live exports.", NULL},
+    {"closed", get_closed, NULL, "True once close() freed the memory.", NULL},
+    {"ptr", get_ptr, NULL, "Device address (CUdeviceptr) of the first byte; "
+                           "0 for zero bytes.", NULL},
+    {"__cuda_array_interface__", get_cuda_array_interface, NULL,
+     "CUDA Array Interface, version 3.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *
+cudabuffer_repr(PyObject *op)
+{
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    PyObject *shape = get_shape(op, NULL), *result;
+
+    if (shape == NULL) {
+        return NULL;
+    }
+    result = PyUnicode_FromFormat(
+        "CUDABuffer(%R, dtype='%S', device=%d%s)%s", shape, self->dt.dtype,
+        (int)self->info.device,
+        self->layout.readonly ? ", readonly=True" : "",
+        self->open ? "" : " (closed)");
+    Py_DECREF(shape);
+    return result;
+}
+
+static PyMemberDef cudabuffer_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET,
+     offsetof(CUDABufferObject, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot cudabuffer_slots[] = {
+    {Py_tp_new, cudabuffer_new},
+    {Py_tp_dealloc, cudabuffer_dealloc},
+    {Py_tp_traverse, cudabuffer_traverse},
+    {Py_tp_repr, cudabuffer_repr},
+    {Py_tp_methods, cudabuffer_methods},
+    {Py_tp_getset, cudabuffer_getset},
+    {Py_tp_members, cudabuffer_members},
+    {Py_bf_getbuffer, cudabuffer_getbuffer},
+    {Py_bf_releasebuffer, cudabuffer_releasebuffer},
+    {Py_tp_doc,
+     "CUDABuffer(shape, dtype='float64', *, device=0, readonly=False)\n--\n\n"
+     "Zero-filled memory on a CUDA device, allocated in its primary context\n"
+     "through the CUDA driver API.  Exported through the extended buffer\n"
+     "protocol (PyBUF_DEVICE requests only), DLPack and the CUDA Array\n"
+     "Interface v3."},
+    {0, NULL},
+};
+
+static PyType_Spec cudabuffer_spec = {
+    "bufferext.CUDABuffer",
+    sizeof(CUDABufferObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    cudabuffer_slots,
+};
+
+/* ---- DLPack stream rule (called by dlpack.c) ---------------------------- */
+
+/* The CUstream a DLPack `stream` argument names; *nosync for -1. */
+static int
+dlpack_stream(PyObject *stream, CUstream *out, int *nosync)
+{
+    long long value;
+    int overflow;
+
+    *nosync = 0;
+    if (stream == NULL || stream == Py_None) {
+        *out = CU_STREAM_LEGACY;
+        return 0;
+    }
+    if (!PyLong_Check(stream) || PyBool_Check(stream)) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__: stream must be None or an int, not "
+                     "'%.200s'", Py_TYPE(stream)->tp_name);
+        return -1;
+    }
+    value = PyLong_AsLongLongAndOverflow(stream, &overflow);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow > 0 || value > 2) {
+        *out = (CUstream)PyLong_AsVoidPtr(stream);
+        return *out == NULL && PyErr_Occurred() ? -1 : 0;
+    }
+    if (value == -1 && !overflow) {
+        *nosync = 1;
+        return 0;
+    }
+    if (value == 1 || value == 2) {
+        *out = value == 1 ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD;
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError,
+                 "__dlpack__: stream=%R is not valid for CUDA memory: use "
+                 "None or 1 (legacy default stream), 2 (per-thread default "
+                 "stream), a CUstream handle, or -1 (no synchronisation)%s",
+                 stream, value == 0 ? "; 0 is ambiguous and disallowed" : "");
+    return -1;
+}
+
+int
+bufferext_cuda_dlpack_sync(PyObject *exporter, const Py_buffer_extended *ext,
+                           PyObject *stream)
+{
+    const char *who = "__dlpack__";
+    const BufferExt_CUDADeviceInfo *info = ext->device_info;
+    bufferext_state *st;
+    CUstream target;
+    int nosync, rc;
+
+    if (dlpack_stream(stream, &target, &nosync) < 0) {
+        return -1;
+    }
+    if (nosync || info == NULL || info->event == NULL) {
+        return 0;               /* no sync asked for, or the data is ready */
+    }
+    if (info->version >> 16 != BUFFEREXT_CUDA_INFO_MAJOR) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: device_info version 0x%x is not supported",
+                     Py_TYPE(exporter)->tp_name, (unsigned int)info->version);
+        return -1;
+    }
+    st = bufferext_state_from_type(Py_TYPE(exporter));
+    if (st == NULL || cuda_ready(st) < 0 ||
+        CU_CHECK(who, cuCtxPushCurrent_v2, ((CUcontext)info->context)) < 0) {
+        return -1;
+    }
+    rc = CU_CHECK(who, cuStreamWaitEvent, (target, (CUevent)info->event, 0));
+    ctx_pop();
+    return rc;
+}
+
+/* ---- module glue ------------------------------------------------------- */
+
+/* The dict of bufferext.devices(): the library, and once it loads the
+ * device count and names (or why the driver would not start). */
 PyObject *
 bufferext_cuda_status(void)
 {
     PyObject *status = bufferext_library_status(&cuda_spec, &cuda_library);
-    if (status != NULL &&
-        PyDict_SetItemString(status, "device", Py_None) == 0) {
-        PyObject *name = PyUnicode_FromString(BUFFEREXT_DEVICE_CUDA);
-        if (name == NULL || PyDict_SetItemString(status, "device", name)) {
-            Py_CLEAR(status);
-        }
+    PyObject *name, *names;
+    int rc;
+
+    if (status == NULL) {
+        return NULL;
+    }
+    name = PyUnicode_FromString(BUFFEREXT_DEVICE_CUDA);
+    rc = name == NULL ? -1 : PyDict_SetItemString(status, "device", name);
+    Py_XDECREF(name);
+    if (rc < 0 || cuda_library.state != 1) {
+        goto done;
+    }
+    cuda_init_once();
+    names = device_names();
+    rc = names == NULL ? -1 : PyDict_SetItemString(status, "devices", names);
+    Py_XDECREF(names);
+    if (rc == 0 && cuda_init.count == 0) {
+        name = PyUnicode_FromString(cuda_init.message);
+        rc = name == NULL ? -1 : PyDict_SetItemString(status, "error", name);
         Py_XDECREF(name);
+    }
+done:
+    if (rc < 0) {
+        Py_CLEAR(status);
     }
     return status;
 }
@@ -47,6 +1365,15 @@ bufferext_cuda_status(void)
 int
 bufferext_init_cuda(PyObject *module)
 {
-    (void)module;
-    return 0;
+    bufferext_state *st = bufferext_get_state(module);
+
+    st->CUDABuffer_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &cudabuffer_spec, NULL);
+    if (st->CUDABuffer_Type == NULL ||
+        BufferExt_SetSupportedFlags(st->CUDABuffer_Type,
+                                    CUDABUFFER_SUPPORTED_FLAGS) < 0) {
+        return -1;
+    }
+    return PyModule_AddObject(module, "CUDABuffer",
+                              Py_NewRef(st->CUDABuffer_Type));
 }

@@ -294,6 +294,9 @@ bufferext_dlpack(PyObject *exporter, PyObject *const *args,
     ndim = v->ndim;
     if (buffer_device(exporter, &ext, &tensor.device) < 0 ||
         check_target(exporter, &opts, &tensor.device) < 0 ||
+        /* CUDA memory: order pending work before the consumer's stream */
+        (tensor.device.device_type == BX_kDLCUDA &&
+         bufferext_cuda_dlpack_sync(exporter, &ext, opts.stream) < 0) ||
         format_to_dtype(exporter, v->format ? v->format : "B", v->itemsize,
                         &tensor.dtype) < 0) {
         goto error;

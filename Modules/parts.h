@@ -96,6 +96,21 @@ PyObject *bufferext_dlpack(PyObject *exporter, PyObject *const *args,
                            Py_ssize_t nargs, PyObject *kwnames);
 PyObject *bufferext_dlpack_device(PyObject *exporter);
 
+/* cudabuffer.c: the DLPack stream rule for an export of "bufferext.cuda"
+ * memory.  `stream` is __dlpack__'s argument (NULL or None: the legacy
+ * default stream, 1 legacy, 2 per-thread, > 2 a CUstream, -1 no
+ * synchronisation, 0 and other values ValueError).  If device_info carries
+ * an event, the consumer's stream is made to wait on it.  0 or -1. */
+int bufferext_cuda_dlpack_sync(PyObject *exporter,
+                               const Py_buffer_extended *ext,
+                               PyObject *stream);
+
+/* cudabuffer.c: a copy from host memory must bring raw bytes ('B' or no
+ * format) or items equal to `dtype`; else ValueError naming `who`, the
+ * source format and the dtype.  0 or -1. */
+int bufferext_check_source_format(bufferext_state *st, const char *who,
+                                  const Py_buffer *view, PyObject *dtype);
+
 /* loader.c: lazy loading of device libraries. */
 typedef struct {
     const char *label;          /* "CUDA driver" */

@@ -21,6 +21,7 @@ from . import _bufferext
 from ._bufferext import (
     BufferView,
     CPUBuffer,
+    CUDABuffer,
     CUDADeviceInfo,
     DeviceUnavailableError,
     OpaqueDeviceInfo,
@@ -36,6 +37,7 @@ __all__ = [
     "BufferFlags",
     "BufferView",
     "CPUBuffer",
+    "CUDABuffer",
     "CUDADeviceInfo",
     "DeviceUnavailableError",
     "OpaqueDeviceInfo",

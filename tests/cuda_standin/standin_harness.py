@@ -1,0 +1,94 @@
+"""Build the stand-in CUDA driver (a test double) and run code against it.
+
+The driver table loads once per process, so every case runs in a fresh
+interpreter with ``BUFFEREXT_CUDA_DRIVER`` pointing at the stand-in.  The
+child wraps the case in a function, then checks that the stand-in has no
+live allocation, stream, event, retained context or pushed context left.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from typing import Dict, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(HERE, "standin_cuda.c")
+
+
+def build(directory: str) -> str:
+    """Compile the stand-in into ``directory``; return the library path."""
+    compiler = os.environ.get("CC") or shutil.which("gcc") or "cc"
+    target = os.path.join(directory, "libstandin_cuda.so")
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O1", "-std=c11", "-Wall", "-Wextra",
+         "-Werror", "-o", target, SOURCE, "-lpthread"],
+        check=True)
+    return target
+
+
+PRELUDE = '''
+import ctypes, gc, os, sys
+import numpy as np
+import pytest
+import bufferext
+from bufferext import BufferFlags, CUDABuffer, DeviceUnavailableError
+
+sd = ctypes.CDLL(os.environ["BUFFEREXT_CUDA_DRIVER"])
+for _name in ("standin_last_wait_stream", "standin_last_wait_event"):
+    getattr(sd, _name).restype = ctypes.c_void_p
+sd.standin_calls.argtypes = [ctypes.c_char_p]
+sd.standin_event_records.argtypes = [ctypes.c_void_p]
+sd.standin_is_device_pointer.argtypes = [ctypes.c_ulonglong]
+
+def calls(name):
+    return sd.standin_calls(name.encode())
+
+def live():
+    return {"allocations": sd.standin_live_allocations(),
+            "streams": sd.standin_live_streams(),
+            "events": sd.standin_live_events(),
+            "contexts": sd.standin_context_refs(),
+            "pushed": sd.standin_context_depth()}
+
+NOTHING = {"allocations": 0, "streams": 0, "events": 0, "contexts": 0,
+           "pushed": 0}
+'''
+
+EPILOGUE = '''
+body()
+gc.collect()
+if CHECK_LEAKS:
+    assert live() == NOTHING, live()
+print("CHILD-OK")
+'''
+
+
+def run(driver: Optional[str], code: str, env: Optional[Dict[str, str]] = None,
+        check_leaks: bool = True) -> subprocess.CompletedProcess:
+    """Run ``code`` (a function body) in a child interpreter."""
+    child_env = dict(os.environ)
+    for key in list(child_env):
+        if key.startswith("STANDIN_CUDA_"):
+            del child_env[key]
+    if driver is not None:
+        child_env["BUFFEREXT_CUDA_DRIVER"] = driver
+    child_env.update(env or {})
+    source = (PRELUDE + f"CHECK_LEAKS = {check_leaks!r}\n" +
+              "def body():\n" + textwrap.indent(textwrap.dedent(code), "    ")
+              + "\n    pass\n" + EPILOGUE)
+    return subprocess.run([sys.executable, "-c", source], env=child_env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def check(driver: Optional[str], code: str, **kwargs: object) -> str:
+    """Run ``code`` and fail with the child's output unless it passed."""
+    result = run(driver, code, **kwargs)  # type: ignore[arg-type]
+    if result.returncode != 0 or "CHILD-OK" not in result.stdout:
+        raise AssertionError(
+            f"child failed (rc={result.returncode})\n--- stdout\n"
+            f"{result.stdout}\n--- stderr\n{result.stderr}")
+    return result.stdout

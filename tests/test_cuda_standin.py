@@ -1,0 +1,614 @@
+"""CUDABuffer through the stand-in CUDA driver (a test double built here).
+
+Every case runs in a child interpreter (the driver loads once per process)
+and ends with the stand-in reporting no live allocation, stream, event,
+retained or pushed context.  No GPU is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
+import standin_harness as harness  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the stand-in driver is built for Linux")
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return harness.build(str(tmp_path_factory.mktemp("standin_cuda")))
+
+
+# ---- loading and devices ---------------------------------------------------
+
+def test_driver_disabled_by_none() -> None:
+    # the prelude loads the stand-in, so run this one without it
+    result = harness.subprocess.run(
+        [sys.executable, "-c",
+         "import bufferext\n"
+         "try:\n    bufferext.CUDABuffer(4)\n"
+         "except bufferext.DeviceUnavailableError as e:\n    print('E', e)\n"
+         "print(bufferext.devices()[0]['loaded'])"],
+        env=dict(os.environ, BUFFEREXT_CUDA_DRIVER="none"),
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "E CUDA driver disabled by BUFFEREXT_CUDA_DRIVER=none" in result.stdout
+    assert result.stdout.strip().endswith("False")
+
+
+def test_driver_not_found_names_the_path() -> None:
+    result = harness.subprocess.run(
+        [sys.executable, "-c",
+         "import bufferext\n"
+         "try:\n    bufferext.CUDABuffer(4)\n"
+         "except bufferext.DeviceUnavailableError as e:\n    print(e)\n"],
+        env=dict(os.environ, BUFFEREXT_CUDA_DRIVER="/nonexistent/libcuda.so"),
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "CUDA driver not found" in result.stdout
+    assert "/nonexistent/libcuda.so" in result.stdout
+
+
+def test_library_without_the_entry_points(driver: str) -> None:
+    libm = "libm.so.6"
+    result = harness.subprocess.run(
+        [sys.executable, "-c",
+         "import bufferext\n"
+         "try:\n    bufferext.CUDABuffer(4)\n"
+         "except bufferext.DeviceUnavailableError as e:\n    print(e)\n"],
+        env=dict(os.environ, BUFFEREXT_CUDA_DRIVER=libm),
+        capture_output=True, text=True)
+    assert "failed to load: it lacks the symbol cuGetErrorName" in result.stdout
+
+
+def test_init_failure_is_device_unavailable(driver: str) -> None:
+    harness.check(driver, """
+        with pytest.raises(DeviceUnavailableError,
+                           match=r"cuInit: CUDA_ERROR_UNKNOWN \\(999\\)"):
+            CUDABuffer(4)
+        with pytest.raises(DeviceUnavailableError):   # cuInit runs once
+            CUDABuffer(4)
+        assert calls("cuInit") == 1
+        status = bufferext.devices()[0]
+        assert status["loaded"] is True and status["devices"] == []
+        assert "failed to start" in status["error"]
+    """, env={"STANDIN_CUDA_INIT_ERROR": "999"})
+
+
+def test_zero_devices(driver: str) -> None:
+    harness.check(driver, """
+        with pytest.raises(DeviceUnavailableError, match="reports no CUDA device"):
+            CUDABuffer(4)
+        assert bufferext.devices()[0]["devices"] == []
+    """, env={"STANDIN_CUDA_DEVICES": "0"})
+
+
+def test_devices_lists_count_and_names(driver: str) -> None:
+    harness.check(driver, """
+        status = bufferext.devices()[0]
+        assert status["loaded"] and status["error"] is None
+        assert status["devices"] == ["0: bufferext stand-in CUDA device 0",
+                                     "1: bufferext stand-in CUDA device 1"]
+    """, env={"STANDIN_CUDA_DEVICES": "2"})
+
+
+def test_device_ordinal_out_of_range_lists_devices(driver: str) -> None:
+    harness.check(driver, """
+        for bad in (3, -1, 2**70):
+            with pytest.raises(ValueError, match="3 CUDA device") as info:
+                CUDABuffer(4, device=bad)
+            assert "2: bufferext stand-in CUDA device 2" in str(info.value)
+        for bad in ("0", True, 1.0):
+            with pytest.raises(TypeError, match="device must be an int"):
+                CUDABuffer(4, device=bad)
+        b = CUDABuffer(4, device=2)
+        assert b.device == 2 and b.__dlpack_device__() == (2, 2)
+        with bufferext.get_buffer(b) as view:
+            assert view.device_info.device == 2
+    """, env={"STANDIN_CUDA_DEVICES": "3"})
+
+
+# ---- construction, attributes, export -----------------------------------------
+
+def test_construction_attributes_and_zero_fill(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer((2, 3), "float32")
+        assert b.shape == (2, 3) and b.ndim == 2 and b.itemsize == 4
+        assert b.nbytes == 24 and b.strides == (12, 4)
+        assert b.dtype == np.dtype("float32") and b.format == "f"
+        assert b.device == 0 and not b.readonly and not b.closed
+        assert b.exports == 0
+        assert sd.standin_is_device_pointer(b.ptr) and b.ptr % 256 == 0
+        # the stand-in fills fresh memory with 0xA5: zeros prove the memset
+        assert (b.to_host() == 0).all()
+        assert repr(b) == "CUDABuffer((2, 3), dtype='float32', device=0)"
+        d = CUDABuffer(5)
+        assert d.dtype == np.dtype("float64") and d.shape == (5,)
+        with pytest.raises(TypeError):
+            CUDABuffer((2, 3), "U4")
+        with pytest.raises(ValueError, match="negative"):
+            CUDABuffer((-1,))
+    """)
+
+
+def test_supported_flags_are_precise(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer(4)
+        assert bufferext.supported_flags(b) == BufferFlags.LEGACY | BufferFlags.DEVICE
+        assert type(b).__buffer_supported_flags__ == 0x1FD | 0x10000
+        assert bufferext.check_buffer_supports(b, BufferFlags.DEVICE)
+    """)
+
+
+def test_plain_requests_are_refused(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer(4)
+        for consumer in (memoryview, bytes, bytearray):
+            with pytest.raises(BufferError, match="request PyBUF_DEVICE"):
+                consumer(b)
+        # numpy would wrap the refused object in an object array: __array__
+        # refuses explicitly
+        for convert in (np.asarray, np.array):
+            with pytest.raises(BufferError, match="use to_host"):
+                convert(b)
+        with pytest.raises(BufferError, match="request PyBUF_DEVICE"):
+            bufferext.get_buffer(b, BufferFlags.FULL_RO)
+        assert b.exports == 0
+    """)
+
+
+def test_get_buffer_shows_device_and_typed_info(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer((4, 2), "int16")
+        with bufferext.get_buffer(b) as view:
+            assert view.device == "bufferext.cuda"
+            assert view.flags == BufferFlags.DEVICE
+            assert view.ptr == b.ptr and view.shape == (4, 2)
+            assert view.format == "h" and view.strides == (4, 2)
+            info = view.device_info
+            assert isinstance(info, bufferext.CUDADeviceInfo)
+            assert info.version == 0x10000 and info.device == 0
+            assert info.context != 0
+            # construction queued a memset: the event must be waited on
+            assert info.event != 0
+            assert sd.standin_event_records(info.event) == 1
+            assert b.exports == 1
+            with pytest.raises(BufferError, match="not CPU-accessible"):
+                view.tobytes()
+        assert b.exports == 0
+        b.synchronize()
+        with bufferext.get_buffer(b) as view:
+            assert view.device_info.event == 0      # NULL: ready now
+        b.fill(3)
+        with bufferext.get_buffer(b) as view:
+            assert view.device_info.event != 0
+        b.to_host()                                  # waits for the stream
+        with bufferext.get_buffer(b) as view:
+            assert view.device_info.event == 0
+    """)
+
+
+def test_request_flags_are_honoured(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer((3, 4), "float64")
+        F = BufferFlags
+        for flags in (F.SIMPLE, F.ND, F.STRIDES, F.C_CONTIGUOUS,
+                      F.ANY_CONTIGUOUS, F.FULL, F.RECORDS_RO):
+            with bufferext.get_buffer(b, flags | F.DEVICE) as view:
+                assert view.device == "bufferext.cuda"
+        with pytest.raises(BufferError, match="not Fortran contiguous"):
+            bufferext.get_buffer(b, F.F_CONTIGUOUS | F.DEVICE)
+        assert b.exports == 0
+    """)
+
+
+def test_readonly_is_honoured(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer(4, "float32", readonly=True)
+        assert b.readonly
+        with pytest.raises(BufferError, match="read-only"):
+            bufferext.get_buffer(b, BufferFlags.FULL | BufferFlags.DEVICE)
+        b.copy_from_host(np.ones(4, "float32"))       # not exported: allowed
+        view = bufferext.get_buffer(b)
+        assert view.readonly
+        with pytest.raises(BufferError, match="read-only"):
+            b.copy_from_host(np.ones(4, "float32"))
+        with pytest.raises(BufferError, match="read-only"):
+            b.fill(2.0)
+        view.release()
+        assert b.__cuda_array_interface__["data"][1] is True
+    """)
+
+
+# ---- copies and fill --------------------------------------------------------
+
+def test_round_trips_for_every_dtype(driver: str) -> None:
+    harness.check(driver, """
+        for dtype in ("bool", "int8", "uint16", "int32", "int64", "float16",
+                      "float32", "float64", "complex64", "complex128", ">i4"):
+            data = (np.arange(12) % 3).astype(dtype).reshape(3, 4)
+            b = CUDABuffer((3, 4), dtype)
+            b.copy_from_host(data)
+            out = b.to_host()
+            assert out.dtype == np.dtype(dtype) and out.shape == (3, 4)
+            assert (out == data).all(), dtype
+    """)
+
+
+def test_copy_from_host_sources(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer(4, "int32")
+        src = np.arange(8, dtype="int32")[::2]          # not contiguous
+        b.copy_from_host(src)
+        assert b.to_host().tolist() == [0, 2, 4, 6]
+        b.copy_from_host(bytes(range(16)))              # raw bytes
+        assert b.to_host().tobytes() == bytes(range(16))
+        b.copy_from_host(bufferext.CPUBuffer(4, "int32"))
+        assert b.to_host().tolist() == [0, 0, 0, 0]
+    """)
+
+
+def test_copy_from_host_mismatches(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer(4, "float64")
+        with pytest.raises(ValueError, match="source has 24 bytes, the buffer 32"):
+            b.copy_from_host(np.zeros(3))
+        with pytest.raises(ValueError, match="format 'f' does not match"):
+            b.copy_from_host(np.zeros(8, "float32"))     # same size
+        with pytest.raises(TypeError):
+            b.copy_from_host(42)
+        c = CUDABuffer(4, "float64")
+        with pytest.raises(BufferError, match="PyBUF_DEVICE"):
+            b.copy_from_host(c)                          # device memory
+    """)
+
+
+def test_copy_from_device_orders_the_streams(driver: str) -> None:
+    harness.check(driver, """
+        a = CUDABuffer(6, "int64")
+        a.copy_from_host(np.arange(6))
+        a.fill(-1)                           # a memset: a has pending work
+        b = CUDABuffer(6, "int64")
+        sd.standin_reset_calls()
+        b.copy_from(a)
+        # b's stream waited on a's event, then a's stream on b's event
+        assert calls("cuStreamWaitEvent") == 2
+        assert calls("cuMemcpyDtoDAsync_v2") == 1
+        with bufferext.get_buffer(b) as view:
+            assert view.device_info.event != 0
+            assert sd.standin_last_wait_event() == view.device_info.event
+        assert b.to_host().tolist() == [-1] * 6
+        a.synchronize()
+        sd.standin_reset_calls()
+        b.copy_from(a)                                   # a is ready
+        assert calls("cuStreamWaitEvent") == 1
+        b.copy_from(b)                                   # no-op
+        with pytest.raises(ValueError, match="source has 40 bytes"):
+            b.copy_from(CUDABuffer(5, "int64"))
+        with pytest.raises(ValueError, match="dtype"):
+            b.copy_from(CUDABuffer(6, "float64"))
+        with pytest.raises(TypeError, match="must be a CUDABuffer"):
+            b.copy_from(np.zeros(6))
+        c = CUDABuffer(6, "int64"); c.close()
+        with pytest.raises(ValueError, match="closed"):
+            b.copy_from(c)
+    """)
+
+
+def test_fill_uses_memsets_where_possible(driver: str) -> None:
+    harness.check(driver, """
+        cases = [("int8", -3, "cuMemsetD8Async"),
+                 ("uint16", 513, "cuMemsetD16Async"),
+                 ("float32", 1.5, "cuMemsetD32Async"),
+                 ("float64", 0.0, "cuMemsetD8Async"),
+                 ("int64", 0x0101010101010101, "cuMemsetD8Async"),
+                 ("int64", 5, "cuMemcpyHtoDAsync_v2"),
+                 ("float64", 1.5, "cuMemcpyHtoDAsync_v2"),
+                 ("complex128", 1 + 2j, "cuMemcpyHtoDAsync_v2"),
+                 ("bool", True, "cuMemsetD8Async")]
+        for dtype, value, entry in cases:
+            b = CUDABuffer(5, dtype)
+            sd.standin_reset_calls()
+            b.fill(value)
+            assert calls(entry) == 1, (dtype, value, entry)
+            assert (b.to_host() == np.array(value, dtype)).all()
+    """)
+
+
+def test_fill_rejects_bad_values(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer(5, "int32")
+        with pytest.raises(ValueError, match="is not a int32 scalar"):
+            b.fill(1.5)
+        with pytest.raises(ValueError, match="must be a scalar"):
+            b.fill([1, 2])
+        with pytest.raises(ValueError, match="not a int32 scalar"):
+            b.fill("x")
+        with pytest.raises((OverflowError, ValueError)):
+            CUDABuffer(2, "int8").fill(300)
+        assert (b.to_host() == 0).all()
+    """)
+
+
+def test_zero_size_buffers(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer((0, 3), "float32")
+        assert b.nbytes == 0 and b.ptr == 0
+        assert calls("cuMemAlloc_v2") == 0
+        assert b.__cuda_array_interface__["data"] == (0, False)
+        b.fill(1.0)
+        b.copy_from_host(np.zeros((0, 3), "float32"))
+        b.copy_from(CUDABuffer((0, 3), "float32"))
+        assert b.to_host().shape == (0, 3)
+        with bufferext.get_buffer(b) as view:
+            assert view.nbytes == 0 and view.device_info.event == 0
+    """)
+
+
+# ---- close and lifetime -------------------------------------------------------
+
+def test_close_refused_while_exported_and_use_after_close(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer(4)
+        view = bufferext.get_buffer(b)
+        with pytest.raises(BufferError, match="1 export"):
+            b.close()
+        cap = b.__dlpack__(max_version=(1, 0))
+        view.release()
+        with pytest.raises(BufferError, match="export"):
+            b.close()
+        del cap
+        b.close()
+        b.close()                                   # harmless
+        assert b.closed and live()["allocations"] == 0
+        for use in (lambda: b.copy_from_host(np.zeros(4)), b.to_host,
+                    lambda: b.fill(1.0), b.synchronize, lambda: b.ptr,
+                    lambda: b.__cuda_array_interface__, b.__dlpack__,
+                    lambda: CUDABuffer(4).copy_from(b)):
+            with pytest.raises(ValueError, match="closed CUDABuffer"):
+                use()
+        with pytest.raises(BufferError, match="closed"):
+            bufferext.get_buffer(b)
+        assert "(closed)" in repr(b)
+        with CUDABuffer(3) as c:
+            assert not c.closed
+        assert c.closed
+    """)
+
+
+def test_out_of_memory_is_memory_error_without_leaks(driver: str) -> None:
+    harness.check(driver, """
+        keep = CUDABuffer(100, "uint8")
+        with pytest.raises(MemoryError, match="cannot allocate 1600 bytes on CUDA device 0"):
+            CUDABuffer(200, "float64")
+        assert live()["allocations"] == 1 and live()["streams"] == 1
+        assert live()["pushed"] == 0
+    """, env={"STANDIN_CUDA_MEM_LIMIT": "1000"})
+
+
+@pytest.mark.parametrize("entry", [
+    "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxPushCurrent_v2",
+    "cuStreamCreate", "cuEventCreate", "cuMemAlloc_v2", "cuMemsetD8Async",
+    "cuEventRecord"])
+def test_construction_failures_leak_nothing(driver: str, entry: str) -> None:
+    harness.check(driver, f"""
+        with pytest.raises(RuntimeError,
+                           match=r"CUDABuffer: {entry} failed: CUDA_ERROR_UNKNOWN \\(999\\): unknown error"):
+            CUDABuffer(8)
+    """, env={"STANDIN_CUDA_FAIL": entry})
+
+
+@pytest.mark.parametrize("entry, action", [
+    ("cuMemcpyHtoDAsync_v2", "b.copy_from_host(np.zeros(8))"),
+    ("cuMemcpyDtoHAsync_v2", "b.to_host()"),
+    ("cuMemcpyDtoDAsync_v2", "b.copy_from(CUDABuffer(8))"),
+    ("cuStreamSynchronize", "b.synchronize()"),
+    ("cuMemsetD8Async", "b.fill(0.0)"),
+    ("cuMemcpyHtoDAsync_v2", "b.fill(1.25)"),
+    ("cuEventRecord", "b.fill(0.0)"),
+    ("cuStreamWaitEvent", "b.copy_from(CUDABuffer(8))"),
+    ("cuStreamWaitEvent", "b.__dlpack__(max_version=(1, 0))"),
+])
+def test_failed_operations_raise_and_leak_nothing(driver: str, entry: str,
+                                                  action: str) -> None:
+    harness.check(driver, f"""
+        b = CUDABuffer(8)
+        os.environ["STANDIN_CUDA_FAIL"] = "{entry}=719"
+        with pytest.raises(RuntimeError, match="{entry} failed: .*719"):
+            {action}
+        del os.environ["STANDIN_CUDA_FAIL"]
+        assert b.exports == 0 and live()["pushed"] == 0
+        b.copy_from_host(np.arange(8.0))            # still usable
+        assert b.to_host().tolist() == list(range(8))
+    """)
+
+
+def test_failed_close_still_releases_the_rest(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer(8)
+        os.environ["STANDIN_CUDA_FAIL"] = "cuMemFree_v2"
+        with pytest.raises(RuntimeError, match="CUDABuffer.close: cuMemFree_v2 failed"):
+            b.close()
+        del os.environ["STANDIN_CUDA_FAIL"]
+        assert b.closed
+        assert live() == dict(NOTHING, allocations=1)   # the driver kept it
+    """, check_leaks=False)
+
+
+def test_dealloc_frees_everything(driver: str) -> None:
+    harness.check(driver, """
+        bufs = [CUDABuffer(16, device=i % 2) for i in range(10)]
+        assert live()["allocations"] == 10 and live()["contexts"] == 10
+        views = [bufferext.get_buffer(b) for b in bufs]
+        del bufs
+        assert live()["allocations"] == 10           # the views hold them
+        del views
+        assert live() == NOTHING
+    """, env={"STANDIN_CUDA_DEVICES": "2"})
+
+
+def test_cpu_consumer_dereferencing_a_device_pointer_crashes(driver: str) -> None:
+    # the stand-in's device addresses are reserved PROT_NONE: reading one
+    # from the CPU faults instead of returning plausible bytes
+    result = harness.run(driver, """
+        b = CUDABuffer(8)
+        ctypes.string_at(b.ptr, 8)
+    """)
+    assert result.returncode != 0 and "CHILD-OK" not in result.stdout
+
+
+# ---- the existing protocols ---------------------------------------------------
+
+def test_cuda_array_interface_exact(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer((2, 3), "float32")
+        cai = b.__cuda_array_interface__
+        assert set(cai) == {"shape", "typestr", "data", "version", "strides",
+                            "stream"}
+        stream = cai["stream"]
+        assert isinstance(stream, int) and stream > 2   # pending: own stream
+        b.synchronize()
+        assert b.__cuda_array_interface__ == {
+            "shape": (2, 3), "typestr": "<f4", "data": (b.ptr, False),
+            "version": 3, "strides": None, "stream": None}
+        b.fill(2.0)
+        assert b.__cuda_array_interface__["stream"] == stream
+        big = CUDABuffer(3, ">f8", readonly=True)
+        big.synchronize()
+        assert big.__cuda_array_interface__["typestr"] == ">f8"
+        assert big.__cuda_array_interface__["data"] == (big.ptr, True)
+    """)
+
+
+DLPACK_STRUCTS = '''
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice),
+                ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+class Versioned(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+class Legacy(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+get_pointer.restype = ctypes.c_void_p
+get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+def managed(cap, name, kind):
+    return kind.from_address(get_pointer(cap, name))
+'''
+
+
+def test_dlpack_capsule_fields(driver: str) -> None:
+    harness.check(driver, DLPACK_STRUCTS + textwrap.dedent("""
+        b = CUDABuffer((3, 4), "float32", device=1)
+        assert b.__dlpack_device__() == (2, 1)
+        cap = b.__dlpack__(max_version=(1, 0))
+        assert b.exports == 1
+        m = managed(cap, b"dltensor_versioned", Versioned)
+        assert (m.major, m.minor) == (1, 0) and m.flags == 0
+        t = m.dl_tensor
+        assert (t.device.device_type, t.device.device_id) == (2, 1)
+        assert t.data == b.ptr and t.ndim == 2 and t.byte_offset == 0
+        assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (2, 32, 1)
+        assert [t.shape[i] for i in range(2)] == [3, 4]
+        assert [t.strides[i] for i in range(2)] == [4, 1]
+        del t, m, cap
+        assert b.exports == 0
+        legacy = b.__dlpack__()
+        m = managed(legacy, b"dltensor", Legacy)
+        assert m.dl_tensor.device.device_id == 1
+        del m, legacy
+        r = CUDABuffer(2, "int8", readonly=True)
+        cap = r.__dlpack__(max_version=(1, 2))
+        m = managed(cap, b"dltensor_versioned", Versioned)
+        assert m.flags & 1 == 1 and (m.major, m.minor) == (1, 2)
+        del m, cap
+        with pytest.raises(BufferError, match="versioned"):
+            r.__dlpack__()
+        with pytest.raises(BufferError, match="dl_device"):
+            b.__dlpack__(dl_device=(1, 0))
+        b.__dlpack__(dl_device=(2, 1), max_version=(1, 0))
+        with pytest.raises(BufferError, match="copy=True"):
+            b.__dlpack__(copy=True)
+        with bufferext.get_buffer(b) as view:
+            assert view.__dlpack_device__() == (2, 1)
+            cap = view.__dlpack__(max_version=(1, 0))
+            m = managed(cap, b"dltensor_versioned", Versioned)
+            assert m.dl_tensor.data == b.ptr
+            del m, cap
+    """), env={"STANDIN_CUDA_DEVICES": "2"})
+
+
+def test_dlpack_stream_rule(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer(4)                    # pending memset: event set
+        with bufferext.get_buffer(b) as view:
+            event = view.device_info.event
+        other = CUDABuffer(1)
+        consumer = other.__cuda_array_interface__["stream"]
+        for stream, expected in ((None, 1), (1, 1), (2, 2),
+                                 (consumer, consumer)):
+            sd.standin_reset_calls()
+            cap = b.__dlpack__(stream=stream, max_version=(1, 0))
+            assert calls("cuStreamWaitEvent") == 1, stream
+            assert sd.standin_last_wait_stream() == expected
+            assert sd.standin_last_wait_event() == event
+            del cap
+        sd.standin_reset_calls()
+        cap = b.__dlpack__(stream=-1)
+        assert calls("cuStreamWaitEvent") == 0          # -1: no sync
+        del cap
+        with pytest.raises(ValueError, match="0 is ambiguous"):
+            b.__dlpack__(stream=0)
+        with pytest.raises(ValueError, match="stream=-2"):
+            b.__dlpack__(stream=-2)
+        for bad in ("1", 1.0, True):
+            with pytest.raises(TypeError, match="stream must be None or an int"):
+                b.__dlpack__(stream=bad)
+        assert b.exports == 0
+        b.synchronize()                                  # event NULL
+        sd.standin_reset_calls()
+        cap = b.__dlpack__(stream=None)
+        assert calls("cuStreamWaitEvent") == 0
+        del cap
+        cpu = bufferext.CPUBuffer(2)
+        with pytest.raises(BufferError, match="stream must be None"):
+            cpu.__dlpack__(stream=1)
+    """)
+
+
+def test_capsule_alive_at_shutdown(driver: str) -> None:
+    # a capsule (holding an export) outlives everything at exit: no crash
+    harness.check(driver, """
+        global KEEP
+        KEEP = (CUDABuffer(4).__dlpack__(max_version=(1, 0)),)
+        sys.modules["__main__"].KEEP = KEEP
+    """, check_leaks=False)
+
+
+def test_export_loop_has_no_drift(driver: str) -> None:
+    harness.check(driver, """
+        b = CUDABuffer((8, 8), "float32")
+        before = sys.getrefcount(b)
+        for _ in range(2000):
+            with bufferext.get_buffer(b) as view:
+                view.device_info
+            cap = b.__dlpack__(max_version=(1, 0)); del cap
+            b.__cuda_array_interface__
+        assert sys.getrefcount(b) == before and b.exports == 0
+    """)
