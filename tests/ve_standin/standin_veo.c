@@ -16,7 +16,7 @@
  *   - Counters read through ctypes: standin_live_hmem(), standin_live_procs(),
  *     standin_live_contexts(), standin_errors() (misuse: freeing an unknown
  *     address, destroying a process with live HMEM or open contexts...),
- *     standin_calls(name).
+ *     standin_calls(name); standin_set_errors(n) resets the misuse count.
  *   - STANDIN_VEO_REPORT=path: at process exit, writes the counters there
  *     ("hmem=0 procs=0 contexts=0 errors=0"), so tests can prove teardown.
  *
@@ -67,6 +67,7 @@ long standin_live_hmem(void) { return live_hmem; }
 long standin_live_procs(void) { return live_procs; }
 long standin_live_contexts(void) { return live_contexts; }
 long standin_errors(void) { return errors; }
+void standin_set_errors(long value) { errors = value; }
 
 long
 standin_calls(const char *name)
