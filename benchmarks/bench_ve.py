@@ -164,11 +164,10 @@ def _measure(quick: bool) -> List[Dict[str, Any]]:
     ext_flags = int(BufferFlags.FULL_RO | BufferFlags.DEVICE)
     plain_flags = int(BufferFlags.FULL_RO)
     # interleaved, best of `repeats`: the machine may be shared and noisy
-    t_ve = t_bytes = t_raw = t_bext = float("inf")
+    t_ve = t_bytes = t_bext = float("inf")
     for _ in range(repeats):
         t_bytes = min(t_bytes, helper.time_pairs(data, plain_flags, n))
         t_ve = min(t_ve, helper.time_pairs(ve, ext_flags, n))
-        t_raw = min(t_raw, helper.time_raw(ve, ext_flags, n))
         t_bext = min(t_bext, helper.time_pairs(data, ext_flags, n))
     allocs = helper.count_allocs(ve, ext_flags, 10_000)
     ratio = t_ve / t_bytes
@@ -176,8 +175,6 @@ def _measure(quick: bool) -> List[Dict[str, Any]]:
     return [
         {"name": "VEBuffer extended get/release", "ns_per_pair":
          t_ve / n * 1e9, "iterations": n},
-        {"name": "VEBuffer exporter only (no BufferExt_GetBuffer checks)",
-         "ns_per_pair": t_raw / n * 1e9, "iterations": n},
         {"name": "bytes plain get/release", "ns_per_pair":
          t_bytes / n * 1e9, "iterations": n},
         {"name": "bytes through BufferExt_GetBuffer (DEVICE asked)",
