@@ -1,17 +1,50 @@
-/* vebuffer.c -- the VEO library table (loaded lazily, no NEC header
- * needed).  The VEBuffer producer is added by the VE work. */
+/* vebuffer.c -- VEBuffer: memory on an NEC SX-Aurora Vector Engine,
+ * allocated as VEO heterogeneous memory (HMEM) through the VEO library,
+ * which is loaded at run time (no NEC header or library needed to build).
+ *
+ * One VEO process and one context per VE node, created on first use and
+ * shared by every buffer on that node.  Each buffer counts as a user of its
+ * node; at interpreter exit (Py_AtExit) every node without users is torn
+ * down, and a node whose buffers outlive the interpreter is torn down when
+ * its last buffer goes away, so no HMEM is ever freed after its process.
+ *
+ * Exports: the extended buffer protocol under PyBUF_DEVICE only (device
+ * "bufferext.ve", device_info a BufferExt_VEDeviceInfo held in the object,
+ * so an export allocates nothing) and the VE Array Interface v1.  DLPack
+ * has no VE device type, so __dlpack__ refuses (see docs/ve.rst). */
 #include "parts.h"
+#include "export.h"
 
-/* The driver entry points the table uses, listed once. */
-#define VEO_SYMBOLS(X) \
-    X(veo_proc_create) \
-    X(veo_proc_destroy)
+/* ---- the VEO table ----------------------------------------------------- */
 
-#define AS_NAME(name) #name,
-#define AS_SLOT(name) void *name;
+/* Opaque handles of the VEO C API (ve_offload.h), our own declarations. */
+struct veo_proc_handle;
+struct veo_thr_ctxt;
+
+/* The entry points the table uses, listed once: name, result, parameters.
+ * The HMEM calls need veoffload-aveo 2.7.6 or later. */
+#define VEO_SYMBOLS(X)                                                   \
+    X(veo_proc_create, struct veo_proc_handle *, (int))                  \
+    X(veo_proc_destroy, int, (struct veo_proc_handle *))                 \
+    X(veo_context_open, struct veo_thr_ctxt *, (struct veo_proc_handle *)) \
+    X(veo_context_close, int, (struct veo_thr_ctxt *))                   \
+    X(veo_alloc_hmem, int, (struct veo_proc_handle *, void **, size_t))  \
+    X(veo_free_hmem, int, (void *))                                      \
+    X(veo_hmemcpy, int, (void *, const void *, size_t))                  \
+    X(veo_is_ve_addr, int, (const void *))                               \
+    X(veo_api_version, int, (void))                                      \
+    X(veo_version_string, const char *, (void))
+
+#define AS_NAME(name, result, params) #name,
+#define AS_SLOT(name, result, params) void *name;
+#define AS_TYPE(name, result, params) typedef result(*name##_fn) params;
 
 static const char *const veo_symbols[] = {VEO_SYMBOLS(AS_NAME) NULL};
 static struct { VEO_SYMBOLS(AS_SLOT) } veo_table;
+VEO_SYMBOLS(AS_TYPE)
+
+/* A typed entry of the table: VEO(veo_hmemcpy)(dst, src, n). */
+#define VEO(name) ((name##_fn)veo_table.name)
 
 static const char *const veo_defaults[] = {
 #ifdef _WIN32
@@ -30,24 +63,817 @@ static const bufferext_library_spec veo_spec = {
 
 static bufferext_library veo_library;
 
+/* ---- nodes: one VEO process and context each --------------------------- */
+
+/* Node numbers accepted by VEBuffer (VEOS numbers VE nodes from 0; a host
+ * holds at most 8 cards today). */
+#define VE_MAX_NODES 64
+
+typedef struct {
+    struct veo_proc_handle *proc;
+    struct veo_thr_ctxt *context;
+    Py_ssize_t users;           /* live VEBuffers on this node */
+} ve_node;
+
+static ve_node ve_nodes[VE_MAX_NODES];
+static int ve_exiting;          /* Py_AtExit ran: tear down when unused */
+static int ve_atexit_registered;
+
+static void
+node_teardown(ve_node *node)
+{
+    if (node->context != NULL) {
+        (void)VEO(veo_context_close)(node->context);
+        node->context = NULL;
+    }
+    if (node->proc != NULL) {
+        (void)VEO(veo_proc_destroy)(node->proc);
+        node->proc = NULL;
+    }
+}
+
+/* Py_AtExit: no Python API here, only the VEO library. */
+static void
+ve_atexit(void)
+{
+    int i;
+
+    ve_exiting = 1;
+    if (veo_library.state != 1) {
+        return;
+    }
+    for (i = 0; i < VE_MAX_NODES; i++) {
+        if (ve_nodes[i].users == 0) {
+            node_teardown(&ve_nodes[i]);
+        }
+    }
+}
+
+/* Start VEO on `number` (once) and count one more user.  Returns the node,
+ * or NULL with DeviceUnavailableError naming the node. */
+static ve_node *
+node_acquire(bufferext_state *st, int number)
+{
+    ve_node *node = &ve_nodes[number];
+
+    if (bufferext_library_load(st, &veo_spec, &veo_library) < 0) {
+        return NULL;
+    }
+    if (node->proc == NULL) {
+        node->proc = VEO(veo_proc_create)(number);
+        if (node->proc == NULL) {
+            PyErr_Format(st->DeviceUnavailableError,
+                         "VE node %d: veo_proc_create(%d) failed (is the "
+                         "node present and VEOS running?) using the VEO "
+                         "library at %s", number, number, veo_library.path);
+            return NULL;
+        }
+        node->context = VEO(veo_context_open)(node->proc);
+        if (node->context == NULL) {
+            node_teardown(node);
+            PyErr_Format(st->DeviceUnavailableError,
+                         "VE node %d: veo_context_open failed", number);
+            return NULL;
+        }
+    }
+    node->users++;
+    return node;
+}
+
+static void
+node_release(ve_node *node)
+{
+    if (--node->users == 0 && ve_exiting) {
+        node_teardown(node);
+    }
+}
+
+/* ---- the object -------------------------------------------------------- */
+
+/* The request flags VEBuffer honours: every legacy flag and PyBUF_DEVICE. */
+#define VEBUFFER_SUPPORTED_FLAGS (BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE)
+
+typedef struct {
+    PyObject_HEAD
+    void *hmem;                 /* HMEM address; NULL when zero-size */
+    ve_node *node;              /* NULL once closed */
+    int number;                 /* the node number */
+    bufferext_export_layout layout;
+    Py_ssize_t dims[2 * PyBUF_MAX_NDIM];  /* shape then strides */
+    Py_ssize_t exports;
+    bufferext_dtype dt;
+    BufferExt_VEDeviceInfo info;          /* handed out by every export */
+    PyObject *weakreflist;
+} VEBufferObject;
+
+#define VEBuffer_CAST(op) ((VEBufferObject *)(op))
+
+static int
+check_open(VEBufferObject *self)
+{
+    if (self->node == NULL) {
+        PyErr_SetString(PyExc_ValueError, "operation on a closed VEBuffer");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+check_not_exported(VEBufferObject *self, const char *what)
+{
+    if (self->exports > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "VEBuffer: cannot %s while %zd export(s) are alive "
+                     "(release the views first)", what, self->exports);
+        return -1;
+    }
+    return 0;
+}
+
+/* Free the HMEM and leave the node; the object reads as closed after. */
+static void
+vebuffer_free(VEBufferObject *self)
+{
+    if (self->node == NULL) {
+        return;
+    }
+    if (self->hmem != NULL) {
+        (void)VEO(veo_free_hmem)(self->hmem);
+        self->hmem = NULL;
+    }
+    self->layout.buf = NULL;
+    node_release(self->node);
+    self->node = NULL;
+}
+
+static void
+vebuffer_set_layout(VEBufferObject *self, const bufferext_layout *layout,
+                    int readonly)
+{
+    int ndim = layout->ndim;
+
+    memcpy(self->dims, layout->shape, sizeof(Py_ssize_t) * (size_t)ndim);
+    memcpy(self->dims + ndim, layout->strides,
+           sizeof(Py_ssize_t) * (size_t)ndim);
+    self->layout.len = layout->nbytes;
+    self->layout.ndim = ndim;
+    self->layout.shape = self->dims;
+    self->layout.strides = self->dims + ndim;
+    self->layout.itemsize = self->dt.itemsize;
+    self->layout.format = self->dt.format;
+    self->layout.readonly = readonly;
+    self->layout.suboffsets = NULL;
+    bufferext_layout_contiguity(&self->layout);
+}
+
+/* Join node `number` and allocate the HMEM.  ValueError for a bad node,
+ * DeviceUnavailableError without VEO, MemoryError when allocation fails. */
+static int
+vebuffer_allocate(bufferext_state *st, VEBufferObject *self, int number)
+{
+    ve_node *node;
+    void *hmem = NULL;
+
+    if (number < 0 || number >= VE_MAX_NODES) {
+        PyErr_Format(PyExc_ValueError,
+                     "VEBuffer: node = %d is out of range (0 to %d)", number,
+                     VE_MAX_NODES - 1);
+        return -1;
+    }
+    node = node_acquire(st, number);
+    if (node == NULL) {
+        return -1;
+    }
+    if (self->layout.len > 0 &&
+        (VEO(veo_alloc_hmem)(node->proc, &hmem,
+                             (size_t)self->layout.len) != 0 ||
+         hmem == NULL)) {
+        node_release(node);
+        PyErr_Format(PyExc_MemoryError,
+                     "VEBuffer: cannot allocate %zd bytes of HMEM on VE "
+                     "node %d", self->layout.len, number);
+        return -1;
+    }
+    self->hmem = hmem;
+    self->layout.buf = hmem;
+    self->node = node;
+    self->number = number;
+    self->info.version = BUFFEREXT_VE_INFO_VERSION;
+    self->info.node = number;
+    self->info.proc = node->proc;
+    self->info.context = node->context;
+    return 0;
+}
+
+static PyObject *
+vebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"shape", "dtype", "node", "readonly", NULL};
+    PyObject *shape, *dtype = NULL;
+    int number = 0, readonly = 0;
+    bufferext_state *st;
+    bufferext_layout layout;
+    VEBufferObject *self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$ip:VEBuffer",
+                                     keywords, &shape, &dtype, &number,
+                                     &readonly)) {
+        return NULL;
+    }
+    st = bufferext_state_from_type(type);
+    if (st == NULL) {
+        return NULL;
+    }
+    self = (VEBufferObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    dtype = dtype == NULL ? PyUnicode_FromString("float64")
+                          : Py_NewRef(dtype);
+    if (dtype == NULL ||
+        bufferext_dtype_resolve(st, dtype, &self->dt) < 0 ||
+        bufferext_layout_parse("VEBuffer", shape, self->dt.itemsize,
+                               &layout) < 0) {
+        goto error;
+    }
+    vebuffer_set_layout(self, &layout, readonly);
+    if (vebuffer_allocate(st, self, number) < 0) {
+        goto error;
+    }
+    Py_DECREF(dtype);
+    return (PyObject *)self;
+error:
+    Py_XDECREF(dtype);
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int
+vebuffer_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(VEBuffer_CAST(op)->dt.dtype);
+    return 0;
+}
+
+static void
+vebuffer_dealloc(PyObject *op)
+{
+    VEBufferObject *self = VEBuffer_CAST(op);
+    PyTypeObject *type = Py_TYPE(op);
+
+    PyObject_GC_UnTrack(op);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs(op);
+    }
+    vebuffer_free(self);
+    bufferext_dtype_clear(&self->dt);
+    type->tp_free(op);
+    Py_DECREF(type);
+}
+
+/* ---- the buffer protocol ---------------------------------------------- */
+
+static int
+vebuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    VEBufferObject *self = VEBuffer_CAST(op);
+
+    view->obj = NULL;
+    if (self->node == NULL) {
+        return bufferext_refuse(op, "buffer is closed");
+    }
+    /* VE memory: only consumers that asked for PyBUF_DEVICE get it. */
+    if (!(flags & PyBUF_DEVICE)) {
+        return BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_VE,
+                                   &self->info);
+    }
+    if (bufferext_fill_request(op, view, flags, &self->layout) < 0) {
+        return -1;
+    }
+    (void)BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_VE,
+                              &self->info);
+    self->exports++;
+    view->obj = Py_NewRef(op);
+    return 0;
+}
+
+static void
+vebuffer_releasebuffer(PyObject *op, Py_buffer *view)
+{
+    (void)view;
+    VEBuffer_CAST(op)->exports--;
+}
+
+/* ---- copies ----------------------------------------------------------- */
+
+/* veo_hmemcpy without the GIL.  The caller holds an export of every
+ * VEBuffer involved, so no other thread can close it meanwhile. */
+static int
+hmemcpy(const char *who, void *dst, const void *src, Py_ssize_t size)
+{
+    int rc;
+
+    if (size == 0) {
+        return 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = VEO(veo_hmemcpy)(dst, src, (size_t)size);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s: veo_hmemcpy of %zd bytes failed (returned %d)",
+                     who, size, rc);
+        return -1;
+    }
+    return 0;
+}
+
+/* ValueError unless a host buffer of `format` holds our dtype.  Raw bytes
+ * ("B" or no format) match any dtype. */
+static int
+check_format(bufferext_state *st, VEBufferObject *self, const char *format)
+{
+    bufferext_dtype src;
+    PyObject *fmt;
+    int same = 0;
+
+    if (format == NULL || strcmp(format, "B") == 0) {
+        return 0;
+    }
+    fmt = PyUnicode_FromString(format);
+    if (fmt == NULL) {
+        return -1;
+    }
+    if (bufferext_dtype_resolve(st, fmt, &src) < 0) {
+        PyErr_Clear();
+    }
+    else {
+        same = PyObject_RichCompareBool(src.dtype, self->dt.dtype, Py_EQ);
+        bufferext_dtype_clear(&src);
+    }
+    Py_DECREF(fmt);
+    if (same < 0) {
+        return -1;
+    }
+    if (!same) {
+        PyErr_Format(PyExc_ValueError,
+                     "VEBuffer.copy_from_host: source format '%s' does not "
+                     "match the buffer's dtype %R", format, self->dt.dtype);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+vebuffer_copy_from_host(PyObject *op, PyObject *source)
+{
+    VEBufferObject *self = VEBuffer_CAST(op);
+    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
+    Py_buffer view;
+    void *staging = NULL;
+    const void *src;
+    int rc = -1;
+
+    if (st == NULL || check_open(self) < 0 ||
+        (self->layout.readonly &&
+         check_not_exported(self, "be written while read-only") < 0) ||
+        PyObject_GetBuffer(source, &view, PyBUF_FULL_RO) < 0) {
+        return NULL;
+    }
+    if (view.len != self->layout.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "VEBuffer.copy_from_host: source has %zd bytes, the "
+                     "buffer %zd", view.len, self->layout.len);
+        goto done;
+    }
+    if (check_format(st, self, view.format) < 0) {
+        goto done;
+    }
+    src = view.buf;
+    if (!PyBuffer_IsContiguous(&view, 'C')) {
+        staging = PyMem_RawMalloc((size_t)view.len);
+        if (staging == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (PyBuffer_ToContiguous(staging, &view, view.len, 'C') < 0) {
+            goto done;
+        }
+        src = staging;
+    }
+    self->exports++;
+    rc = hmemcpy("VEBuffer.copy_from_host", self->hmem, src, view.len);
+    self->exports--;
+done:
+    PyMem_RawFree(staging);
+    PyBuffer_Release(&view);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+vebuffer_to_host(PyObject *op, PyObject *unused)
+{
+    VEBufferObject *self = VEBuffer_CAST(op);
+    PyObject *numpy, *shape = NULL, *array = NULL;
+    Py_buffer view;
+    int rc;
+    (void)unused;
+
+    if (check_open(self) < 0 ||
+        (numpy = PyImport_ImportModule("numpy")) == NULL) {
+        return NULL;
+    }
+    shape = bufferext_tuple_from_ssize(self->layout.ndim,
+                                       self->layout.shape);
+    if (shape != NULL) {
+        array = PyObject_CallMethod(numpy, "empty", "OO", shape,
+                                    self->dt.dtype);
+    }
+    Py_DECREF(numpy);
+    Py_XDECREF(shape);
+    if (array == NULL) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS |
+                                             PyBUF_WRITABLE) < 0) {
+        Py_DECREF(array);
+        return NULL;
+    }
+    self->exports++;
+    rc = hmemcpy("VEBuffer.to_host", view.buf, self->hmem, view.len);
+    self->exports--;
+    PyBuffer_Release(&view);
+    if (rc < 0) {
+        Py_CLEAR(array);
+    }
+    return array;
+}
+
+/* Copy `other` into `self` through host memory (different nodes). */
+static int
+copy_staged(VEBufferObject *self, VEBufferObject *other)
+{
+    void *staging = PyMem_RawMalloc((size_t)self->layout.len);
+    int rc;
+
+    if (staging == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    rc = hmemcpy("VEBuffer.copy_from", staging, other->hmem,
+                 self->layout.len);
+    if (rc == 0) {
+        rc = hmemcpy("VEBuffer.copy_from", self->hmem, staging,
+                     self->layout.len);
+    }
+    PyMem_RawFree(staging);
+    return rc;
+}
+
+static PyObject *
+vebuffer_copy_from(PyObject *op, PyObject *arg)
+{
+    VEBufferObject *self = VEBuffer_CAST(op), *other;
+    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
+    int same, rc;
+
+    if (st == NULL) {
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(arg, st->VEBuffer_Type)) {
+        PyErr_Format(PyExc_TypeError,
+                     "VEBuffer.copy_from: other must be a VEBuffer, not "
+                     "'%.200s' (use copy_from_host for host memory)",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    other = VEBuffer_CAST(arg);
+    if (check_open(self) < 0 || check_open(other) < 0 ||
+        (self->layout.readonly &&
+         check_not_exported(self, "be written while read-only") < 0)) {
+        return NULL;
+    }
+    same = PyObject_RichCompareBool(other->dt.dtype, self->dt.dtype, Py_EQ);
+    if (same < 0) {
+        return NULL;
+    }
+    if (!same || other->layout.len != self->layout.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "VEBuffer.copy_from: other holds %zd bytes of %R, "
+                     "this buffer %zd bytes of %R", other->layout.len,
+                     other->dt.dtype, self->layout.len, self->dt.dtype);
+        return NULL;
+    }
+    if (other == self) {
+        Py_RETURN_NONE;
+    }
+    self->exports++;
+    other->exports++;
+    rc = self->node == other->node
+             ? hmemcpy("VEBuffer.copy_from", self->hmem, other->hmem,
+                       self->layout.len)
+             : copy_staged(self, other);
+    self->exports--;
+    other->exports--;
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+vebuffer_close(PyObject *op, PyObject *unused)
+{
+    VEBufferObject *self = VEBuffer_CAST(op);
+    (void)unused;
+
+    if (self->node == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (check_not_exported(self, "close") < 0) {
+        return NULL;
+    }
+    vebuffer_free(self);
+    Py_RETURN_NONE;
+}
+
+/* DLPack enumerates no device type for VE memory; see docs/ve.rst. */
+static PyObject *
+refuse_dlpack(PyObject *op)
+{
+    if (check_open(VEBuffer_CAST(op)) < 0) {
+        return NULL;
+    }
+    PyErr_SetString(PyExc_BufferError,
+                    "VEBuffer: DLPack has no device type for NEC SX-Aurora "
+                    "VE memory, so it cannot be exported as DLPack; use "
+                    "__ve_array_interface__ or the extended buffer "
+                    "protocol (PyBUF_DEVICE, device 'bufferext.ve')");
+    return NULL;
+}
+
+static PyObject *
+vebuffer_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                PyObject *kwnames)
+{
+    (void)args;
+    (void)nargs;
+    (void)kwnames;
+    return refuse_dlpack(op);
+}
+
+static PyObject *
+vebuffer_dlpack_device(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    return refuse_dlpack(op);
+}
+
+static PyObject *
+vebuffer_enter(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    return Py_NewRef(op);
+}
+
+static PyObject *
+vebuffer_exit(PyObject *op, PyObject *args)
+{
+    (void)args;
+    return vebuffer_close(op, NULL);
+}
+
+static PyMethodDef vebuffer_methods[] = {
+    {"copy_from_host", vebuffer_copy_from_host, METH_O,
+     "copy_from_host(source)\n--\n\n"
+     "Copy a host buffer of the same size into VE memory (raw bytes, or\n"
+     "items of the same dtype in any layout)."},
+    {"to_host", vebuffer_to_host, METH_NOARGS,
+     "to_host()\n--\n\nA numpy array holding a copy of the contents."},
+    {"copy_from", vebuffer_copy_from, METH_O,
+     "copy_from(other)\n--\n\n"
+     "Copy another VEBuffer of the same dtype and size into this one\n"
+     "(directly on one node, through host memory between nodes)."},
+    {"close", vebuffer_close, METH_NOARGS,
+     "close()\n--\n\n"
+     "Free the HMEM now.  BufferError while exported; closing twice is\n"
+     "harmless."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))vebuffer_dlpack,
+     METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
+     "copy=None)\n--\n\n"
+     "Always raises BufferError: DLPack has no VE device type."},
+    {"__dlpack_device__", vebuffer_dlpack_device, METH_NOARGS,
+     "__dlpack_device__()\n--\n\n"
+     "Always raises BufferError: DLPack has no VE device type."},
+    {"__enter__", vebuffer_enter, METH_NOARGS, NULL},
+    {"__exit__", vebuffer_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---- attributes ------------------------------------------------------- */
+
+static PyObject *
+get_shape(PyObject *op, void *closure)
+{
+    VEBufferObject *self = VEBuffer_CAST(op);
+    (void)closure;
+    return bufferext_tuple_from_ssize(self->layout.ndim, self->layout.shape);
+}
+
+static PyObject *
+get_strides(PyObject *op, void *closure)
+{
+    VEBufferObject *self = VEBuffer_CAST(op);
+    (void)closure;
+    return bufferext_tuple_from_ssize(self->layout.ndim,
+                                      self->layout.strides);
+}
+
+#define VE_GETTER(name, expr)                                     \
+    static PyObject *get_##name(PyObject *op, void *closure)      \
+    {                                                             \
+        VEBufferObject *self = VEBuffer_CAST(op);                 \
+        (void)closure;                                            \
+        return expr;                                              \
+    }
+
+VE_GETTER(ndim, PyLong_FromLong(self->layout.ndim))
+VE_GETTER(nbytes, PyLong_FromSsize_t(self->layout.len))
+VE_GETTER(itemsize, PyLong_FromSsize_t(self->layout.itemsize))
+VE_GETTER(dtype, Py_NewRef(self->dt.dtype))
+VE_GETTER(format, PyUnicode_FromString(self->dt.format))
+VE_GETTER(readonly, PyBool_FromLong(self->layout.readonly))
+VE_GETTER(exports, PyLong_FromSsize_t(self->exports))
+VE_GETTER(closed, PyBool_FromLong(self->node == NULL))
+VE_GETTER(node, PyLong_FromLong(self->number))
+VE_GETTER(ptr, check_open(self) < 0 ? NULL
+                                    : PyLong_FromVoidPtr(self->hmem))
+
+/* The VE Array Interface, version 1 (see docs/ve.rst). */
+static PyObject *
+get_ve_array_interface(PyObject *op, void *closure)
+{
+    VEBufferObject *self = VEBuffer_CAST(op);
+    PyObject *shape;
+    (void)closure;
+
+    if (check_open(self) < 0 || (shape = get_shape(op, NULL)) == NULL) {
+        return NULL;
+    }
+    /* data: the HMEM address, 0 for zero-size; strides None: C order. */
+    return Py_BuildValue("{s:N,s:O,s:[(s,O)],s:(NO),s:i,s:O,s:N}",
+                         "shape", shape, "typestr", self->dt.typestr,
+                         "descr", "", self->dt.typestr,
+                         "data", PyLong_FromVoidPtr(self->hmem),
+                         self->layout.readonly ? Py_True : Py_False,
+                         "version", 1, "strides", Py_None,
+                         "veo_ctxt", PyLong_FromVoidPtr(self->info.context));
+}
+
+#define VE_ATTR(name, doc) {#name, get_##name, NULL, doc, NULL}
+
+static PyGetSetDef vebuffer_getset[] = {
+    VE_ATTR(shape, "Shape, a tuple of ints."),
+    VE_ATTR(strides, "Strides in bytes (C order)."),
+    VE_ATTR(ndim, "Number of dimensions."),
+    VE_ATTR(nbytes, "Size in bytes."),
+    VE_ATTR(itemsize, "Bytes per item."),
+    VE_ATTR(dtype, "Element type, a numpy.dtype."),
+    VE_ATTR(format, "Element type as a struct format."),
+    VE_ATTR(readonly, "True if exports are read-only."),
+    VE_ATTR(exports, "Number of live exports."),
+    VE_ATTR(closed, "True once close() freed the memory."),
+    VE_ATTR(node, "VE node number."),
+    VE_ATTR(ptr, "HMEM address of the first byte (0 when zero-size)."),
+    {"__ve_array_interface__", get_ve_array_interface, NULL,
+     "VE Array Interface, version 1.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *
+vebuffer_repr(PyObject *op)
+{
+    VEBufferObject *self = VEBuffer_CAST(op);
+    PyObject *shape = get_shape(op, NULL), *result;
+
+    if (shape == NULL) {
+        return NULL;
+    }
+    result = PyUnicode_FromFormat("VEBuffer(%R, dtype='%S', node=%d%s%s)",
+                                  shape, self->dt.dtype, self->number,
+                                  self->layout.readonly ? ", readonly=True"
+                                                        : "",
+                                  self->node == NULL ? ", closed" : "");
+    Py_DECREF(shape);
+    return result;
+}
+
+static PyMemberDef vebuffer_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET,
+     offsetof(VEBufferObject, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot vebuffer_slots[] = {
+    {Py_tp_new, vebuffer_new},
+    {Py_tp_dealloc, vebuffer_dealloc},
+    {Py_tp_traverse, vebuffer_traverse},
+    {Py_tp_repr, vebuffer_repr},
+    {Py_tp_methods, vebuffer_methods},
+    {Py_tp_getset, vebuffer_getset},
+    {Py_tp_members, vebuffer_members},
+    {Py_bf_getbuffer, vebuffer_getbuffer},
+    {Py_bf_releasebuffer, vebuffer_releasebuffer},
+    {Py_tp_doc,
+     "VEBuffer(shape, dtype='float64', *, node=0, readonly=False)\n--\n\n"
+     "Memory on NEC SX-Aurora VE node `node`, allocated as VEO HMEM\n"
+     "(contents undefined until written), exported through the extended\n"
+     "buffer protocol (PyBUF_DEVICE only) and the VE Array Interface v1."},
+    {0, NULL},
+};
+
+static PyType_Spec vebuffer_spec = {
+    "bufferext.VEBuffer",
+    sizeof(VEBufferObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    vebuffer_slots,
+};
+
+/* ---- status and init --------------------------------------------------- */
+
+/* Nodes with a VEO process started by this module, and the library's
+ * version, once it is loaded. */
+static int
+add_loaded_status(PyObject *status)
+{
+    PyObject *open = PyList_New(0), *value;
+    int i, rc;
+
+    for (i = 0; open != NULL && i < VE_MAX_NODES; i++) {
+        if (ve_nodes[i].proc != NULL) {
+            value = PyLong_FromLong(i);
+            if (value == NULL || PyList_Append(open, value) < 0) {
+                Py_CLEAR(open);
+            }
+            Py_XDECREF(value);
+        }
+    }
+    if (open == NULL) {
+        return -1;
+    }
+    value = Py_BuildValue("{s:N,s:i,s:z}", "open_nodes", open,
+                          "api_version", VEO(veo_api_version)(),
+                          "version_string", VEO(veo_version_string)());
+    rc = value == NULL ? -1 : PyDict_Update(status, value);
+    Py_XDECREF(value);
+    return rc;
+}
+
 PyObject *
 bufferext_ve_status(void)
 {
     PyObject *status = bufferext_library_status(&veo_spec, &veo_library);
-    if (status != NULL &&
-        PyDict_SetItemString(status, "device", Py_None) == 0) {
-        PyObject *name = PyUnicode_FromString(BUFFEREXT_DEVICE_VE);
-        if (name == NULL || PyDict_SetItemString(status, "device", name)) {
-            Py_CLEAR(status);
-        }
-        Py_XDECREF(name);
+    PyObject *name;
+
+    if (status == NULL) {
+        return NULL;
     }
+    name = PyUnicode_FromString(BUFFEREXT_DEVICE_VE);
+    if (name == NULL || PyDict_SetItemString(status, "device", name) < 0 ||
+        (veo_library.state == 1 && add_loaded_status(status) < 0)) {
+        Py_CLEAR(status);
+    }
+    Py_XDECREF(name);
     return status;
 }
 
 int
 bufferext_init_ve(PyObject *module)
 {
-    (void)module;
-    return 0;
+    bufferext_state *st = bufferext_get_state(module);
+
+    if (!ve_atexit_registered) {
+        if (Py_AtExit(ve_atexit) < 0) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "bufferext: cannot register the VEO teardown "
+                            "(Py_AtExit is full)");
+            return -1;
+        }
+        ve_atexit_registered = 1;
+    }
+    st->VEBuffer_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &vebuffer_spec, NULL);
+    if (st->VEBuffer_Type == NULL ||
+        BufferExt_SetSupportedFlags(st->VEBuffer_Type,
+                                    VEBUFFER_SUPPORTED_FLAGS) < 0) {
+        return -1;
+    }
+    return PyModule_AddObject(module, "VEBuffer",
+                              Py_NewRef(st->VEBuffer_Type));
 }
