@@ -324,18 +324,16 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (self == NULL) {
         return NULL;
     }
-    /* Consume: from here on the adapter owns the tensor. */
-    if (PyCapsule_SetName(capsule, versioned ? "used_dltensor_versioned"
+    /* Validate everything first: a rejected capsule stays its producer's. */
+    if (adapter_from_tensor(self, tensor, force == 1 || readonly) < 0 ||
+        PyCapsule_SetName(capsule, versioned ? "used_dltensor_versioned"
                                              : "used_dltensor") < 0) {
         Py_DECREF(self);
         return NULL;
     }
+    /* Consumed: from here on the adapter owns the tensor. */
     self->dl_managed = managed;
     self->dl_versioned = versioned;
-    if (adapter_from_tensor(self, tensor, force == 1 || readonly) < 0) {
-        Py_DECREF(self);
-        return NULL;
-    }
     return (PyObject *)self;
 }
 
@@ -531,7 +529,14 @@ adapter_dealloc(PyObject *op)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs(op);
     }
-    dl_delete(self->dl_managed, self->dl_versioned);
+    if (self->dl_managed != NULL) {
+        /* The producer's deleter may run Python code: keep any pending
+         * exception out of its way. */
+        PyObject *type_, *value, *tb;
+        PyErr_Fetch(&type_, &value, &tb);
+        dl_delete(self->dl_managed, self->dl_versioned);
+        PyErr_Restore(type_, value, tb);
+    }
     if (self->has_held) {
         PyBuffer_Release(&self->held);
     }
