@@ -120,15 +120,20 @@ def _require(protocol: str, d: Dict[str, Any], key: str) -> Any:
     return d[key]
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(
-        value, (bool, np.bool_))
+_SSIZE_MAX = 2**63 - 1 if np.intp(0).itemsize == 8 else 2**31 - 1
+_POINTER_LIMIT = 2**64 if np.intp(0).itemsize == 8 else 2**32
+
+
+def _is_int(value: Any, low: int = -_SSIZE_MAX, high: int = _SSIZE_MAX) -> bool:
+    return (isinstance(value, (int, np.integer))
+            and not isinstance(value, (bool, np.bool_))
+            and low <= value <= high)
 
 
 def _shape(protocol: str, d: Dict[str, Any]) -> Tuple[int, ...]:
     shape = _require(protocol, d, "shape")
     if (not isinstance(shape, tuple) or len(shape) > 64
-            or not all(_is_int(n) and n >= 0 for n in shape)):
+            or not all(_is_int(n, 0) for n in shape)):
         raise _fail(protocol, "shape", shape,
                     "a tuple of at most 64 non-negative ints")
     return tuple(int(n) for n in shape)
@@ -173,8 +178,9 @@ def _strides(protocol: str, d: Dict[str, Any], shape: Tuple[int, ...],
 
 def _data_pair(protocol: str, d: Dict[str, Any]) -> Tuple[int, bool]:
     data = _require(protocol, d, "data")
-    if (not isinstance(data, tuple) or len(data) != 2 or not _is_int(data[0])
-            or data[0] < 0 or not isinstance(data[1], (bool, np.bool_))):
+    if (not isinstance(data, tuple) or len(data) != 2
+            or not _is_int(data[0], 0, _POINTER_LIMIT - 1)
+            or not isinstance(data[1], (bool, np.bool_))):
         raise _fail(protocol, "data", data, "a tuple (pointer: int >= 0, "
                     "readonly: bool)")
     return int(data[0]), bool(data[1])
@@ -182,7 +188,7 @@ def _data_pair(protocol: str, d: Dict[str, Any]) -> Tuple[int, bool]:
 
 def _version(protocol: str, d: Dict[str, Any], low: int, high: int) -> int:
     version = _require(protocol, d, "version")
-    if not _is_int(version) or not low <= version <= high:
+    if not _is_int(version, low, high):
         raise _fail(protocol, "version", version,
                     f"an int from {low} to {high}" if low != high
                     else f"{high}")
@@ -214,8 +220,7 @@ def _from_cai(obj: Any, interface: Any,
     ptr, ro = _data_pair(protocol, d)
     _no_mask(protocol, d)
     stream = d.get("stream")
-    if stream is not None and (not _is_int(stream) or stream == 0
-                               or stream < 0):
+    if stream is not None and not _is_int(stream, 1, _POINTER_LIMIT - 1):
         raise _fail(protocol, "stream", stream,
                     "None or a positive int (0 is disallowed by CAI v3)")
     ordinal, context, event = _cuda_import(ptr, stream)
@@ -236,7 +241,7 @@ def _from_vai(obj: Any, interface: Any,
     ptr, ro = _data_pair(protocol, d)
     _no_mask(protocol, d)
     ctxt = d.get("veo_ctxt")
-    if ctxt is not None and (not _is_int(ctxt) or ctxt < 0):
+    if ctxt is not None and not _is_int(ctxt, 0, _POINTER_LIMIT - 1):
         raise _fail(protocol, "veo_ctxt", ctxt, "None or an int >= 0")
     node, proc, context = _ve_import(ptr, ctxt)
     return _bufferext._adapter_from_layout(
@@ -255,12 +260,15 @@ def _from_array_interface(obj: Any, interface: Any,
     strides = _strides(protocol, d, shape, itemsize)
     _no_mask(protocol, d)
     offset = d.get("offset", 0)
-    if not _is_int(offset) or offset < 0:
+    if not _is_int(offset, 0):
         raise _fail(protocol, "offset", offset, "an int >= 0")
     data = d.get("data")
     keepalive = None
     if isinstance(data, tuple):
         ptr, ro = _data_pair(protocol, d)
+        if ptr + int(offset) >= _POINTER_LIMIT:
+            raise _fail(protocol, "offset", offset, "an offset inside the "
+                        "address space")
     elif data is not None and _bufferext.check_buffer_supports(data):
         keepalive = _bufferext.get_buffer(data, BufferFlags.FULL_RO)
         ptr, ro = keepalive.ptr, keepalive.readonly
