@@ -210,7 +210,8 @@ module_exec(PyObject *module)
     if (bufferext_init_view(module) < 0 ||
         bufferext_init_cpubuffer(module) < 0 ||
         bufferext_init_cuda(module) < 0 ||
-        bufferext_init_ve(module) < 0) {
+        bufferext_init_ve(module) < 0 ||
+        bufferext_init_adapter(module) < 0) {
         return -1;
     }
     return 0;
@@ -224,6 +225,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->CPUBuffer_Type);
     Py_VISIT(st->CUDABuffer_Type);
     Py_VISIT(st->VEBuffer_Type);
+    Py_VISIT(st->BufferAdapter_Type);
     Py_VISIT(st->CUDADeviceInfo_Type);
     Py_VISIT(st->VEDeviceInfo_Type);
     Py_VISIT(st->OpaqueDeviceInfo_Type);
@@ -240,6 +242,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->CPUBuffer_Type);
     Py_CLEAR(st->CUDABuffer_Type);
     Py_CLEAR(st->VEBuffer_Type);
+    Py_CLEAR(st->BufferAdapter_Type);
     Py_CLEAR(st->CUDADeviceInfo_Type);
     Py_CLEAR(st->VEDeviceInfo_Type);
     Py_CLEAR(st->OpaqueDeviceInfo_Type);

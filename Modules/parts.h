@@ -14,6 +14,7 @@ typedef struct {
     PyTypeObject *CPUBuffer_Type;
     PyTypeObject *CUDABuffer_Type;
     PyTypeObject *VEBuffer_Type;
+    PyTypeObject *BufferAdapter_Type;
     PyTypeObject *CUDADeviceInfo_Type;
     PyTypeObject *VEDeviceInfo_Type;
     PyTypeObject *OpaqueDeviceInfo_Type;
@@ -30,6 +31,7 @@ int bufferext_init_view(PyObject *module);       /* view.c */
 int bufferext_init_cpubuffer(PyObject *module);  /* cpubuffer.c */
 int bufferext_init_cuda(PyObject *module);       /* cudabuffer.c */
 int bufferext_init_ve(PyObject *module);         /* vebuffer.c */
+int bufferext_init_adapter(PyObject *module);    /* adapter.c */
 
 /* A dict per device library for bufferext.devices(). */
 PyObject *bufferext_cuda_status(void);           /* cudabuffer.c */

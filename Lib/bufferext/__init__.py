@@ -19,6 +19,7 @@ from typing import Any, Dict, List
 
 from . import _bufferext
 from ._bufferext import (
+    BufferAdapter,
     BufferView,
     CPUBuffer,
     CUDABuffer,
@@ -30,11 +31,13 @@ from ._bufferext import (
     check_buffer_supports,
     get_buffer,
 )
+from ._bridges import as_buffer
 from ._flags import BufferFlags
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BufferAdapter",
     "BufferFlags",
     "BufferView",
     "CPUBuffer",
@@ -44,6 +47,7 @@ __all__ = [
     "OpaqueDeviceInfo",
     "VEBuffer",
     "VEDeviceInfo",
+    "as_buffer",
     "check_buffer_supports",
     "devices",
     "get_buffer",

@@ -1,0 +1,319 @@
+"""Bridges: today's array-exchange protocols into the extended buffer protocol.
+
+:func:`as_buffer` turns anything that speaks DLPack, the CUDA Array
+Interface v3, the VE Array Interface v1, NumPy's array interface v3 or the
+buffer protocol into an exporter of the extended buffer protocol, zero-copy.
+An object that speaks several is read in this order:
+
+1. the extended buffer protocol itself (its type declares ``DEVICE``):
+   passed through;
+2. DLPack, when ``__dlpack_device__`` names a non-CPU device (a plain buffer
+   export could not say where the memory is);
+3. the buffer protocol: passed through;
+4. DLPack (CPU memory);
+5. ``__cuda_array_interface__``;
+6. ``__ve_array_interface__``;
+7. ``__array_interface__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from . import _bufferext
+from ._bufferext import BufferAdapter, DeviceUnavailableError
+from ._dtypes import resolve
+from ._flags import BufferFlags
+
+__all__ = ["as_buffer", "format_to_typestr"]
+
+_DLPACK_CPU_TYPES = (1, 3, 13)          # kDLCPU, kDLCUDAHost, kDLCUDAManaged
+_DLPACK_MAX_VERSION = (1, 3)
+_CAI_MAX_VERSION = 3
+_VAI_VERSION = 1
+_ARRAY_INTERFACE_VERSION = 3
+
+
+def as_buffer(obj: Any, *, readonly: Optional[bool] = None) -> Any:
+    """An exporter of the extended buffer protocol for ``obj``, zero-copy.
+
+    ``readonly=None`` keeps the source's policy, ``True`` makes every export
+    read-only, ``False`` requires writable memory (BufferError otherwise).
+    The source stays alive as long as the result or any of its exports.
+    Raises TypeError if ``obj`` speaks none of the supported protocols, and
+    BufferError (naming the field and the value) for malformed descriptions.
+    """
+    if readonly is not None and not isinstance(readonly, bool):
+        raise TypeError(f"as_buffer: readonly must be None or a bool, not "
+                        f"{readonly!r}")
+    if _bufferext.check_buffer_supports(obj, BufferFlags.DEVICE):
+        return _pass_through(obj, readonly)
+    has_dlpack = hasattr(type(obj), "__dlpack__")
+    if has_dlpack and _dlpack_device(obj)[0] not in _DLPACK_CPU_TYPES:
+        return _from_dlpack(obj, readonly)
+    if _bufferext.check_buffer_supports(obj):
+        return _pass_through(obj, readonly)
+    if has_dlpack:
+        return _from_dlpack(obj, readonly)
+    for name, parse in _INTERFACES:
+        interface = getattr(obj, name, None)
+        if interface is not None:
+            return parse(obj, interface, readonly)
+    raise TypeError(
+        f"as_buffer: {type(obj).__name__!r} object speaks none of the buffer "
+        "protocol, DLPack, __cuda_array_interface__, __ve_array_interface__ "
+        "or __array_interface__")
+
+
+def _pass_through(obj: Any, readonly: Optional[bool]) -> Any:
+    if readonly is None:
+        return obj
+    return _bufferext._adapter_from_buffer(obj, readonly)
+
+
+# ---- DLPack ----------------------------------------------------------------
+
+def _dlpack_device(obj: Any) -> Tuple[int, int]:
+    query = getattr(obj, "__dlpack_device__", None)
+    if query is None:
+        return (1, 0)
+    device = query()
+    if (not isinstance(device, tuple) or len(device) != 2
+            or not all(isinstance(v, int) for v in device)):
+        raise BufferError(f"dlpack: __dlpack_device__() returned {device!r}, "
+                          "expected a tuple (device_type, device_id)")
+    return (int(device[0]), int(device[1]))
+
+
+def _from_dlpack(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
+    device_type, _ = _dlpack_device(obj)
+    if device_type not in _DLPACK_CPU_TYPES:
+        raise DeviceUnavailableError(
+            f"dlpack: importing memory of DLPack device type {device_type} "
+            "needs bufferext's CUDA bridge, which is not available")
+    try:
+        capsule = obj.__dlpack__(max_version=_DLPACK_MAX_VERSION, copy=False)
+    except TypeError:
+        capsule = obj.__dlpack__()      # a producer older than DLPack 1.0
+    return _bufferext._adapter_from_dlpack(obj, capsule, readonly)
+
+
+# ---- interface dicts --------------------------------------------------------
+
+def _fail(protocol: str, field: str, value: Any, expected: str) -> BufferError:
+    return BufferError(f"{protocol}: {field!r} is {value!r}; expected "
+                       f"{expected}")
+
+
+def _get_dict(protocol: str, interface: Any) -> Dict[str, Any]:
+    if not isinstance(interface, dict):
+        raise TypeError(f"{protocol} must be a dict, not "
+                        f"{type(interface).__name__!r}")
+    return interface
+
+
+def _require(protocol: str, d: Dict[str, Any], key: str) -> Any:
+    if key not in d:
+        raise BufferError(f"{protocol}: required key {key!r} is missing")
+    return d[key]
+
+
+_SSIZE_MAX = 2**63 - 1 if np.intp(0).itemsize == 8 else 2**31 - 1
+_POINTER_LIMIT = 2**64 if np.intp(0).itemsize == 8 else 2**32
+
+
+def _is_int(value: Any, low: int = -_SSIZE_MAX, high: int = _SSIZE_MAX) -> bool:
+    return (isinstance(value, (int, np.integer))
+            and not isinstance(value, (bool, np.bool_))
+            and low <= value <= high)
+
+
+def _shape(protocol: str, d: Dict[str, Any]) -> Tuple[int, ...]:
+    shape = _require(protocol, d, "shape")
+    if (not isinstance(shape, tuple) or len(shape) > 64
+            or not all(_is_int(n, 0) for n in shape)):
+        raise _fail(protocol, "shape", shape,
+                    "a tuple of at most 64 non-negative ints")
+    return tuple(int(n) for n in shape)
+
+
+def _typestr(protocol: str, d: Dict[str, Any]) -> Tuple[str, int]:
+    typestr = _require(protocol, d, "typestr")
+    if not isinstance(typestr, str):
+        raise _fail(protocol, "typestr", typestr, "a str such as '<f8'")
+    try:
+        dtype = np.dtype(typestr)
+    except TypeError:
+        raise _fail(protocol, "typestr", typestr,
+                    "a NumPy type string such as '<f8'") from None
+    if dtype.itemsize == 0 or dtype.hasobject:
+        raise _fail(protocol, "typestr", typestr,
+                    "a fixed-size type without Python objects")
+    try:
+        fmt = resolve(dtype)[0]
+    except TypeError:
+        # Structured and other types: NumPy's own PEP 3118 format.
+        fmt = memoryview(np.empty((0,), dtype)).format
+    return fmt, dtype.itemsize
+
+
+def _strides(protocol: str, d: Dict[str, Any], shape: Tuple[int, ...],
+             itemsize: int) -> Tuple[int, ...]:
+    strides = d.get("strides")
+    if strides is None:
+        out = []
+        step = itemsize
+        for n in reversed(shape):
+            out.append(step)
+            step *= max(n, 1)
+        return tuple(reversed(out))
+    if (not isinstance(strides, tuple) or len(strides) != len(shape)
+            or not all(_is_int(s) for s in strides)):
+        raise _fail(protocol, "strides", strides,
+                    f"None or a tuple of {len(shape)} ints")
+    return tuple(int(s) for s in strides)
+
+
+def _data_pair(protocol: str, d: Dict[str, Any]) -> Tuple[int, bool]:
+    data = _require(protocol, d, "data")
+    if (not isinstance(data, tuple) or len(data) != 2
+            or not _is_int(data[0], 0, _POINTER_LIMIT - 1)
+            or not isinstance(data[1], (bool, np.bool_))):
+        raise _fail(protocol, "data", data, "a tuple (pointer: int >= 0, "
+                    "readonly: bool)")
+    return int(data[0]), bool(data[1])
+
+
+def _version(protocol: str, d: Dict[str, Any], low: int, high: int) -> int:
+    version = _require(protocol, d, "version")
+    if not _is_int(version, low, high):
+        raise _fail(protocol, "version", version,
+                    f"an int from {low} to {high}" if low != high
+                    else f"{high}")
+    return int(version)
+
+
+def _no_mask(protocol: str, d: Dict[str, Any]) -> None:
+    if d.get("mask") is not None:
+        raise BufferError(f"{protocol}: 'mask' is not supported (got "
+                          f"{type(d['mask']).__name__!r})")
+
+
+def _policy(protocol: str, source_readonly: bool,
+            readonly: Optional[bool]) -> bool:
+    if readonly is False and source_readonly:
+        raise BufferError(f"{protocol}: the memory is read-only but "
+                          "readonly=False was requested")
+    return source_readonly if readonly is None else readonly
+
+
+def _from_cai(obj: Any, interface: Any,
+              readonly: Optional[bool]) -> BufferAdapter:
+    protocol = "__cuda_array_interface__"
+    d = _get_dict(protocol, interface)
+    _version(protocol, d, 0, _CAI_MAX_VERSION)
+    shape = _shape(protocol, d)
+    fmt, itemsize = _typestr(protocol, d)
+    strides = _strides(protocol, d, shape, itemsize)
+    ptr, ro = _data_pair(protocol, d)
+    _no_mask(protocol, d)
+    stream = d.get("stream")
+    if stream is not None and not _is_int(stream, 1, _POINTER_LIMIT - 1):
+        raise _fail(protocol, "stream", stream,
+                    "None or a positive int (0 is disallowed by CAI v3)")
+    ordinal, context, event = _cuda_import(ptr, stream)
+    return _bufferext._adapter_from_layout(
+        obj, "cuda_array_interface", ptr, shape, strides, fmt, itemsize,
+        _policy(protocol, ro, readonly), "bufferext.cuda", ordinal, context,
+        event, 0, None)
+
+
+def _from_vai(obj: Any, interface: Any,
+              readonly: Optional[bool]) -> BufferAdapter:
+    protocol = "__ve_array_interface__"
+    d = _get_dict(protocol, interface)
+    _version(protocol, d, _VAI_VERSION, _VAI_VERSION)
+    shape = _shape(protocol, d)
+    fmt, itemsize = _typestr(protocol, d)
+    strides = _strides(protocol, d, shape, itemsize)
+    ptr, ro = _data_pair(protocol, d)
+    _no_mask(protocol, d)
+    ctxt = d.get("veo_ctxt")
+    if ctxt is not None and not _is_int(ctxt, 0, _POINTER_LIMIT - 1):
+        raise _fail(protocol, "veo_ctxt", ctxt, "None or an int >= 0")
+    node, proc, context = _ve_import(ptr, ctxt)
+    return _bufferext._adapter_from_layout(
+        obj, "ve_array_interface", ptr, shape, strides, fmt, itemsize,
+        _policy(protocol, ro, readonly), "bufferext.ve", node, context, 0,
+        proc, None)
+
+
+def _from_array_interface(obj: Any, interface: Any,
+                          readonly: Optional[bool]) -> BufferAdapter:
+    protocol = "__array_interface__"
+    d = _get_dict(protocol, interface)
+    _version(protocol, d, _ARRAY_INTERFACE_VERSION, _ARRAY_INTERFACE_VERSION)
+    shape = _shape(protocol, d)
+    fmt, itemsize = _typestr(protocol, d)
+    strides = _strides(protocol, d, shape, itemsize)
+    _no_mask(protocol, d)
+    offset = d.get("offset", 0)
+    if not _is_int(offset, 0):
+        raise _fail(protocol, "offset", offset, "an int >= 0")
+    data = d.get("data")
+    keepalive = None
+    if isinstance(data, tuple):
+        ptr, ro = _data_pair(protocol, d)
+        if ptr + int(offset) >= _POINTER_LIMIT:
+            raise _fail(protocol, "offset", offset, "an offset inside the "
+                        "address space")
+    elif data is not None and _bufferext.check_buffer_supports(data):
+        keepalive = _bufferext.get_buffer(data, BufferFlags.FULL_RO)
+        ptr, ro = keepalive.ptr, keepalive.readonly
+    else:
+        raise _fail(protocol, "data", data,
+                    "a tuple (pointer, readonly) or a buffer object")
+    return _bufferext._adapter_from_layout(
+        obj, "array_interface", ptr + int(offset), shape, strides, fmt,
+        itemsize, _policy(protocol, ro, readonly), None, 0, 0, 0, 0,
+        keepalive)
+
+
+_INTERFACES = (
+    ("__cuda_array_interface__", _from_cai),
+    ("__ve_array_interface__", _from_vai),
+    ("__array_interface__", _from_array_interface),
+)
+
+
+# ---- device hooks -----------------------------------------------------------
+
+def _cuda_import(ptr: int, stream: Optional[int]) -> Tuple[int, int, int]:
+    """(device ordinal, context, event) for CUDA memory at ``ptr``; the
+    event is recorded on the producer's ``stream`` (the CAI v3 rule turned
+    into the event rule of bufferext's CUDA device info)."""
+    hook = getattr(_bufferext, "_cuda_import_info", None)
+    if hook is None:
+        raise DeviceUnavailableError(
+            "__cuda_array_interface__: importing CUDA memory needs the CUDA "
+            "driver; bufferext was built without its CUDA bridge")
+    result: Tuple[int, int, int] = hook(ptr, stream)
+    return result
+
+
+def _ve_import(ptr: int, ctxt: Optional[int]) -> Tuple[int, int, int]:
+    """(node, VEO process, VEO context) of VE HMEM at ``ptr``."""
+    hook = getattr(_bufferext, "_ve_import_info", None)
+    if hook is None:
+        raise DeviceUnavailableError(
+            "__ve_array_interface__: importing VE memory needs the VEO "
+            "library; bufferext was built without its VE bridge")
+    result: Tuple[int, int, int] = hook(ptr, ctxt)
+    return result
+
+
+def format_to_typestr(fmt: str) -> str:
+    """The array-interface typestr of a struct-module format."""
+    return resolve(fmt)[3]

@@ -1,0 +1,800 @@
+/* adapter.c -- BufferAdapter: an extended-buffer exporter over memory that
+ * another protocol described (DLPack capsules, the CUDA / VE / NumPy array
+ * interfaces, or a buffer re-exported with another read-only policy).
+ * Zero-copy: the adapter keeps the source alive (and owns a consumed DLPack
+ * tensor) for as long as it or any of its exports lives.  The dispatch and
+ * the dict parsing live in Lib/bufferext/_bridges.py. */
+#include "parts.h"
+#include "export.h"
+#include "dlpack_abi.h"
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *source;           /* what as_buffer() was given */
+    PyObject *protocol;         /* str: how it was read */
+    PyObject *format_obj;       /* bytes holding layout.format */
+    PyObject *keepalive;        /* e.g. a BufferView of the data object */
+    bufferext_export_layout layout;
+    Py_ssize_t *dims;           /* shape then strides */
+    const char *device;         /* NULL (CPU) or a device name */
+    union {
+        BufferExt_CUDADeviceInfo cuda;
+        BufferExt_VEDeviceInfo ve;
+    } info;
+    void *dl_managed;           /* consumed DLPack tensor, or NULL */
+    int dl_versioned;
+    Py_buffer held;             /* re-exported buffer (policy change) */
+    int has_held;
+    Py_ssize_t exports;
+    PyObject *weakreflist;
+} AdapterObject;
+
+#define Adapter_CAST(op) ((AdapterObject *)(op))
+
+static AdapterObject *
+adapter_alloc(bufferext_state *st, PyObject *source, const char *protocol,
+              int ndim)
+{
+    AdapterObject *self = (AdapterObject *)st->BufferAdapter_Type->tp_alloc(
+        st->BufferAdapter_Type, 0);
+
+    if (self == NULL) {
+        return NULL;
+    }
+    self->source = Py_NewRef(source);
+    self->protocol = PyUnicode_FromString(protocol);
+    self->dims = PyMem_Calloc((size_t)(2 * ndim + 1), sizeof(Py_ssize_t));
+    if (self->protocol == NULL || self->dims == NULL) {
+        Py_DECREF(self);
+        return (AdapterObject *)PyErr_NoMemory();
+    }
+    self->layout.ndim = ndim;
+    self->layout.shape = self->dims;
+    self->layout.strides = self->dims + ndim;
+    return self;
+}
+
+static int
+adapter_set_format(AdapterObject *self, const char *format)
+{
+    self->format_obj = PyBytes_FromString(format);
+    if (self->format_obj == NULL) {
+        return -1;
+    }
+    self->layout.format = PyBytes_AS_STRING(self->format_obj);
+    return 0;
+}
+
+/* Total bytes of a strided layout (0 if any dimension is 0). */
+static int
+adapter_finish_layout(AdapterObject *self, const char *who)
+{
+    bufferext_export_layout *l = &self->layout;
+    Py_ssize_t n = l->itemsize;
+    int i;
+
+    for (i = 0; i < l->ndim; i++) {
+        if (l->shape[i] < 0) {
+            PyErr_Format(PyExc_BufferError, "%s: shape[%d] = %zd is "
+                         "negative", who, i, l->shape[i]);
+            return -1;
+        }
+        if (l->shape[i] != 0 && n > PY_SSIZE_T_MAX / l->shape[i]) {
+            PyErr_Format(PyExc_BufferError, "%s: shape is too large", who);
+            return -1;
+        }
+        n *= l->shape[i];
+    }
+    l->len = n;
+    if (n != 0 && l->buf == NULL) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: data pointer is NULL but the size is %zd bytes",
+                     who, n);
+        return -1;
+    }
+    bufferext_layout_contiguity(l);
+    return 0;
+}
+
+/* ---- DLPack import ---------------------------------------------------- */
+
+static int
+dl_format(const BxDLDataType *dt, char *out, Py_ssize_t *itemsize)
+{
+    static const char ints[] = "bhiq", uints[] = "BHIQ";
+    int index = dt->bits == 8 ? 0 : dt->bits == 16 ? 1 : dt->bits == 32 ? 2
+              : dt->bits == 64 ? 3 : -1;
+
+    if (dt->lanes != 1) {
+        PyErr_Format(PyExc_BufferError, "dlpack: dtype lanes = %d: only "
+                     "scalar (lanes == 1) types have a buffer format",
+                     (int)dt->lanes);
+        return -1;
+    }
+    out[1] = out[2] = '\0';
+    switch (dt->code) {
+    case BX_kDLInt:
+        if (index < 0) goto bad;
+        out[0] = ints[index];
+        break;
+    case BX_kDLUInt:
+        if (index < 0) goto bad;
+        out[0] = uints[index];
+        break;
+    case BX_kDLFloat:
+        if (index < 1 || index > 3) goto bad;
+        out[0] = "efd"[index - 1];
+        break;
+    case BX_kDLComplex:
+        if (dt->bits != 64 && dt->bits != 128) goto bad;
+        out[0] = 'Z';
+        out[1] = dt->bits == 64 ? 'f' : 'd';
+        break;
+    case BX_kDLBool:
+        if (dt->bits != 8) goto bad;
+        out[0] = '?';
+        break;
+    default:
+        goto bad;
+    }
+    *itemsize = dt->bits / 8;
+    return 0;
+bad:
+    PyErr_Format(PyExc_BufferError,
+                 "dlpack: dtype (code=%d, bits=%d) has no buffer-protocol "
+                 "format", (int)dt->code, (int)dt->bits);
+    return -1;
+}
+
+static int
+dl_device(AdapterObject *self, const BxDLDevice *device)
+{
+    switch (device->device_type) {
+    case BX_kDLCPU:
+    case BX_kDLCUDAHost:        /* pinned host memory */
+    case BX_kDLCUDAManaged:     /* CPU-accessible managed memory */
+        return 0;
+    case BX_kDLCUDA:
+        self->device = BUFFEREXT_DEVICE_CUDA;
+        self->info.cuda.version = BUFFEREXT_CUDA_INFO_VERSION;
+        self->info.cuda.device = device->device_id;
+        return 0;
+    default:
+        PyErr_Format(PyExc_BufferError,
+                     "dlpack: device type %d is not supported (CPU, CUDA, "
+                     "CUDA host and CUDA managed memory are)",
+                     (int)device->device_type);
+        return -1;
+    }
+}
+
+/* Fill the adapter from a validated DLTensor. */
+static int
+adapter_from_tensor(AdapterObject *self, const BxDLTensor *t, int readonly)
+{
+    bufferext_export_layout *l = &self->layout;
+    char format[4];
+    int i;
+
+    if (dl_format(&t->dtype, format, &l->itemsize) < 0 ||
+        adapter_set_format(self, format) < 0 ||
+        dl_device(self, &t->device) < 0) {
+        return -1;
+    }
+    for (i = 0; i < t->ndim; i++) {
+        l->shape[i] = (Py_ssize_t)t->shape[i];
+    }
+    if (t->strides == NULL) {        /* allowed before DLPack 1.2 */
+        Py_ssize_t stride = l->itemsize;
+        for (i = t->ndim - 1; i >= 0; i--) {
+            l->strides[i] = stride;
+            stride *= l->shape[i] ? l->shape[i] : 1;
+        }
+    }
+    else {
+        for (i = 0; i < t->ndim; i++) {
+            if (t->strides[i] > PY_SSIZE_T_MAX / l->itemsize ||
+                t->strides[i] < -(PY_SSIZE_T_MAX / l->itemsize)) {
+                PyErr_Format(PyExc_BufferError, "dlpack: strides[%d] = %lld "
+                             "is out of range", i, (long long)t->strides[i]);
+                return -1;
+            }
+            l->strides[i] = (Py_ssize_t)t->strides[i] * l->itemsize;
+        }
+    }
+    l->buf = t->data == NULL ? NULL : (char *)t->data + t->byte_offset;
+    l->readonly = readonly;
+    return adapter_finish_layout(self, "dlpack");
+}
+
+static int
+check_tensor(const BxDLTensor *t)
+{
+    int i;
+
+    if (t->ndim < 0 || t->ndim > PyBUF_MAX_NDIM) {
+        PyErr_Format(PyExc_BufferError, "dlpack: ndim = %d is out of range "
+                     "(0..%d)", (int)t->ndim, PyBUF_MAX_NDIM);
+        return -1;
+    }
+    if (t->ndim > 0 && t->shape == NULL) {
+        PyErr_Format(PyExc_BufferError, "dlpack: shape is NULL for ndim = %d",
+                     (int)t->ndim);
+        return -1;
+    }
+    for (i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0 || t->shape[i] > PY_SSIZE_T_MAX) {
+            PyErr_Format(PyExc_BufferError, "dlpack: shape[%d] = %lld is "
+                         "out of range", i, (long long)t->shape[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+dl_delete(void *managed, int versioned)
+{
+    if (managed == NULL) {
+        return;
+    }
+    if (versioned) {
+        BxDLManagedTensorVersioned *m = managed;
+        if (m->deleter != NULL) {
+            m->deleter(m);
+        }
+    }
+    else {
+        BxDLManagedTensor *m = managed;
+        if (m->deleter != NULL) {
+            m->deleter(m);
+        }
+    }
+}
+
+/* _adapter_from_dlpack(source, capsule, readonly): consume the capsule. */
+static PyObject *
+adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    PyObject *capsule;
+    void *managed;
+    const BxDLTensor *tensor;
+    AdapterObject *self;
+    int versioned, readonly = 0, force;
+
+    if (nargs != 3 || !PyCapsule_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_adapter_from_dlpack(source, "
+                        "capsule, readonly): capsule must be a PyCapsule");
+        return NULL;
+    }
+    capsule = args[1];
+    force = -1;                        /* readonly=None: as the tensor says */
+    if (args[2] != Py_None && (force = PyObject_IsTrue(args[2])) < 0) {
+        return NULL;
+    }
+    if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE_VERSIONED)) {
+        versioned = 1;
+    }
+    else if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE)) {
+        versioned = 0;
+    }
+    else {
+        const char *name = PyCapsule_GetName(capsule);
+        PyErr_Clear();
+        PyErr_Format(PyExc_BufferError,
+                     "dlpack: capsule name is '%s', expected 'dltensor' or "
+                     "'dltensor_versioned' (a consumed capsule cannot be "
+                     "used twice)", name ? name : "(null)");
+        return NULL;
+    }
+    managed = PyCapsule_GetPointer(capsule, versioned
+                                   ? BX_DLPACK_CAPSULE_VERSIONED
+                                   : BX_DLPACK_CAPSULE);
+    if (managed == NULL) {
+        return NULL;
+    }
+    if (versioned) {
+        BxDLManagedTensorVersioned *m = managed;
+        if (m->version.major != BX_DLPACK_MAJOR) {
+            PyErr_Format(PyExc_BufferError,
+                         "dlpack: capsule has DLPack version %u.%u; only "
+                         "major version %d is understood",
+                         (unsigned)m->version.major,
+                         (unsigned)m->version.minor, BX_DLPACK_MAJOR);
+            return NULL;   /* not consumed: its destructor frees it */
+        }
+        readonly = (m->flags & BX_DLPACK_FLAG_READ_ONLY) != 0;
+        tensor = &m->dl_tensor;
+    }
+    else {
+        tensor = &((BxDLManagedTensor *)managed)->dl_tensor;
+    }
+    if (check_tensor(tensor) < 0) {
+        return NULL;
+    }
+    if (force == 0 && readonly) {
+        PyErr_SetString(PyExc_BufferError, "dlpack: the tensor is "
+                        "read-only (DLPack READ_ONLY flag) but readonly=False "
+                        "was requested");
+        return NULL;
+    }
+    self = adapter_alloc(st, args[0], versioned ? "dlpack" : "dlpack-legacy",
+                         (int)tensor->ndim);
+    if (self == NULL) {
+        return NULL;
+    }
+    /* Validate everything first: a rejected capsule stays its producer's. */
+    if (adapter_from_tensor(self, tensor, force == 1 || readonly) < 0 ||
+        PyCapsule_SetName(capsule, versioned ? "used_dltensor_versioned"
+                                             : "used_dltensor") < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    /* Consumed: from here on the adapter owns the tensor. */
+    self->dl_managed = managed;
+    self->dl_versioned = versioned;
+    return (PyObject *)self;
+}
+
+/* ---- the dict protocols and re-exported buffers ----------------------- */
+
+/* _adapter_from_layout(source, protocol, ptr, shape, strides, format,
+ *                      itemsize, readonly, device, ordinal, context, event,
+ *                      proc, keepalive): the layout was parsed and checked
+ * in Python; keepalive is held as long as the adapter lives.
+ * device is None, 'bufferext.cuda' or 'bufferext.ve'. */
+static PyObject *
+adapter_from_layout(PyObject *module, PyObject *args)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    PyObject *source, *shape, *strides, *device;
+    const char *protocol, *format;
+    Py_ssize_t itemsize, i, n;
+    unsigned long long ptr, context, event, proc;
+    int readonly, ordinal;
+    AdapterObject *self;
+
+    PyObject *keepalive;
+
+    if (!PyArg_ParseTuple(args, "OsKO!O!snpOiKKKO:_adapter_from_layout",
+                          &source, &protocol, &ptr, &PyTuple_Type, &shape,
+                          &PyTuple_Type, &strides, &format, &itemsize,
+                          &readonly, &device, &ordinal, &context, &event,
+                          &proc, &keepalive)) {
+        return NULL;
+    }
+    n = PyTuple_GET_SIZE(shape);
+    if (n > PyBUF_MAX_NDIM || PyTuple_GET_SIZE(strides) != n ||
+        itemsize <= 0) {
+        PyErr_Format(PyExc_BufferError, "%s: bad layout (ndim %zd, "
+                     "itemsize %zd)", protocol, n, itemsize);
+        return NULL;
+    }
+    self = adapter_alloc(st, source, protocol, (int)n);
+    if (self == NULL || adapter_set_format(self, format) < 0) {
+        Py_XDECREF(self);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        self->layout.shape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        self->layout.strides[i] =
+            PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->keepalive = Py_NewRef(keepalive);
+    self->layout.buf = (void *)(uintptr_t)ptr;
+    self->layout.itemsize = itemsize;
+    self->layout.readonly = readonly;
+    if (device != Py_None) {
+        if (PyUnicode_CompareWithASCIIString(device,
+                                             BUFFEREXT_DEVICE_CUDA) == 0) {
+            self->device = BUFFEREXT_DEVICE_CUDA;
+            self->info.cuda.version = BUFFEREXT_CUDA_INFO_VERSION;
+            self->info.cuda.device = ordinal;
+            self->info.cuda.context = (void *)(uintptr_t)context;
+            self->info.cuda.event = (void *)(uintptr_t)event;
+        }
+        else if (PyUnicode_CompareWithASCIIString(device,
+                                                  BUFFEREXT_DEVICE_VE) == 0) {
+            self->device = BUFFEREXT_DEVICE_VE;
+            self->info.ve.version = BUFFEREXT_VE_INFO_VERSION;
+            self->info.ve.node = ordinal;
+            self->info.ve.proc = (void *)(uintptr_t)proc;
+            self->info.ve.context = (void *)(uintptr_t)context;
+        }
+        else {
+            Py_DECREF(self);
+            PyErr_Format(PyExc_ValueError, "%s: unknown device %R", protocol,
+                         device);
+            return NULL;
+        }
+    }
+    if (adapter_finish_layout(self, protocol) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* _adapter_from_buffer(source, readonly): re-export a buffer exporter with
+ * readonly=True (exports become read-only) or False (must be writable). */
+static PyObject *
+adapter_from_buffer(PyObject *module, PyObject *args)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    Py_buffer_extended ext;
+    PyObject *source;
+    AdapterObject *self;
+    int readonly, i;
+
+    if (!PyArg_ParseTuple(args, "Op:_adapter_from_buffer", &source,
+                          &readonly)) {
+        return NULL;
+    }
+    if (BufferExt_GetBuffer(source, &ext, (readonly ? PyBUF_FULL_RO
+                                                    : PyBUF_FULL) |
+                                              PyBUF_DEVICE) < 0) {
+        return NULL;
+    }
+    self = adapter_alloc(st, source, "buffer", ext.view.ndim);
+    if (self == NULL) {
+        BufferExt_Release(&ext);
+        return NULL;
+    }
+    self->held = ext.view;
+    self->has_held = 1;
+    for (i = 0; i < ext.view.ndim; i++) {
+        self->layout.shape[i] = ext.view.shape[i];
+        self->layout.strides[i] = ext.view.strides[i];
+    }
+    self->layout.buf = ext.view.buf;
+    self->layout.itemsize = ext.view.itemsize;
+    self->layout.readonly = readonly || ext.view.readonly;
+    self->layout.suboffsets = ext.view.suboffsets;
+    if (adapter_set_format(self, ext.view.format ? ext.view.format : "B") < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (BufferExt_IsDevice(&ext)) {
+        /* Only the two device layouts bufferext knows can be carried. */
+        if (strcmp(ext.device, BUFFEREXT_DEVICE_CUDA) == 0) {
+            self->device = BUFFEREXT_DEVICE_CUDA;
+            memcpy(&self->info.cuda, ext.device_info, sizeof(self->info.cuda));
+        }
+        else if (strcmp(ext.device, BUFFEREXT_DEVICE_VE) == 0) {
+            self->device = BUFFEREXT_DEVICE_VE;
+            memcpy(&self->info.ve, ext.device_info, sizeof(self->info.ve));
+        }
+        else {
+            PyErr_Format(PyExc_BufferError, "buffer: device '%s' is unknown "
+                         "to bufferext and cannot be re-exported",
+                         ext.device);
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
+    if (adapter_finish_layout(self, "buffer") < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* ---- the exporter ----------------------------------------------------- */
+
+static int
+adapter_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    AdapterObject *self = Adapter_CAST(op);
+
+    view->obj = NULL;
+    if (bufferext_fill_request(op, view, flags, &self->layout) < 0 ||
+        BufferExt_SetDevice(op, view, flags, self->device,
+                            self->device ? (void *)&self->info : NULL) < 0) {
+        return -1;
+    }
+    self->exports++;
+    view->obj = Py_NewRef(op);
+    return 0;
+}
+
+static void
+adapter_releasebuffer(PyObject *op, Py_buffer *view)
+{
+    (void)view;
+    Adapter_CAST(op)->exports--;
+}
+
+static int
+adapter_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    AdapterObject *self = Adapter_CAST(op);
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->source);
+    Py_VISIT(self->keepalive);
+    return 0;
+}
+
+static void
+adapter_dealloc(PyObject *op)
+{
+    AdapterObject *self = Adapter_CAST(op);
+    PyTypeObject *type = Py_TYPE(op);
+
+    PyObject_GC_UnTrack(op);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs(op);
+    }
+    if (self->dl_managed != NULL) {
+        /* The producer's deleter may run Python code: keep any pending
+         * exception out of its way. */
+        PyObject *type_, *value, *tb;
+        PyErr_Fetch(&type_, &value, &tb);
+        dl_delete(self->dl_managed, self->dl_versioned);
+        PyErr_Restore(type_, value, tb);
+    }
+    if (self->has_held) {
+        PyBuffer_Release(&self->held);
+    }
+    PyMem_Free(self->dims);
+    Py_XDECREF(self->format_obj);
+    Py_XDECREF(self->keepalive);
+    Py_XDECREF(self->protocol);
+    Py_XDECREF(self->source);
+    type->tp_free(op);
+    Py_DECREF(type);
+}
+
+static PyObject *
+adapter_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames)
+{
+    return bufferext_dlpack(op, args, nargs, kwnames);
+}
+
+static PyObject *
+adapter_dlpack_device(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    return bufferext_dlpack_device(op);
+}
+
+static PyMethodDef adapter_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))adapter_dlpack,
+     METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
+     "copy=None)\n--\n\nExport as a DLPack capsule (zero-copy)."},
+    {"__dlpack_device__", adapter_dlpack_device, METH_NOARGS,
+     "__dlpack_device__()\n--\n\n(DLPack device type, device id)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *
+adapter_get_source(PyObject *op, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(Adapter_CAST(op)->source);
+}
+
+static PyObject *
+adapter_get_protocol(PyObject *op, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(Adapter_CAST(op)->protocol);
+}
+
+static PyObject *
+adapter_get_shape(PyObject *op, void *closure)
+{
+    AdapterObject *self = Adapter_CAST(op);
+    (void)closure;
+    return bufferext_tuple_from_ssize(self->layout.ndim, self->layout.shape);
+}
+
+static PyObject *
+adapter_get_strides(PyObject *op, void *closure)
+{
+    AdapterObject *self = Adapter_CAST(op);
+    (void)closure;
+    return bufferext_tuple_from_ssize(self->layout.ndim,
+                                      self->layout.strides);
+}
+
+static PyObject *
+adapter_get_format(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(Adapter_CAST(op)->layout.format);
+}
+
+static PyObject *
+adapter_get_readonly(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(Adapter_CAST(op)->layout.readonly);
+}
+
+static PyObject *
+adapter_get_device(PyObject *op, void *closure)
+{
+    AdapterObject *self = Adapter_CAST(op);
+    (void)closure;
+    if (self->device == NULL) {
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(self->device);
+}
+
+static PyObject *
+adapter_get_exports(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(Adapter_CAST(op)->exports);
+}
+
+static PyObject *
+adapter_get_ptr(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromVoidPtr(Adapter_CAST(op)->layout.buf);
+}
+
+static PyObject *
+adapter_get_nbytes(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(Adapter_CAST(op)->layout.len);
+}
+
+/* CUDA Array Interface v3 of CUDA memory.  The adapter's rule is an event,
+ * CAI's a stream: with an event pending there is no stream to give, so the
+ * attribute refuses rather than hand out data that may not be ready. */
+static PyObject *
+adapter_get_cai(PyObject *op, void *closure)
+{
+    AdapterObject *self = Adapter_CAST(op);
+    PyObject *typestr, *result, *shape, *strides;
+    (void)closure;
+
+    if (self->device == NULL ||
+        strcmp(self->device, BUFFEREXT_DEVICE_CUDA) != 0) {
+        PyErr_SetString(PyExc_AttributeError,
+                        "__cuda_array_interface__: the memory is not CUDA "
+                        "device memory");
+        return NULL;
+    }
+    if (self->info.cuda.event != NULL) {
+        PyErr_SetString(PyExc_BufferError,
+                        "__cuda_array_interface__: the data is ready only "
+                        "after a CUDA event; use the extended buffer "
+                        "protocol or __dlpack__(stream=...)");
+        return NULL;
+    }
+    {
+        PyObject *mod = PyImport_ImportModule("bufferext._bridges");
+        if (mod == NULL) {
+            return NULL;
+        }
+        typestr = PyObject_CallMethod(mod, "format_to_typestr", "s",
+                                      self->layout.format);
+        Py_DECREF(mod);
+    }
+    if (typestr == NULL) {
+        return NULL;
+    }
+    shape = adapter_get_shape(op, NULL);
+    strides = self->layout.c_contiguous ? Py_NewRef(Py_None)
+                                        : adapter_get_strides(op, NULL);
+    if (shape == NULL || strides == NULL) {
+        Py_XDECREF(shape);
+        Py_XDECREF(strides);
+        Py_DECREF(typestr);
+        return NULL;
+    }
+    result = Py_BuildValue("{s:N,s:N,s:(NO),s:N,s:O,s:i}",
+                           "shape", shape, "typestr", typestr,
+                           "data", PyLong_FromVoidPtr(self->layout.buf),
+                           self->layout.readonly ? Py_True : Py_False,
+                           "strides", strides, "stream", Py_None,
+                           "version", 3);
+    return result;
+}
+
+#define ADAPTER_ATTR(name, doc) {#name, adapter_get_##name, NULL, doc, NULL}
+
+static PyGetSetDef adapter_getset[] = {
+    ADAPTER_ATTR(source, "The object the memory came from."),
+    ADAPTER_ATTR(protocol, "How it was read: 'buffer', 'dlpack', "
+                 "'dlpack-legacy', 'cuda_array_interface', "
+                 "'ve_array_interface' or 'array_interface'."),
+    ADAPTER_ATTR(shape, "Shape, a tuple of ints."),
+    ADAPTER_ATTR(strides, "Strides in bytes."),
+    ADAPTER_ATTR(format, "struct-module format of an item."),
+    ADAPTER_ATTR(readonly, "True if exports are read-only."),
+    ADAPTER_ATTR(device, "Device name, or None for CPU memory."),
+    ADAPTER_ATTR(exports, "Number of live exports."),
+    ADAPTER_ATTR(ptr, "Address of the first item."),
+    ADAPTER_ATTR(nbytes, "Size in bytes."),
+    {"__cuda_array_interface__", adapter_get_cai, NULL,
+     "CUDA Array Interface v3 (CUDA memory only).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *
+adapter_repr(PyObject *op)
+{
+    AdapterObject *self = Adapter_CAST(op);
+    PyObject *shape = adapter_get_shape(op, NULL), *result;
+
+    if (shape == NULL) {
+        return NULL;
+    }
+    result = PyUnicode_FromFormat(
+        "<BufferAdapter of %.200s via %U: shape=%R format='%s' device=%s%s>",
+        Py_TYPE(self->source)->tp_name, self->protocol, shape,
+        self->layout.format, self->device ? self->device : "cpu",
+        self->layout.readonly ? " readonly" : "");
+    Py_DECREF(shape);
+    return result;
+}
+
+static PyMemberDef adapter_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(AdapterObject, weakreflist),
+     READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot adapter_slots[] = {
+    {Py_tp_dealloc, adapter_dealloc},
+    {Py_tp_traverse, adapter_traverse},
+    {Py_tp_repr, adapter_repr},
+    {Py_tp_methods, adapter_methods},
+    {Py_tp_getset, adapter_getset},
+    {Py_tp_members, adapter_members},
+    {Py_bf_getbuffer, adapter_getbuffer},
+    {Py_bf_releasebuffer, adapter_releasebuffer},
+    {Py_tp_doc,
+     "An extended-buffer exporter over memory described by another protocol\n"
+     "(see bufferext.as_buffer).  Zero-copy; keeps its source alive."},
+    {0, NULL},
+};
+
+static PyType_Spec adapter_spec = {
+    "bufferext.BufferAdapter",
+    sizeof(AdapterObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    adapter_slots,
+};
+
+static PyMethodDef adapter_functions[] = {
+    {"_adapter_from_dlpack", (PyCFunction)(void (*)(void))adapter_from_dlpack,
+     METH_FASTCALL, "Consume a DLPack capsule into a BufferAdapter."},
+    {"_adapter_from_layout", adapter_from_layout, METH_VARARGS,
+     "A BufferAdapter over a layout parsed from an interface dict."},
+    {"_adapter_from_buffer", adapter_from_buffer, METH_VARARGS,
+     "A BufferAdapter re-exporting a buffer with another read-only policy."},
+    {NULL, NULL, 0, NULL},
+};
+
+int
+bufferext_init_adapter(PyObject *module)
+{
+    bufferext_state *st = bufferext_get_state(module);
+
+    st->BufferAdapter_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, &adapter_spec, NULL);
+    if (st->BufferAdapter_Type == NULL ||
+        BufferExt_SetSupportedFlags(st->BufferAdapter_Type,
+                                    BUFFEREXT_LEGACY_FLAGS |
+                                        PyBUF_DEVICE) < 0 ||
+        PyModule_AddFunctions(module, adapter_functions) < 0) {
+        return -1;
+    }
+    return PyModule_AddObject(module, "BufferAdapter",
+                              Py_NewRef(st->BufferAdapter_Type));
+}

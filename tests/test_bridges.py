@@ -1,0 +1,377 @@
+"""as_buffer(): every protocol in, zero-copy, lifetimes, and the way out."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from typing import Any, Dict
+
+import numpy as np
+import pytest
+
+import bufferext
+from bufferext import BufferFlags as F
+
+from _dlpack_ctypes import Crafted, PyCapsule_GetName, read_versioned
+
+
+class DLPackOnly:
+    """Speaks only DLPack (1.x with keywords), forwarding to an array."""
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.array.__dlpack_device__()
+
+
+class LegacyDLPack(DLPackOnly):
+    """A pre-1.0 producer: __dlpack__ takes no max_version."""
+
+    def __dlpack__(self, stream: Any = None) -> Any:  # type: ignore[override]
+        return self.array.__dlpack__(stream=stream)
+
+
+class Interface:
+    """Speaks one interface dict."""
+
+    def __init__(self, name: str, value: Any, keep: Any = None) -> None:
+        setattr(self, name, value)
+        self.keep = keep
+
+
+def ptr(obj: Any) -> int:
+    with bufferext.get_buffer(obj, F.FULL_RO | F.DEVICE) as view:
+        return view.ptr
+
+
+# ---- order and pass-through -------------------------------------------------
+
+def test_buffer_exporters_pass_through() -> None:
+    a = np.arange(6.0)
+    assert bufferext.as_buffer(a) is a
+    b = bufferext.CPUBuffer(4)
+    assert bufferext.as_buffer(b) is b
+    assert bufferext.as_buffer(b"abc") == b"abc"
+
+
+def test_readonly_policy_on_pass_through() -> None:
+    a = np.arange(6.0)
+    ro = bufferext.as_buffer(a, readonly=True)
+    assert isinstance(ro, bufferext.BufferAdapter) and ro.readonly
+    assert ptr(ro) == a.ctypes.data
+    with pytest.raises(BufferError):
+        bufferext.get_buffer(ro, F.WRITABLE)
+    with pytest.raises(BufferError):
+        bufferext.as_buffer(b"abc", readonly=False)
+    assert not bufferext.as_buffer(bytearray(3), readonly=False).readonly
+
+
+def test_readonly_must_be_bool() -> None:
+    with pytest.raises(TypeError, match="readonly"):
+        bufferext.as_buffer(b"x", readonly=1)  # type: ignore[arg-type]
+
+
+def test_non_exporter_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="'object' object speaks none"):
+        bufferext.as_buffer(object())
+
+
+def test_dlpack_preferred_for_device_memory_even_with_buffer_slot() -> None:
+    class DeviceClaim(DLPackOnly):
+        def __dlpack_device__(self) -> Any:
+            return (2, 0)
+
+    # No CUDA here: the device path is taken (and explains itself).
+    with pytest.raises(bufferext.DeviceUnavailableError, match="device type 2"):
+        bufferext.as_buffer(DeviceClaim(np.arange(3.0)))
+
+
+# ---- DLPack in -----------------------------------------------------------------
+
+@pytest.mark.parametrize("producer", [DLPackOnly, LegacyDLPack])
+def test_dlpack_zero_copy(producer: Any) -> None:
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]
+    adapter = bufferext.as_buffer(producer(a))
+    assert adapter.protocol == ("dlpack" if producer is DLPackOnly
+                                else "dlpack-legacy")
+    assert ptr(adapter) == a.ctypes.data
+    assert adapter.shape == (3, 2) and adapter.strides == a.strides
+    out = np.asarray(adapter)
+    assert out.ctypes.data == a.ctypes.data
+    np.testing.assert_array_equal(out, a)
+    a[0, 0] = 99                                   # shared memory
+    assert out[0, 0] == 99
+
+
+def test_dlpack_read_only_flag_honoured() -> None:
+    a = np.arange(4.0)
+    a.flags.writeable = False
+    adapter = bufferext.as_buffer(DLPackOnly(a))
+    assert adapter.readonly
+    with pytest.raises(BufferError):
+        bufferext.get_buffer(adapter, F.WRITABLE)
+    assert not np.asarray(adapter).flags.writeable
+    with pytest.raises(BufferError, match="readonly=False"):
+        bufferext.as_buffer(DLPackOnly(a), readonly=False)
+
+
+def test_dlpack_source_kept_alive_and_deleter_called_once() -> None:
+    source = bufferext.CPUBuffer((2, 3), "float32")
+    wrapper = DLPackOnly(source)
+    adapter = bufferext.as_buffer(wrapper)
+    ref = weakref.ref(wrapper)
+    del wrapper
+    gc.collect()
+    assert ref() is not None              # the adapter keeps its source
+    assert source.exports == 1            # the consumed capsule's export
+    with bufferext.get_buffer(adapter) as view:
+        assert view.ptr == source.ptr
+    del adapter
+    gc.collect()
+    assert ref() is None
+    assert source.exports == 0            # deleter ran exactly once
+
+
+def test_crafted_capsule_deleter_runs_once_on_adapter_death() -> None:
+    crafted = Crafted(shape=(8,), nbytes=8)
+    adapter = bufferext._bufferext._adapter_from_dlpack(
+        None, crafted.capsule(), None)
+    assert crafted.deleted == 0
+    del adapter
+    gc.collect()
+    assert crafted.deleted == 1
+
+
+def test_consumed_capsule_is_renamed_and_refused_twice() -> None:
+    a = np.arange(3.0)
+    capsule = a.__dlpack__(max_version=(1, 0))
+    keep = bufferext._bufferext._adapter_from_dlpack(a, capsule, None)
+    assert PyCapsule_GetName(capsule) == b"used_dltensor_versioned"
+    with pytest.raises(BufferError, match="used_dltensor_versioned"):
+        bufferext._bufferext._adapter_from_dlpack(a, capsule, None)
+    del keep
+
+
+@pytest.mark.parametrize("name", [b"foo", b"used_dltensor", b"dltensorX"])
+def test_wrongly_named_capsule(name: bytes) -> None:
+    crafted = Crafted()
+    with pytest.raises(BufferError, match="capsule name"):
+        bufferext._bufferext._adapter_from_dlpack(
+            None, crafted.capsule(name), None)
+    assert crafted.deleted == 0
+
+
+def test_not_a_capsule() -> None:
+    with pytest.raises(TypeError, match="PyCapsule"):
+        bufferext._bufferext._adapter_from_dlpack(None, object(), None)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(version=(2, 0)), "version 2.0"),
+    (dict(version=(0, 9)), "version 0.9"),
+    (dict(ndim=-1), "ndim = -1"),
+    (dict(ndim=65, shape=(1,) * 65), "ndim = 65"),
+    (dict(ndim=2, shape=None), "shape is NULL"),
+    (dict(shape=(-3,)), r"shape\[0\] = -3"),
+    (dict(code=99), "code=99"),
+    (dict(code=4, bits=16), "code=4"),          # bfloat16
+    (dict(lanes=4), "lanes = 4"),
+    (dict(bits=12), "bits=12"),
+    (dict(device=(7, 0)), "device type 7"),
+    (dict(data=0, shape=(8,)), "NULL"),
+])
+def test_absurd_capsules_rejected(kwargs: Dict[str, Any], message: str) -> None:
+    crafted = Crafted(**kwargs)
+    capsule = crafted.capsule()
+    with pytest.raises(BufferError, match=message):
+        bufferext._bufferext._adapter_from_dlpack(None, capsule, None)
+    gc.collect()
+    # Rejected before consumption: still named for its producer.
+    if "version" not in kwargs or kwargs["version"][0] == 1:
+        assert PyCapsule_GetName(capsule) in (b"dltensor_versioned",
+                                              b"used_dltensor_versioned")
+
+
+def test_legacy_capsule_without_strides_is_c_contiguous() -> None:
+    crafted = Crafted(versioned=False, ndim=2, shape=(2, 4), strides=None,
+                      code=1, bits=8, nbytes=8)
+    adapter = bufferext._bufferext._adapter_from_dlpack(
+        None, crafted.capsule(), None)
+    assert adapter.strides == (4, 1)
+    assert bytes(memoryview(adapter)) == bytes(8)
+    del adapter
+    gc.collect()
+    assert crafted.deleted == 1
+
+
+def test_byte_offset_applied() -> None:
+    crafted = Crafted(shape=(4,), nbytes=8, byte_offset=4)
+    adapter = bufferext._bufferext._adapter_from_dlpack(
+        None, crafted.capsule(), None)
+    assert adapter.ptr == crafted.managed.dl_tensor.data + 4
+
+
+# ---- interface dicts ---------------------------------------------------------
+
+def test_array_interface_pointer_tuple() -> None:
+    a = np.arange(12.0).reshape(3, 4).T
+    adapter = bufferext.as_buffer(
+        Interface("__array_interface__", a.__array_interface__, a))
+    assert adapter.protocol == "array_interface"
+    assert ptr(adapter) == a.ctypes.data and adapter.strides == a.strides
+    np.testing.assert_array_equal(np.asarray(adapter), a)
+
+
+def test_array_interface_buffer_data_with_offset_and_byte_order() -> None:
+    data = bytearray(b"\xff\xff\x00\x00\x00\x01\x00\x00\x00\x02")
+    adapter = bufferext.as_buffer(Interface("__array_interface__", {
+        "shape": (2,), "typestr": ">i4", "data": data, "offset": 2,
+        "version": 3}))
+    assert adapter.format == ">i"             # byte order passes through
+    np.testing.assert_array_equal(np.asarray(adapter), [1, 2])
+    assert ptr(adapter) == ptr(data) + 2
+    with pytest.raises(BufferError, match="native byte order"):
+        adapter.__dlpack__(max_version=(1, 0))
+
+
+def test_array_interface_read_only_data() -> None:
+    adapter = bufferext.as_buffer(Interface("__array_interface__", {
+        "shape": (4,), "typestr": "|u1", "data": b"abcd", "version": 3}))
+    assert adapter.readonly
+    assert bytes(memoryview(adapter)) == b"abcd"
+
+
+GOOD = {"shape": (3,), "typestr": "<f8", "data": (4096, False), "version": 3}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"shape": [3]}, "shape"),
+    ({"shape": (-1,)}, "shape"),
+    ({"shape": (1.5,)}, "shape"),
+    ({"shape": (True,)}, "shape"),
+    ({"typestr": 5}, "typestr"),
+    ({"typestr": "xyz"}, "typestr"),
+    ({"typestr": "|O"}, "typestr"),
+    ({"data": (0, False)}, "NULL"),
+    ({"data": (-8, False)}, "data"),
+    ({"data": (8,)}, "data"),
+    ({"data": (8, 1)}, "data"),
+    ({"data": "nope"}, "data"),
+    ({"strides": [8]}, "strides"),
+    ({"strides": (8, 8)}, "strides"),
+    ({"version": 4}, "version"),
+    ({"version": 2}, "version"),
+    ({"version": "3"}, "version"),
+    ({"mask": object()}, "mask"),
+    ({"offset": -1}, "offset"),
+])
+def test_array_interface_rejects(change: Dict[str, Any], field: str) -> None:
+    bad = dict(GOOD, **change)
+    with pytest.raises(BufferError, match=field):
+        bufferext.as_buffer(Interface("__array_interface__", bad))
+
+
+@pytest.mark.parametrize("key", ["shape", "typestr", "version"])
+def test_array_interface_missing_key(key: str) -> None:
+    bad = dict(GOOD)
+    del bad[key]
+    with pytest.raises(BufferError, match=f"required key '{key}'"):
+        bufferext.as_buffer(Interface("__array_interface__", bad))
+
+
+@pytest.mark.parametrize("name", ["__array_interface__",
+                                  "__cuda_array_interface__",
+                                  "__ve_array_interface__"])
+def test_interface_must_be_a_dict(name: str) -> None:
+    with pytest.raises(TypeError, match=f"{name} must be a dict"):
+        bufferext.as_buffer(Interface(name, [("shape", (1,))]))
+
+
+CAI = {"shape": (3,), "typestr": "<f4", "data": (1 << 40, False),
+       "version": 3, "stream": None}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"stream": 0}, "stream"),
+    ({"stream": -5}, "stream"),
+    ({"stream": "1"}, "stream"),
+    ({"version": 4}, "version"),
+    ({"mask": CAI}, "mask"),
+    ({"shape": (2, -2)}, "shape"),
+    ({"data": None}, "data"),
+])
+def test_cai_rejects(change: Dict[str, Any], field: str) -> None:
+    bad = dict(CAI, **change)
+    with pytest.raises(BufferError, match=field):
+        bufferext.as_buffer(Interface("__cuda_array_interface__", bad))
+
+
+VAI = {"shape": (3,), "typestr": "<f8", "data": (1 << 40, False),
+       "version": 1}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"version": 2}, "version"),
+    ({"version": 0}, "version"),
+    ({"mask": VAI}, "mask"),
+    ({"veo_ctxt": -1}, "veo_ctxt"),
+    ({"typestr": None}, "typestr"),
+])
+def test_vai_rejects(change: Dict[str, Any], field: str) -> None:
+    bad = dict(VAI, **change)
+    with pytest.raises(BufferError, match=field):
+        bufferext.as_buffer(Interface("__ve_array_interface__", bad))
+
+
+# ---- the way out -------------------------------------------------------------
+
+def test_adapter_offers_dlpack_out() -> None:
+    a = np.arange(6, dtype=np.int16).reshape(2, 3)
+    adapter = bufferext.as_buffer(DLPackOnly(a))
+    assert adapter.__dlpack_device__() == (1, 0)
+    out = np.from_dlpack(adapter)
+    assert out.ctypes.data == a.ctypes.data
+    capsule = adapter.__dlpack__(max_version=(1, 3))
+    managed = read_versioned(capsule)
+    assert (managed.version.major, managed.version.minor) == (1, 3)
+    assert [managed.dl_tensor.strides[i] for i in range(2)] == [3, 1]
+
+
+def test_dlpack_out_refuses_strides_that_are_not_whole_items() -> None:
+    record = np.zeros(4, dtype=[("a", "<i4"), ("b", "u1")])
+    field = record["a"]                     # byte stride 5, item size 4
+    view = bufferext.get_buffer(field)
+    with pytest.raises(BufferError, match="not a multiple of the item size"):
+        view.__dlpack__(max_version=(1, 0))
+
+
+def test_cpu_adapter_has_no_cuda_array_interface() -> None:
+    adapter = bufferext.as_buffer(np.arange(3.0), readonly=True)
+    with pytest.raises(AttributeError):
+        adapter.__cuda_array_interface__
+
+
+def test_cai_without_cuda_driver_explains() -> None:
+    with pytest.raises(bufferext.DeviceUnavailableError, match="CUDA"):
+        bufferext.as_buffer(Interface("__cuda_array_interface__", dict(CAI)))
+
+
+def test_repeated_bridging_does_not_leak() -> None:
+    a = np.arange(64.0)
+    for _ in range(200):                       # warm up caches
+        bufferext.as_buffer(DLPackOnly(a))
+    gc.collect()
+    before = sys.getrefcount(a)
+    for _ in range(2000):
+        adapter = bufferext.as_buffer(DLPackOnly(a))
+        del adapter
+        with pytest.raises(BufferError):
+            bufferext.as_buffer(Interface("__array_interface__",
+                                          dict(GOOD, version=9)))
+    gc.collect()
+    assert sys.getrefcount(a) == before
