@@ -4,7 +4,7 @@
  * Zero-copy: the adapter keeps the source alive (and owns a consumed DLPack
  * tensor) for as long as it or any of its exports lives.  The dispatch and
  * the dict parsing live in Lib/bufferext/_bridges.py. */
-#include "parts.h"
+#include "cuda_driver.h"
 #include "export.h"
 #include "dlpack_abi.h"
 
@@ -21,6 +21,7 @@ typedef struct {
         BufferExt_CUDADeviceInfo cuda;
         BufferExt_VEDeviceInfo ve;
     } info;
+    int owns_event;             /* info.cuda.event was made for us */
     void *dl_managed;           /* consumed DLPack tensor, or NULL */
     int dl_versioned;
     Py_buffer held;             /* re-exported buffer (policy change) */
@@ -252,7 +253,23 @@ dl_delete(void *managed, int versioned)
     }
 }
 
-/* _adapter_from_dlpack(source, capsule, readonly): consume the capsule. */
+/* CUDA memory: ordinal, context and (for a non-zero stream) an event we own
+ * that completes after the producer's work on that stream. */
+static int
+adapter_import_cuda(bufferext_state *st, AdapterObject *self,
+                    uintptr_t stream)
+{
+    if (bufferext_cuda_import(st, (uintptr_t)self->layout.buf, stream,
+                              self->info.cuda.device, &self->info.cuda) < 0) {
+        return -1;
+    }
+    self->owns_event = self->info.cuda.event != NULL;
+    return 0;
+}
+
+/* _adapter_from_dlpack(source, capsule, readonly[, stream]): consume the
+ * capsule.  `stream` is the CUstream (an int) the producer was asked to
+ * make CUDA data ready on. */
 static PyObject *
 adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -263,10 +280,19 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     AdapterObject *self;
     int versioned, readonly = 0, force;
 
-    if (nargs != 3 || !PyCapsule_CheckExact(args[1])) {
+    uintptr_t stream = 0;
+
+    if (nargs < 3 || nargs > 4 || !PyCapsule_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, "_adapter_from_dlpack(source, "
-                        "capsule, readonly): capsule must be a PyCapsule");
+                        "capsule, readonly[, stream]): capsule must be a "
+                        "PyCapsule");
         return NULL;
+    }
+    if (nargs == 4 && args[3] != Py_None) {
+        stream = (uintptr_t)PyLong_AsVoidPtr(args[3]);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
     }
     capsule = args[1];
     force = -1;                        /* readonly=None: as the tensor says */
@@ -326,6 +352,7 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* Validate everything first: a rejected capsule stays its producer's. */
     if (adapter_from_tensor(self, tensor, force == 1 || readonly) < 0 ||
+        (self->device != NULL && adapter_import_cuda(st, self, stream) < 0) ||
         PyCapsule_SetName(capsule, versioned ? "used_dltensor_versioned"
                                              : "used_dltensor") < 0) {
         Py_DECREF(self);
@@ -339,29 +366,53 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* ---- the dict protocols and re-exported buffers ----------------------- */
 
+static int
+adapter_set_device(bufferext_state *st, AdapterObject *self,
+                   PyObject *device, uintptr_t handle)
+{
+    if (device == Py_None) {
+        return 0;
+    }
+    if (PyUnicode_Check(device) &&
+        PyUnicode_CompareWithASCIIString(device, BUFFEREXT_DEVICE_CUDA) == 0) {
+        self->device = BUFFEREXT_DEVICE_CUDA;
+        self->info.cuda.device = 0;
+        return adapter_import_cuda(st, self, handle);
+    }
+    if (PyUnicode_Check(device) &&
+        PyUnicode_CompareWithASCIIString(device, BUFFEREXT_DEVICE_VE) == 0) {
+        /* The VAI names no node or process: only the VEO context. */
+        self->device = BUFFEREXT_DEVICE_VE;
+        self->info.ve.version = BUFFEREXT_VE_INFO_VERSION;
+        self->info.ve.node = -1;
+        self->info.ve.context = (void *)handle;
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "unknown device %R", device);
+    return -1;
+}
+
 /* _adapter_from_layout(source, protocol, ptr, shape, strides, format,
- *                      itemsize, readonly, device, ordinal, context, event,
- *                      proc, keepalive): the layout was parsed and checked
- * in Python; keepalive is held as long as the adapter lives.
- * device is None, 'bufferext.cuda' or 'bufferext.ve'. */
+ *                      itemsize, readonly, device, handle, keepalive): the
+ * layout was parsed and checked in Python.  device is None,
+ * 'bufferext.cuda' (handle: the CAI stream, 0 when the data is ready) or
+ * 'bufferext.ve' (handle: the VAI veo_ctxt, 0 if none); keepalive is held
+ * as long as the adapter lives. */
 static PyObject *
 adapter_from_layout(PyObject *module, PyObject *args)
 {
     bufferext_state *st = bufferext_get_state(module);
-    PyObject *source, *shape, *strides, *device;
+    PyObject *source, *shape, *strides, *device, *keepalive;
     const char *protocol, *format;
     Py_ssize_t itemsize, i, n;
-    unsigned long long ptr, context, event, proc;
-    int readonly, ordinal;
+    unsigned long long ptr, handle;
+    int readonly;
     AdapterObject *self;
 
-    PyObject *keepalive;
-
-    if (!PyArg_ParseTuple(args, "OsKO!O!snpOiKKKO:_adapter_from_layout",
+    if (!PyArg_ParseTuple(args, "OsKO!O!snpOKO:_adapter_from_layout",
                           &source, &protocol, &ptr, &PyTuple_Type, &shape,
                           &PyTuple_Type, &strides, &format, &itemsize,
-                          &readonly, &device, &ordinal, &context, &event,
-                          &proc, &keepalive)) {
+                          &readonly, &device, &handle, &keepalive)) {
         return NULL;
     }
     n = PyTuple_GET_SIZE(shape);
@@ -381,39 +432,12 @@ adapter_from_layout(PyObject *module, PyObject *args)
         self->layout.strides[i] =
             PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
     }
-    if (PyErr_Occurred()) {
-        Py_DECREF(self);
-        return NULL;
-    }
     self->keepalive = Py_NewRef(keepalive);
     self->layout.buf = (void *)(uintptr_t)ptr;
     self->layout.itemsize = itemsize;
     self->layout.readonly = readonly;
-    if (device != Py_None) {
-        if (PyUnicode_CompareWithASCIIString(device,
-                                             BUFFEREXT_DEVICE_CUDA) == 0) {
-            self->device = BUFFEREXT_DEVICE_CUDA;
-            self->info.cuda.version = BUFFEREXT_CUDA_INFO_VERSION;
-            self->info.cuda.device = ordinal;
-            self->info.cuda.context = (void *)(uintptr_t)context;
-            self->info.cuda.event = (void *)(uintptr_t)event;
-        }
-        else if (PyUnicode_CompareWithASCIIString(device,
-                                                  BUFFEREXT_DEVICE_VE) == 0) {
-            self->device = BUFFEREXT_DEVICE_VE;
-            self->info.ve.version = BUFFEREXT_VE_INFO_VERSION;
-            self->info.ve.node = ordinal;
-            self->info.ve.proc = (void *)(uintptr_t)proc;
-            self->info.ve.context = (void *)(uintptr_t)context;
-        }
-        else {
-            Py_DECREF(self);
-            PyErr_Format(PyExc_ValueError, "%s: unknown device %R", protocol,
-                         device);
-            return NULL;
-        }
-    }
-    if (adapter_finish_layout(self, protocol) < 0) {
+    if (PyErr_Occurred() || adapter_finish_layout(self, protocol) < 0 ||
+        adapter_set_device(st, self, device, (uintptr_t)handle) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -536,6 +560,9 @@ adapter_dealloc(PyObject *op)
         PyErr_Fetch(&type_, &value, &tb);
         dl_delete(self->dl_managed, self->dl_versioned);
         PyErr_Restore(type_, value, tb);
+    }
+    if (self->owns_event) {
+        bufferext_cuda_release_event(&self->info.cuda);
     }
     if (self->has_held) {
         PyBuffer_Release(&self->held);
@@ -771,7 +798,25 @@ static PyType_Spec adapter_spec = {
     adapter_slots,
 };
 
+static PyObject *
+adapter_cuda_bridge_stream(PyObject *module, PyObject *arg)
+{
+    long ordinal = PyLong_AsLong(arg);
+    if (ordinal == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (ordinal < 0 || ordinal > INT_MAX) {
+        PyErr_Format(PyExc_BufferError, "as_buffer: CUDA device %R does "
+                     "not exist", arg);
+        return NULL;
+    }
+    return bufferext_cuda_bridge_stream(bufferext_get_state(module),
+                                        (int)ordinal);
+}
+
 static PyMethodDef adapter_functions[] = {
+    {"_cuda_bridge_stream", adapter_cuda_bridge_stream, METH_O,
+     "The CUstream (an int) DLPack producers make CUDA data ready on."},
     {"_adapter_from_dlpack", (PyCFunction)(void (*)(void))adapter_from_dlpack,
      METH_FASTCALL, "Consume a DLPack capsule into a BufferAdapter."},
     {"_adapter_from_layout", adapter_from_layout, METH_VARARGS,

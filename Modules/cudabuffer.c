@@ -1,251 +1,11 @@
 /* cudabuffer.c -- CUDABuffer, device memory allocated through the CUDA
- * driver API, and the driver table it uses.
- *
- * The driver (libcuda.so.1, or BUFFEREXT_CUDA_DRIVER) is loaded on first
- * use into one table of typed function pointers, listed once below; the
- * few CUDA types are declared here, so no CUDA header or library is needed
- * to build.  Every buffer owns a retained primary context, a non-blocking
- * stream on which all its work is queued and an event recorded after
- * asynchronous work: that event is what device_info exports (NULL once the
- * stream has been synchronised).  Specification: docs/cuda.rst. */
-#include "parts.h"
+ * driver API (the table is in cuda_driver.c).  Every buffer owns a retained
+ * primary context, a non-blocking stream on which all its work is queued and
+ * an event recorded after asynchronous work: that event is what device_info
+ * exports (NULL once the stream has been synchronised).  Specification:
+ * docs/cuda.rst. */
+#include "cuda_driver.h"
 #include "export.h"
-
-/* ---- the driver: types, constants, table ------------------------------- */
-
-typedef int CUresult;                      /* an enum in cuda.h */
-typedef int CUdevice;
-typedef struct bufferext_CUctx *CUcontext;
-typedef struct bufferext_CUevent *CUevent;
-typedef struct bufferext_CUstream *CUstream;
-typedef unsigned long long CUdeviceptr;
-
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_OUT_OF_MEMORY 2
-#define CUDA_ERROR_NO_DEVICE 100
-#define CU_STREAM_NON_BLOCKING 0x1
-#define CU_EVENT_DISABLE_TIMING 0x2
-#define CU_STREAM_LEGACY ((CUstream)0x1)
-#define CU_STREAM_PER_THREAD ((CUstream)0x2)
-
-/* The driver entry points used, with their exported symbol names (the _v2
- * names are what cuda.h maps the plain names to). */
-#define CUDA_SYMBOLS(X)                                                     \
-    X(cuGetErrorName, (CUresult, const char **))                            \
-    X(cuGetErrorString, (CUresult, const char **))                          \
-    X(cuInit, (unsigned int))                                               \
-    X(cuDeviceGetCount, (int *))                                            \
-    X(cuDeviceGet, (CUdevice *, int))                                       \
-    X(cuDeviceGetName, (char *, int, CUdevice))                             \
-    X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                    \
-    X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                             \
-    X(cuCtxPushCurrent_v2, (CUcontext))                                     \
-    X(cuCtxPopCurrent_v2, (CUcontext *))                                    \
-    X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                               \
-    X(cuMemFree_v2, (CUdeviceptr))                                          \
-    X(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void *, size_t, CUstream))  \
-    X(cuMemcpyDtoHAsync_v2, (void *, CUdeviceptr, size_t, CUstream))        \
-    X(cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, CUstream))   \
-    X(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))      \
-    X(cuMemsetD16Async, (CUdeviceptr, unsigned short, size_t, CUstream))    \
-    X(cuMemsetD32Async, (CUdeviceptr, unsigned int, size_t, CUstream))      \
-    X(cuStreamCreate, (CUstream *, unsigned int))                           \
-    X(cuStreamDestroy_v2, (CUstream))                                       \
-    X(cuStreamSynchronize, (CUstream))                                      \
-    X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                 \
-    X(cuEventCreate, (CUevent *, unsigned int))                             \
-    X(cuEventDestroy_v2, (CUevent))                                         \
-    X(cuEventRecord, (CUevent, CUstream))
-
-#define AS_NAME(name, params) #name,
-#define AS_FIELD(name, params) CUresult (*name) params;
-#define AS_ONE(name, params) +1
-
-static const char *const cuda_symbols[] = {CUDA_SYMBOLS(AS_NAME) NULL};
-static struct { CUDA_SYMBOLS(AS_FIELD) } drv;
-
-/* loader.c fills the table as an array of pointers. */
-typedef char cuda_table_is_an_array[
-    sizeof(drv) == (0 CUDA_SYMBOLS(AS_ONE)) * sizeof(void *) ? 1 : -1];
-
-static const char *const cuda_defaults[] = {
-#ifdef _WIN32
-    "nvcuda.dll",
-#else
-    "libcuda.so.1",
-#endif
-    NULL,
-};
-
-static const bufferext_library_spec cuda_spec = {
-    "CUDA driver", "BUFFEREXT_CUDA_DRIVER", cuda_defaults, cuda_symbols,
-    (void **)&drv,
-};
-
-static bufferext_library cuda_library;
-
-/* cuInit runs once per process; its outcome is kept. */
-static struct {
-    int tried;
-    CUresult rc;
-    int count;
-    char message[256];
-} cuda_init;
-
-/* ---- errors ------------------------------------------------------------ */
-
-static void
-error_text(CUresult rc, const char **name, const char **text)
-{
-    *name = NULL;
-    *text = NULL;
-    if (drv.cuGetErrorName == NULL ||
-        drv.cuGetErrorName(rc, name) != CUDA_SUCCESS || *name == NULL) {
-        *name = "unknown CUresult";
-    }
-    if (drv.cuGetErrorString == NULL ||
-        drv.cuGetErrorString(rc, text) != CUDA_SUCCESS || *text == NULL) {
-        *text = "no description";
-    }
-}
-
-/* Raise for a failed driver call: MemoryError for out of memory, else
- * RuntimeError, both naming the caller, the entry point and the CUresult.
- * Returns -1. */
-static int
-cuda_error(CUresult rc, const char *who, const char *call)
-{
-    const char *name, *text;
-
-    error_text(rc, &name, &text);
-    PyErr_Format(rc == CUDA_ERROR_OUT_OF_MEMORY ? PyExc_MemoryError
-                                                : PyExc_RuntimeError,
-                 "%s: %s failed: %s (%d): %s", who, call, name, (int)rc,
-                 text);
-    return -1;
-}
-
-/* Call a driver entry point; 0, or -1 with the exception above. */
-#define CU_CHECK(who, name, args)                                           \
-    cuda_check(drv.name args, (who), #name)
-
-static inline int
-cuda_check(CUresult rc, const char *who, const char *call)
-{
-    return rc == CUDA_SUCCESS ? 0 : cuda_error(rc, who, call);
-}
-
-/* ---- driver start-up --------------------------------------------------- */
-
-static void
-cuda_init_once(void)
-{
-    const char *name, *text;
-
-    if (cuda_init.tried) {
-        return;
-    }
-    cuda_init.tried = 1;
-    cuda_init.rc = drv.cuInit(0);
-    if (cuda_init.rc == CUDA_SUCCESS) {
-        cuda_init.rc = drv.cuDeviceGetCount(&cuda_init.count);
-    }
-    if (cuda_init.rc == CUDA_ERROR_NO_DEVICE ||
-        (cuda_init.rc == CUDA_SUCCESS && cuda_init.count <= 0)) {
-        cuda_init.count = 0;
-        PyOS_snprintf(cuda_init.message, sizeof(cuda_init.message),
-                      "the CUDA driver at %s reports no CUDA device",
-                      cuda_library.path);
-    }
-    else if (cuda_init.rc != CUDA_SUCCESS) {
-        error_text(cuda_init.rc, &name, &text);
-        PyOS_snprintf(cuda_init.message, sizeof(cuda_init.message),
-                      "the CUDA driver at %s failed to start: cuInit: %s "
-                      "(%d): %s", cuda_library.path, name, (int)cuda_init.rc,
-                      text);
-        cuda_init.count = 0;
-    }
-}
-
-/* Load the driver and initialise it once.  0, or -1 with
- * DeviceUnavailableError saying what was looked for and why it failed. */
-static int
-cuda_ready(bufferext_state *st)
-{
-    if (bufferext_library_load(st, &cuda_spec, &cuda_library) < 0) {
-        return -1;
-    }
-    cuda_init_once();
-    if (cuda_init.count == 0) {
-        PyErr_SetString(st->DeviceUnavailableError, cuda_init.message);
-        return -1;
-    }
-    return 0;
-}
-
-/* A list of "ordinal: name" strings, one per device. */
-static PyObject *
-device_names(void)
-{
-    PyObject *names = PyList_New(0);
-    int i;
-
-    for (i = 0; names != NULL && i < cuda_init.count; i++) {
-        char name[256] = "?";
-        CUdevice dev;
-        PyObject *item;
-        if (drv.cuDeviceGet(&dev, i) != CUDA_SUCCESS ||
-            drv.cuDeviceGetName(name, (int)sizeof(name), dev) !=
-                CUDA_SUCCESS) {
-            PyOS_snprintf(name, sizeof(name), "(name unavailable)");
-        }
-        name[sizeof(name) - 1] = '\0';
-        item = PyUnicode_FromFormat("%d: %s", i, name);
-        if (item == NULL || PyList_Append(names, item) < 0) {
-            Py_XDECREF(item);
-            Py_CLEAR(names);
-        }
-        Py_XDECREF(item);
-    }
-    return names;
-}
-
-/* ---- shared: the element-type check of copies from the host ------------ */
-
-int
-bufferext_check_source_format(bufferext_state *st, const char *who,
-                              const Py_buffer *view, PyObject *dtype)
-{
-    bufferext_dtype src;
-    PyObject *fmt;
-    int same;
-
-    /* Raw bytes copy as they are; typed sources must match the dtype. */
-    if (view->format == NULL || strcmp(view->format, "B") == 0) {
-        return 0;
-    }
-    fmt = PyUnicode_FromString(view->format);
-    if (fmt == NULL || bufferext_dtype_resolve(st, fmt, &src) < 0) {
-        Py_XDECREF(fmt);
-        PyErr_Clear();
-        same = 0;
-    }
-    else {
-        Py_DECREF(fmt);
-        same = PyObject_RichCompareBool(src.dtype, dtype, Py_EQ);
-        bufferext_dtype_clear(&src);
-        if (same < 0) {
-            return -1;
-        }
-    }
-    if (!same) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: source format '%s' does not match the buffer's "
-                     "dtype %R", who, view->format, dtype);
-        return -1;
-    }
-    return 0;
-}
 
 /* ---- the object -------------------------------------------------------- */
 
@@ -327,7 +87,7 @@ static void
 ctx_pop(void)
 {
     CUcontext popped;
-    (void)drv.cuCtxPopCurrent_v2(&popped);
+    (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
 }
 
 /* After asynchronous work: record the event that exports hand out. */
@@ -350,11 +110,11 @@ stream_sync(CUDABufferObject *self, const char *who)
 
     self->busy++;
     Py_BEGIN_ALLOW_THREADS
-    rc = drv.cuStreamSynchronize(self->stream);
+    rc = bufferext_cuda.cuStreamSynchronize(self->stream);
     Py_END_ALLOW_THREADS
     self->busy--;
     if (rc != CUDA_SUCCESS) {
-        return cuda_error(rc, who, "cuStreamSynchronize");
+        return bufferext_cuda_error(rc, who, "cuStreamSynchronize");
     }
     self->pending = 0;
     self->info.event = NULL;
@@ -370,7 +130,7 @@ tear_down(CUDABufferObject *self, const char **call)
 
 #define KEEP(name, args)                                                    \
     do {                                                                    \
-        rc = drv.name args;                                                 \
+        rc = bufferext_cuda.name args;                                                 \
         if (rc != CUDA_SUCCESS && first == CUDA_SUCCESS) {                  \
             first = rc;                                                     \
             *call = #name;                                                  \
@@ -433,10 +193,10 @@ set_up(CUDABufferObject *self, int ordinal, Py_ssize_t nbytes)
                       (&self->event, CU_EVENT_DISABLE_TIMING));
     }
     if (rc == 0 && nbytes > 0) {
-        CUresult res = drv.cuMemAlloc_v2(&self->ptr, (size_t)nbytes);
+        CUresult res = bufferext_cuda.cuMemAlloc_v2(&self->ptr, (size_t)nbytes);
         if (res != CUDA_SUCCESS) {
             self->ptr = 0;
-            rc = cuda_error(res, who, "cuMemAlloc_v2");
+            rc = bufferext_cuda_error(res, who, "cuMemAlloc_v2");
             if (res == CUDA_ERROR_OUT_OF_MEMORY) {
                 PyErr_Format(PyExc_MemoryError,
                              "CUDABuffer: cannot allocate %zd bytes on CUDA "
@@ -473,12 +233,12 @@ parse_ordinal(PyObject *device, int *ordinal)
         PyErr_Clear();
         value = -1;
     }
-    if (value < 0 || value >= cuda_init.count) {
-        PyObject *names = device_names();
+    if (value < 0 || value >= bufferext_cuda_device_count()) {
+        PyObject *names = bufferext_cuda_device_names();
         if (names != NULL) {
             PyErr_Format(PyExc_ValueError,
                          "CUDABuffer: device=%R is out of range: %d CUDA "
-                         "device(s) found: %R", device, cuda_init.count,
+                         "device(s) found: %R", device, bufferext_cuda_device_count(),
                          names);
             Py_DECREF(names);
         }
@@ -534,7 +294,7 @@ cudabuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     st = bufferext_state_from_type(type);
-    if (st == NULL || cuda_ready(st) < 0) {
+    if (st == NULL || bufferext_cuda_ready(st) < 0) {
         return NULL;
     }
     if (device != NULL && parse_ordinal(device, &ordinal) < 0) {
@@ -640,11 +400,11 @@ copy_in(CUDABufferObject *self, const char *who, const void *src,
     if (ctx_push(self, who) < 0) {
         return -1;
     }
-    res = drv.cuMemcpyHtoDAsync_v2(self->ptr, src, (size_t)nbytes,
+    res = bufferext_cuda.cuMemcpyHtoDAsync_v2(self->ptr, src, (size_t)nbytes,
                                    self->stream);
     if (res != CUDA_SUCCESS) {
         ctx_pop();
-        return cuda_error(res, who, "cuMemcpyHtoDAsync_v2");
+        return bufferext_cuda_error(res, who, "cuMemcpyHtoDAsync_v2");
     }
     rc = stream_sync(self, who);
     ctx_pop();
@@ -731,9 +491,9 @@ cudabuffer_to_host(PyObject *op, PyObject *unused)
     if (ctx_push(self, who) < 0) {
         goto error;
     }
-    res = drv.cuMemcpyDtoHAsync_v2(view.buf, self->ptr,
+    res = bufferext_cuda.cuMemcpyDtoHAsync_v2(view.buf, self->ptr,
                                    (size_t)self->layout.len, self->stream);
-    rc = res != CUDA_SUCCESS ? cuda_error(res, who, "cuMemcpyDtoHAsync_v2")
+    rc = res != CUDA_SUCCESS ? bufferext_cuda_error(res, who, "cuMemcpyDtoHAsync_v2")
                              : stream_sync(self, who);
     ctx_pop();
     if (rc < 0) {
@@ -1032,7 +792,7 @@ cudabuffer_close(PyObject *op, PyObject *unused)
     rc = tear_down(self, &call);
     self->layout.buf = NULL;
     if (rc != CUDA_SUCCESS) {
-        cuda_error(rc, "CUDABuffer.close", call);
+        bufferext_cuda_error(rc, "CUDABuffer.close", call);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -1249,118 +1009,6 @@ static PyType_Spec cudabuffer_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     cudabuffer_slots,
 };
-
-/* ---- DLPack stream rule (called by dlpack.c) ---------------------------- */
-
-/* The CUstream a DLPack `stream` argument names; *nosync for -1. */
-static int
-dlpack_stream(PyObject *stream, CUstream *out, int *nosync)
-{
-    long long value;
-    int overflow;
-
-    *nosync = 0;
-    if (stream == NULL || stream == Py_None) {
-        *out = CU_STREAM_LEGACY;
-        return 0;
-    }
-    if (!PyLong_Check(stream) || PyBool_Check(stream)) {
-        PyErr_Format(PyExc_TypeError,
-                     "__dlpack__: stream must be None or an int, not "
-                     "'%.200s'", Py_TYPE(stream)->tp_name);
-        return -1;
-    }
-    value = PyLong_AsLongLongAndOverflow(stream, &overflow);
-    if (value == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow > 0 || value > 2) {
-        *out = (CUstream)PyLong_AsVoidPtr(stream);
-        return *out == NULL && PyErr_Occurred() ? -1 : 0;
-    }
-    if (value == -1 && !overflow) {
-        *nosync = 1;
-        return 0;
-    }
-    if (value == 1 || value == 2) {
-        *out = value == 1 ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD;
-        return 0;
-    }
-    PyErr_Format(PyExc_ValueError,
-                 "__dlpack__: stream=%R is not valid for CUDA memory: use "
-                 "None or 1 (legacy default stream), 2 (per-thread default "
-                 "stream), a CUstream handle, or -1 (no synchronisation)%s",
-                 stream, value == 0 ? "; 0 is ambiguous and disallowed" : "");
-    return -1;
-}
-
-int
-bufferext_cuda_dlpack_sync(PyObject *exporter, const Py_buffer_extended *ext,
-                           PyObject *stream)
-{
-    const char *who = "__dlpack__";
-    const BufferExt_CUDADeviceInfo *info = ext->device_info;
-    bufferext_state *st;
-    CUstream target;
-    int nosync, rc;
-
-    if (dlpack_stream(stream, &target, &nosync) < 0) {
-        return -1;
-    }
-    if (nosync || info == NULL || info->event == NULL) {
-        return 0;               /* no sync asked for, or the data is ready */
-    }
-    if (info->version >> 16 != BUFFEREXT_CUDA_INFO_MAJOR) {
-        PyErr_Format(PyExc_BufferError,
-                     "%.200s: device_info version 0x%x is not supported",
-                     Py_TYPE(exporter)->tp_name, (unsigned int)info->version);
-        return -1;
-    }
-    st = bufferext_state_from_type(Py_TYPE(exporter));
-    if (st == NULL || cuda_ready(st) < 0 ||
-        CU_CHECK(who, cuCtxPushCurrent_v2, ((CUcontext)info->context)) < 0) {
-        return -1;
-    }
-    rc = CU_CHECK(who, cuStreamWaitEvent, (target, (CUevent)info->event, 0));
-    ctx_pop();
-    return rc;
-}
-
-/* ---- module glue ------------------------------------------------------- */
-
-/* The dict of bufferext.devices(): the library, and once it loads the
- * device count and names (or why the driver would not start). */
-PyObject *
-bufferext_cuda_status(void)
-{
-    PyObject *status = bufferext_library_status(&cuda_spec, &cuda_library);
-    PyObject *name, *names;
-    int rc;
-
-    if (status == NULL) {
-        return NULL;
-    }
-    name = PyUnicode_FromString(BUFFEREXT_DEVICE_CUDA);
-    rc = name == NULL ? -1 : PyDict_SetItemString(status, "device", name);
-    Py_XDECREF(name);
-    if (rc < 0 || cuda_library.state != 1) {
-        goto done;
-    }
-    cuda_init_once();
-    names = device_names();
-    rc = names == NULL ? -1 : PyDict_SetItemString(status, "devices", names);
-    Py_XDECREF(names);
-    if (rc == 0 && cuda_init.count == 0) {
-        name = PyUnicode_FromString(cuda_init.message);
-        rc = name == NULL ? -1 : PyDict_SetItemString(status, "error", name);
-        Py_XDECREF(name);
-    }
-done:
-    if (rc < 0) {
-        Py_CLEAR(status);
-    }
-    return status;
-}
 
 int
 bufferext_init_cuda(PyObject *module)

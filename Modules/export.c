@@ -178,3 +178,41 @@ bufferext_layout_contiguity(bufferext_export_layout *layout)
     layout->c_contiguous = PyBuffer_IsContiguous(&view, 'C');
     layout->f_contiguous = PyBuffer_IsContiguous(&view, 'F');
 }
+
+/* The element-type check of copies from the host: raw bytes ('B' or no
+ * format) copy as they are, typed sources must match `dtype`.  0, or -1
+ * with ValueError naming the caller, the format and the dtype. */
+int
+bufferext_check_source_format(bufferext_state *st, const char *who,
+                              const Py_buffer *view, PyObject *dtype)
+{
+    bufferext_dtype src;
+    PyObject *fmt;
+    int same;
+
+    /* Raw bytes copy as they are; typed sources must match the dtype. */
+    if (view->format == NULL || strcmp(view->format, "B") == 0) {
+        return 0;
+    }
+    fmt = PyUnicode_FromString(view->format);
+    if (fmt == NULL || bufferext_dtype_resolve(st, fmt, &src) < 0) {
+        Py_XDECREF(fmt);
+        PyErr_Clear();
+        same = 0;
+    }
+    else {
+        Py_DECREF(fmt);
+        same = PyObject_RichCompareBool(src.dtype, dtype, Py_EQ);
+        bufferext_dtype_clear(&src);
+        if (same < 0) {
+            return -1;
+        }
+    }
+    if (!same) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: source format '%s' does not match the buffer's "
+                     "dtype %R", who, view->format, dtype);
+        return -1;
+    }
+    return 0;
+}

@@ -30,7 +30,8 @@ extern "C" {
  * ready when the buffer is handed out. */
 typedef struct {
     uint32_t version;     /* BUFFEREXT_VE_INFO_VERSION; always first */
-    int32_t node;         /* VE node number */
+    int32_t node;         /* VE node number; -1 when unknown (memory
+                             imported through the VE Array Interface) */
     void *proc;           /* struct veo_proc_handle * owning the memory */
     void *context;        /* struct veo_thr_ctxt * (the VAI's veo_ctxt) */
     uint64_t reserved[4]; /* zero */

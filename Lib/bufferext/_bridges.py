@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from . import _bufferext
-from ._bufferext import BufferAdapter, DeviceUnavailableError
+from ._bufferext import BufferAdapter
 from ._dtypes import resolve
 from ._flags import BufferFlags
 
@@ -88,16 +88,22 @@ def _dlpack_device(obj: Any) -> Tuple[int, int]:
 
 
 def _from_dlpack(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
-    device_type, _ = _dlpack_device(obj)
-    if device_type not in _DLPACK_CPU_TYPES:
-        raise DeviceUnavailableError(
-            f"dlpack: importing memory of DLPack device type {device_type} "
-            "needs bufferext's CUDA bridge, which is not available")
+    device_type, device_id = _dlpack_device(obj)
+    kwargs: Dict[str, Any] = {}
+    stream = None
+    if device_type == 2:                    # kDLCUDA: ready on our stream
+        stream = _bufferext._cuda_bridge_stream(device_id)
+        kwargs["stream"] = stream
+    elif device_type not in _DLPACK_CPU_TYPES:
+        raise BufferError(f"dlpack: device type {device_type} is not "
+                          "supported (CPU, CUDA, CUDA host and CUDA managed "
+                          "memory are)")
     try:
-        capsule = obj.__dlpack__(max_version=_DLPACK_MAX_VERSION, copy=False)
+        capsule = obj.__dlpack__(max_version=_DLPACK_MAX_VERSION, copy=False,
+                                 **kwargs)
     except TypeError:
-        capsule = obj.__dlpack__()      # a producer older than DLPack 1.0
-    return _bufferext._adapter_from_dlpack(obj, capsule, readonly)
+        capsule = obj.__dlpack__(**kwargs)  # a producer older than DLPack 1.0
+    return _bufferext._adapter_from_dlpack(obj, capsule, readonly, stream)
 
 
 # ---- interface dicts --------------------------------------------------------
@@ -223,11 +229,9 @@ def _from_cai(obj: Any, interface: Any,
     if stream is not None and not _is_int(stream, 1, _POINTER_LIMIT - 1):
         raise _fail(protocol, "stream", stream,
                     "None or a positive int (0 is disallowed by CAI v3)")
-    ordinal, context, event = _cuda_import(ptr, stream)
     return _bufferext._adapter_from_layout(
         obj, "cuda_array_interface", ptr, shape, strides, fmt, itemsize,
-        _policy(protocol, ro, readonly), "bufferext.cuda", ordinal, context,
-        event, 0, None)
+        _policy(protocol, ro, readonly), "bufferext.cuda", stream or 0, None)
 
 
 def _from_vai(obj: Any, interface: Any,
@@ -243,11 +247,9 @@ def _from_vai(obj: Any, interface: Any,
     ctxt = d.get("veo_ctxt")
     if ctxt is not None and not _is_int(ctxt, 0, _POINTER_LIMIT - 1):
         raise _fail(protocol, "veo_ctxt", ctxt, "None or an int >= 0")
-    node, proc, context = _ve_import(ptr, ctxt)
     return _bufferext._adapter_from_layout(
         obj, "ve_array_interface", ptr, shape, strides, fmt, itemsize,
-        _policy(protocol, ro, readonly), "bufferext.ve", node, context, 0,
-        proc, None)
+        _policy(protocol, ro, readonly), "bufferext.ve", ctxt or 0, None)
 
 
 def _from_array_interface(obj: Any, interface: Any,
@@ -277,8 +279,7 @@ def _from_array_interface(obj: Any, interface: Any,
                     "a tuple (pointer, readonly) or a buffer object")
     return _bufferext._adapter_from_layout(
         obj, "array_interface", ptr + int(offset), shape, strides, fmt,
-        itemsize, _policy(protocol, ro, readonly), None, 0, 0, 0, 0,
-        keepalive)
+        itemsize, _policy(protocol, ro, readonly), None, 0, keepalive)
 
 
 _INTERFACES = (
@@ -286,32 +287,6 @@ _INTERFACES = (
     ("__ve_array_interface__", _from_vai),
     ("__array_interface__", _from_array_interface),
 )
-
-
-# ---- device hooks -----------------------------------------------------------
-
-def _cuda_import(ptr: int, stream: Optional[int]) -> Tuple[int, int, int]:
-    """(device ordinal, context, event) for CUDA memory at ``ptr``; the
-    event is recorded on the producer's ``stream`` (the CAI v3 rule turned
-    into the event rule of bufferext's CUDA device info)."""
-    hook = getattr(_bufferext, "_cuda_import_info", None)
-    if hook is None:
-        raise DeviceUnavailableError(
-            "__cuda_array_interface__: importing CUDA memory needs the CUDA "
-            "driver; bufferext was built without its CUDA bridge")
-    result: Tuple[int, int, int] = hook(ptr, stream)
-    return result
-
-
-def _ve_import(ptr: int, ctxt: Optional[int]) -> Tuple[int, int, int]:
-    """(node, VEO process, VEO context) of VE HMEM at ``ptr``."""
-    hook = getattr(_bufferext, "_ve_import_info", None)
-    if hook is None:
-        raise DeviceUnavailableError(
-            "__ve_array_interface__: importing VE memory needs the VEO "
-            "library; bufferext was built without its VE bridge")
-    result: Tuple[int, int, int] = hook(ptr, ctxt)
-    return result
 
 
 def format_to_typestr(fmt: str) -> str:

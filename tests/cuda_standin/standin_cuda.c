@@ -64,7 +64,12 @@ static struct standin_ctx contexts[MAX_DEVICES];
 static __thread CUcontext stack[MAX_DEPTH];
 static __thread int depth;
 
-typedef struct { CUdeviceptr base; size_t size; char *host; } allocation;
+typedef struct {
+    CUdeviceptr base;
+    size_t size;
+    char *host;
+    CUcontext ctx;                      /* current when it was allocated */
+} allocation;
 static allocation *allocs;
 static size_t nallocs, capacity;
 static char *range;                     /* PROT_NONE reservation */
@@ -387,6 +392,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size)
         allocs[nallocs].base = *out;
         allocs[nallocs].size = size;
         allocs[nallocs].host = host;
+        allocs[nallocs].ctx = stack[depth - 1];
         nallocs++;
         live_bytes += (long)size;
     }
@@ -421,6 +427,44 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr)
 }
 
 /* Whether `ptr` lies in the reserved device range. */
+#define ATTRIBUTE_CONTEXT 1
+#define ATTRIBUTE_DEVICE_ORDINAL 9
+
+/* Context or device ordinal of a pointer inside one of our allocations;
+ * host (or unknown) pointers are an invalid value, as with the driver. */
+EXPORT CUresult cuPointerGetAttribute(void *data, int attribute,
+                                      CUdeviceptr ptr)
+{
+    CUcontext ctx = NULL;
+    size_t i;
+
+    ENTER(cuPointerGetAttribute);
+    if (!initialised) {
+        return ERR_NOT_INITIALIZED;
+    }
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < nallocs; i++) {
+        if (ptr >= allocs[i].base && ptr - allocs[i].base < allocs[i].size) {
+            ctx = allocs[i].ctx;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (ctx == NULL || data == NULL) {
+        return ERR_INVALID_VALUE;
+    }
+    if (attribute == ATTRIBUTE_CONTEXT) {
+        *(CUcontext *)data = ctx;
+    }
+    else if (attribute == ATTRIBUTE_DEVICE_ORDINAL) {
+        *(int *)data = ctx->device;
+    }
+    else {
+        return ERR_INVALID_VALUE;
+    }
+    return OK;
+}
+
 static int
 in_range(CUdeviceptr ptr)
 {

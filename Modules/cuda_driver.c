@@ -1,0 +1,383 @@
+/* cuda_driver.c -- the CUDA driver table: loaded on first use (libcuda.so.1,
+ * or BUFFEREXT_CUDA_DRIVER; "none" disables it) into one table of typed
+ * function pointers listed once in cuda_driver.h, cuInit run once, and the
+ * driver-level services the rest of the module shares: errors, device
+ * names, bufferext.devices() status, the DLPack stream rule, and what the
+ * bridges need to import CUDA memory described by other protocols. */
+#include "cuda_driver.h"
+
+#define AS_NAME(name, params) #name,
+#define AS_ONE(name, params) +1
+
+static const char *const cuda_symbols[] = {CUDA_SYMBOLS(AS_NAME) NULL};
+bufferext_cuda_table bufferext_cuda;
+
+/* loader.c fills the table as an array of pointers. */
+typedef char cuda_table_is_an_array[
+    sizeof(bufferext_cuda) == (0 CUDA_SYMBOLS(AS_ONE)) * sizeof(void *) ? 1 : -1];
+
+static const char *const cuda_defaults[] = {
+#ifdef _WIN32
+    "nvcuda.dll",
+#else
+    "libcuda.so.1",
+#endif
+    NULL,
+};
+
+static const bufferext_library_spec cuda_spec = {
+    "CUDA driver", "BUFFEREXT_CUDA_DRIVER", cuda_defaults, cuda_symbols,
+    (void **)&bufferext_cuda,
+};
+
+static bufferext_library cuda_library;
+
+/* cuInit runs once per process; its outcome is kept. */
+static struct {
+    int tried;
+    CUresult rc;
+    int count;
+    char message[256];
+} cuda_init;
+
+/* ---- errors ------------------------------------------------------------ */
+
+static void
+error_text(CUresult rc, const char **name, const char **text)
+{
+    *name = NULL;
+    *text = NULL;
+    if (bufferext_cuda.cuGetErrorName == NULL ||
+        bufferext_cuda.cuGetErrorName(rc, name) != CUDA_SUCCESS || *name == NULL) {
+        *name = "unknown CUresult";
+    }
+    if (bufferext_cuda.cuGetErrorString == NULL ||
+        bufferext_cuda.cuGetErrorString(rc, text) != CUDA_SUCCESS || *text == NULL) {
+        *text = "no description";
+    }
+}
+
+int
+bufferext_cuda_error(CUresult rc, const char *who, const char *call)
+{
+    const char *name, *text;
+
+    error_text(rc, &name, &text);
+    PyErr_Format(rc == CUDA_ERROR_OUT_OF_MEMORY ? PyExc_MemoryError
+                                                : PyExc_RuntimeError,
+                 "%s: %s failed: %s (%d): %s", who, call, name, (int)rc,
+                 text);
+    return -1;
+}
+
+/* ---- driver start-up --------------------------------------------------- */
+
+static void
+cuda_init_once(void)
+{
+    const char *name, *text;
+
+    if (cuda_init.tried) {
+        return;
+    }
+    cuda_init.tried = 1;
+    cuda_init.rc = bufferext_cuda.cuInit(0);
+    if (cuda_init.rc == CUDA_SUCCESS) {
+        cuda_init.rc = bufferext_cuda.cuDeviceGetCount(&cuda_init.count);
+    }
+    if (cuda_init.rc == CUDA_ERROR_NO_DEVICE ||
+        (cuda_init.rc == CUDA_SUCCESS && cuda_init.count <= 0)) {
+        cuda_init.count = 0;
+        PyOS_snprintf(cuda_init.message, sizeof(cuda_init.message),
+                      "the CUDA driver at %s reports no CUDA device",
+                      cuda_library.path);
+    }
+    else if (cuda_init.rc != CUDA_SUCCESS) {
+        error_text(cuda_init.rc, &name, &text);
+        PyOS_snprintf(cuda_init.message, sizeof(cuda_init.message),
+                      "the CUDA driver at %s failed to start: cuInit: %s "
+                      "(%d): %s", cuda_library.path, name, (int)cuda_init.rc,
+                      text);
+        cuda_init.count = 0;
+    }
+}
+
+int
+bufferext_cuda_ready(bufferext_state *st)
+{
+    if (bufferext_library_load(st, &cuda_spec, &cuda_library) < 0) {
+        return -1;
+    }
+    cuda_init_once();
+    if (cuda_init.count == 0) {
+        PyErr_SetString(st->DeviceUnavailableError, cuda_init.message);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *
+bufferext_cuda_device_names(void)
+{
+    PyObject *names = PyList_New(0);
+    int i;
+
+    for (i = 0; names != NULL && i < cuda_init.count; i++) {
+        char name[256] = "?";
+        CUdevice dev;
+        PyObject *item;
+        if (bufferext_cuda.cuDeviceGet(&dev, i) != CUDA_SUCCESS ||
+            bufferext_cuda.cuDeviceGetName(name, (int)sizeof(name), dev) !=
+                CUDA_SUCCESS) {
+            PyOS_snprintf(name, sizeof(name), "(name unavailable)");
+        }
+        name[sizeof(name) - 1] = '\0';
+        item = PyUnicode_FromFormat("%d: %s", i, name);
+        if (item == NULL || PyList_Append(names, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(names);
+        }
+        Py_XDECREF(item);
+    }
+    return names;
+}
+
+
+int
+bufferext_cuda_device_count(void)
+{
+    return cuda_init.count;
+}
+
+/* ---- DLPack stream rule (called by dlpack.c) ---------------------------- */
+
+/* The CUstream a DLPack `stream` argument names; *nosync for -1. */
+static int
+dlpack_stream(PyObject *stream, CUstream *out, int *nosync)
+{
+    long long value;
+    int overflow;
+
+    *nosync = 0;
+    if (stream == NULL || stream == Py_None) {
+        *out = CU_STREAM_LEGACY;
+        return 0;
+    }
+    if (!PyLong_Check(stream) || PyBool_Check(stream)) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__: stream must be None or an int, not "
+                     "'%.200s'", Py_TYPE(stream)->tp_name);
+        return -1;
+    }
+    value = PyLong_AsLongLongAndOverflow(stream, &overflow);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow > 0 || value > 2) {
+        *out = (CUstream)PyLong_AsVoidPtr(stream);
+        return *out == NULL && PyErr_Occurred() ? -1 : 0;
+    }
+    if (value == -1 && !overflow) {
+        *nosync = 1;
+        return 0;
+    }
+    if (value == 1 || value == 2) {
+        *out = value == 1 ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD;
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError,
+                 "__dlpack__: stream=%R is not valid for CUDA memory: use "
+                 "None or 1 (legacy default stream), 2 (per-thread default "
+                 "stream), a CUstream handle, or -1 (no synchronisation)%s",
+                 stream, value == 0 ? "; 0 is ambiguous and disallowed" : "");
+    return -1;
+}
+
+int
+bufferext_cuda_dlpack_sync(PyObject *exporter, const Py_buffer_extended *ext,
+                           PyObject *stream)
+{
+    const char *who = "__dlpack__";
+    const BufferExt_CUDADeviceInfo *info = ext->device_info;
+    bufferext_state *st;
+    CUstream target;
+    CUcontext popped;
+    int nosync, rc;
+
+    if (dlpack_stream(stream, &target, &nosync) < 0) {
+        return -1;
+    }
+    if (nosync || info == NULL || info->event == NULL) {
+        return 0;               /* no sync asked for, or the data is ready */
+    }
+    if (info->version >> 16 != BUFFEREXT_CUDA_INFO_MAJOR) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: device_info version 0x%x is not supported",
+                     Py_TYPE(exporter)->tp_name, (unsigned int)info->version);
+        return -1;
+    }
+    st = bufferext_state_from_type(Py_TYPE(exporter));
+    if (st == NULL || bufferext_cuda_ready(st) < 0 ||
+        CU_CHECK(who, cuCtxPushCurrent_v2, ((CUcontext)info->context)) < 0) {
+        return -1;
+    }
+    rc = CU_CHECK(who, cuStreamWaitEvent, (target, (CUevent)info->event, 0));
+    (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
+    return rc;
+}
+
+/* ---- bridges: CUDA memory described by other protocols ---------------- */
+
+/* One stream per device on which DLPack producers are asked to make their
+ * data ready (created in the retained primary context, kept for the life of
+ * the process). */
+static CUstream bridge_streams[64];
+
+PyObject *
+bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal)
+{
+    const char *who = "as_buffer";
+    CUcontext ctx, popped;
+    CUdevice dev;
+    int rc;
+
+    if (bufferext_cuda_ready(st) < 0) {
+        return NULL;
+    }
+    if (ordinal < 0 || ordinal >= cuda_init.count || ordinal >= 64) {
+        PyErr_Format(PyExc_BufferError, "%s: CUDA device %d does not exist "
+                     "(%d found)", who, ordinal, cuda_init.count);
+        return NULL;
+    }
+    if (bridge_streams[ordinal] == NULL) {
+        if (CU_CHECK(who, cuDeviceGet, (&dev, ordinal)) < 0 ||
+            CU_CHECK(who, cuDevicePrimaryCtxRetain, (&ctx, dev)) < 0 ||
+            CU_CHECK(who, cuCtxPushCurrent_v2, (ctx)) < 0) {
+            return NULL;
+        }
+        rc = CU_CHECK(who, cuStreamCreate, (&bridge_streams[ordinal],
+                                            CU_STREAM_NON_BLOCKING));
+        (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
+        if (rc < 0) {
+            bridge_streams[ordinal] = NULL;
+            return NULL;
+        }
+    }
+    return PyLong_FromVoidPtr(bridge_streams[ordinal]);
+}
+
+int
+bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
+                      int ordinal, BufferExt_CUDADeviceInfo *info)
+{
+    const char *who = "as_buffer";
+    CUcontext ctx = NULL, popped;
+    CUresult res;
+    int rc;
+
+    memset(info, 0, sizeof(*info));
+    info->version = BUFFEREXT_CUDA_INFO_VERSION;
+    info->device = ordinal;
+    if (bufferext_cuda_ready(st) < 0) {
+        return -1;
+    }
+    if (ptr != 0) {
+        res = bufferext_cuda.cuPointerGetAttribute(
+            &info->device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            (CUdeviceptr)ptr);
+        if (res != CUDA_SUCCESS) {
+            const char *name, *text;
+            error_text(res, &name, &text);
+            PyErr_Format(PyExc_BufferError,
+                         "%s: 0x%llx is not CUDA device memory "
+                         "(cuPointerGetAttribute: %s)", who,
+                         (unsigned long long)ptr, name);
+            return -1;
+        }
+        if (bufferext_cuda.cuPointerGetAttribute(
+                &ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)ptr) !=
+            CUDA_SUCCESS) {
+            ctx = NULL;
+        }
+        info->context = ctx;
+    }
+    if (stream == 0) {
+        return 0;                   /* the producer says the data is ready */
+    }
+    if (ctx == NULL) {
+        PyErr_Format(PyExc_BufferError, "%s: cannot order on stream 0x%llx: "
+                     "the memory has no CUDA context", who,
+                     (unsigned long long)stream);
+        return -1;
+    }
+    if (CU_CHECK(who, cuCtxPushCurrent_v2, (ctx)) < 0) {
+        return -1;
+    }
+    rc = CU_CHECK(who, cuEventCreate, ((CUevent *)&info->event,
+                                       CU_EVENT_DISABLE_TIMING));
+    if (rc == 0) {
+        rc = CU_CHECK(who, cuEventRecord, ((CUevent)info->event,
+                                           (CUstream)stream));
+        if (rc < 0) {
+            (void)bufferext_cuda.cuEventDestroy_v2((CUevent)info->event);
+        }
+    }
+    (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
+    if (rc < 0) {
+        info->event = NULL;
+    }
+    return rc;
+}
+
+void
+bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info)
+{
+    CUcontext popped;
+
+    if (info->event == NULL || bufferext_cuda.cuEventDestroy_v2 == NULL) {
+        return;
+    }
+    if (bufferext_cuda.cuCtxPushCurrent_v2((CUcontext)info->context) ==
+        CUDA_SUCCESS) {
+        (void)bufferext_cuda.cuEventDestroy_v2((CUevent)info->event);
+        (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
+    }
+    info->event = NULL;
+}
+
+/* ---- module glue ------------------------------------------------------- */
+
+/* The dict of bufferext.devices(): the library, and once it loads the
+ * device count and names (or why the driver would not start). */
+PyObject *
+bufferext_cuda_status(void)
+{
+    PyObject *status = bufferext_library_status(&cuda_spec, &cuda_library);
+    PyObject *name, *names;
+    int rc;
+
+    if (status == NULL) {
+        return NULL;
+    }
+    name = PyUnicode_FromString(BUFFEREXT_DEVICE_CUDA);
+    rc = name == NULL ? -1 : PyDict_SetItemString(status, "device", name);
+    Py_XDECREF(name);
+    if (rc < 0 || cuda_library.state != 1) {
+        goto done;
+    }
+    cuda_init_once();
+    names = bufferext_cuda_device_names();
+    rc = names == NULL ? -1 : PyDict_SetItemString(status, "devices", names);
+    Py_XDECREF(names);
+    if (rc == 0 && cuda_init.count == 0) {
+        name = PyUnicode_FromString(cuda_init.message);
+        rc = name == NULL ? -1 : PyDict_SetItemString(status, "error", name);
+        Py_XDECREF(name);
+    }
+done:
+    if (rc < 0) {
+        Py_CLEAR(status);
+    }
+    return status;
+}
+

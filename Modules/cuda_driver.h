@@ -1,0 +1,98 @@
+/* cuda_driver.h -- the CUDA driver as the module sees it: our own minimal
+ * declarations of the few CUDA types (no CUDA header needed to build), the
+ * table of entry points, and the helpers every CUDA file shares.  Private
+ * to the module; the table itself lives in cuda_driver.c. */
+#ifndef BUFFEREXT_MODULES_CUDA_DRIVER_H
+#define BUFFEREXT_MODULES_CUDA_DRIVER_H
+#include "parts.h"
+
+typedef int CUresult;                      /* an enum in cuda.h */
+typedef int CUdevice;
+typedef struct bufferext_CUctx *CUcontext;
+typedef struct bufferext_CUevent *CUevent;
+typedef struct bufferext_CUstream *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NO_DEVICE 100
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+#define CU_POINTER_ATTRIBUTE_CONTEXT 1
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+
+/* The driver entry points used, with their exported symbol names (the _v2
+ * names are what cuda.h maps the plain names to). */
+#define CUDA_SYMBOLS(X)                                                     \
+    X(cuGetErrorName, (CUresult, const char **))                            \
+    X(cuGetErrorString, (CUresult, const char **))                          \
+    X(cuInit, (unsigned int))                                               \
+    X(cuDeviceGetCount, (int *))                                            \
+    X(cuDeviceGet, (CUdevice *, int))                                       \
+    X(cuDeviceGetName, (char *, int, CUdevice))                             \
+    X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                    \
+    X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                             \
+    X(cuCtxPushCurrent_v2, (CUcontext))                                     \
+    X(cuCtxPopCurrent_v2, (CUcontext *))                                    \
+    X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                               \
+    X(cuMemFree_v2, (CUdeviceptr))                                          \
+    X(cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void *, size_t, CUstream))  \
+    X(cuMemcpyDtoHAsync_v2, (void *, CUdeviceptr, size_t, CUstream))        \
+    X(cuMemcpyDtoDAsync_v2, (CUdeviceptr, CUdeviceptr, size_t, CUstream))   \
+    X(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))      \
+    X(cuMemsetD16Async, (CUdeviceptr, unsigned short, size_t, CUstream))    \
+    X(cuMemsetD32Async, (CUdeviceptr, unsigned int, size_t, CUstream))      \
+    X(cuStreamCreate, (CUstream *, unsigned int))                           \
+    X(cuStreamDestroy_v2, (CUstream))                                       \
+    X(cuStreamSynchronize, (CUstream))                                      \
+    X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                 \
+    X(cuEventCreate, (CUevent *, unsigned int))                             \
+    X(cuEventDestroy_v2, (CUevent))                                         \
+    X(cuEventRecord, (CUevent, CUstream))                                   \
+    X(cuPointerGetAttribute, (void *, int, CUdeviceptr))
+
+#define BUFFEREXT_CU_FIELD(name, params) CUresult (*name) params;
+
+typedef struct { CUDA_SYMBOLS(BUFFEREXT_CU_FIELD) } bufferext_cuda_table;
+
+/* The loaded entry points (all NULL until bufferext_cuda_ready succeeds). */
+extern bufferext_cuda_table bufferext_cuda;
+
+/* Load the driver and run cuInit once.  0, or -1 with
+ * DeviceUnavailableError saying what was looked for and why it failed. */
+int bufferext_cuda_ready(bufferext_state *st);
+/* Number of devices (valid after bufferext_cuda_ready succeeded). */
+int bufferext_cuda_device_count(void);
+/* A list of "ordinal: name" strings, one per device. */
+PyObject *bufferext_cuda_device_names(void);
+
+/* Raise for a failed driver call: MemoryError for out of memory, else
+ * RuntimeError, both naming the caller, the entry point and the CUresult.
+ * Returns -1. */
+int bufferext_cuda_error(CUresult rc, const char *who, const char *call);
+
+static inline int
+bufferext_cuda_check(CUresult rc, const char *who, const char *call)
+{
+    return rc == CUDA_SUCCESS ? 0 : bufferext_cuda_error(rc, who, call);
+}
+
+/* Call a driver entry point; 0, or -1 with the exception above. */
+#define CU_CHECK(who, name, args)                                           \
+    bufferext_cuda_check(bufferext_cuda.name args, (who), #name)
+
+/* Bridges (adapter.c).  The per-device stream DLPack producers are asked to
+ * make their data ready on, as an int; NULL with an exception. */
+PyObject *bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal);
+/* Describe CUDA memory at `ptr` imported from another protocol: ordinal and
+ * context from the driver; if `stream` is not 0, an event recorded on it
+ * (the producer's pending work), owned by the caller.  0, or -1 with
+ * BufferError / DeviceUnavailableError. */
+int bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
+                          int ordinal, BufferExt_CUDADeviceInfo *info);
+/* Destroy an event made by bufferext_cuda_import (safe if there is none). */
+void bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info);
+
+#endif
