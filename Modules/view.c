@@ -49,8 +49,10 @@ view_build_layout(BufferViewObject *self)
     l->shape = v->shape;
     l->strides = v->strides;
     l->suboffsets = v->suboffsets;
-    if (v->shape == NULL) {
-        /* PEP 3118: without a shape, the consumer assumes bytes. */
+    if (v->shape == NULL &&
+        !(v->ndim == 0 && REQ_SHAPE(self->request_flags))) {
+        /* PEP 3118: without a shape, the consumer assumes bytes (but a
+         * 0-d export answering a PyBUF_ND request may leave shape NULL). */
         self->len_items = v->len;
         self->itemsize_one = 1;
         l->itemsize = 1;
