@@ -115,19 +115,24 @@ cpubuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         Py_INCREF(dtype);
     }
     if (dtype == NULL ||
-        bufferext_dtype_resolve(st, dtype, &self->dt) < 0 ||
-        bufferext_layout_parse("CPUBuffer", shape, self->dt.itemsize,
-                               &layout) < 0 ||
-        cpubuffer_allocate(self, &layout) < 0) {
-        Py_XDECREF(dtype);
-        Py_DECREF(self);
-        return NULL;
+        bufferext_dtype_resolve(st, dtype, &self->dt) < 0) {
+        goto error;
     }
-    Py_DECREF(dtype);
+    /* before allocating: the contiguity computed there needs the itemsize */
     self->layout.itemsize = self->dt.itemsize;
     self->layout.format = self->dt.format;
     self->layout.readonly = readonly;
+    if (bufferext_layout_parse("CPUBuffer", shape, self->dt.itemsize,
+                               &layout) < 0 ||
+        cpubuffer_allocate(self, &layout) < 0) {
+        goto error;
+    }
+    Py_DECREF(dtype);
     return (PyObject *)self;
+error:
+    Py_XDECREF(dtype);
+    Py_DECREF(self);
+    return NULL;
 }
 
 static int
