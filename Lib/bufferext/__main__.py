@@ -42,13 +42,13 @@ def collect_info() -> Dict[str, Any]:
     ``platform`` and ``devices`` (:func:`bufferext.devices`).
     """
     import bufferext
-    from bufferext import _bufferext
+    from bufferext._bufferext import ABI_VERSION
 
     flags = {name: int(bufferext.BufferFlags[name]) for name in _SHOWN_FLAGS}
     return {
         "version": bufferext.__version__,
         "include": bufferext.get_include(),
-        "abi_version": int(_bufferext.ABI_VERSION),
+        "abi_version": int(ABI_VERSION),
         "flags": flags,
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
