@@ -240,14 +240,14 @@ check_target(PyObject *exporter, const dlpack_options *opts,
 {
     if (opts->dl_device != NULL) {
         int type, id;
-        if (!PyArg_ParseTuple(opts->dl_device, "ii;__dlpack__: dl_device "
-                              "must be a tuple (device_type, device_id)",
-                              &type, &id)) {
-            if (!PyTuple_Check(opts->dl_device)) {
+        if (!PyTuple_Check(opts->dl_device) ||
+            !PyArg_ParseTuple(opts->dl_device, "ii", &type, &id)) {
+            if (!PyErr_Occurred() ||
+                PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_TypeError,
                              "__dlpack__: dl_device must be a tuple "
-                             "(device_type, device_id), not %R",
+                             "(device_type, device_id) of ints, not %R",
                              opts->dl_device);
             }
             return -1;

@@ -95,15 +95,17 @@ bufferext_layout_parse(const char *who, PyObject *shape, Py_ssize_t itemsize,
     PyObject *seq;
     Py_ssize_t n, i, nbytes, total = itemsize;
 
-    if (PyIndex_Check(shape)) {
+    if (PyIndex_Check(shape) && !PySequence_Check(shape)) {
         out->ndim = 1;
         if (layout_dim(who, shape, 0, &out->shape[0]) < 0) {
             return -1;
         }
     }
     else {
-        seq = PySequence_Fast(shape, "");
+        /* a dict or set is iterable but not a shape */
+        seq = PySequence_Check(shape) ? PySequence_Fast(shape, "") : NULL;
         if (seq == NULL) {
+            PyErr_Clear();
             PyErr_Format(PyExc_TypeError,
                          "%s: shape must be an int or a sequence of ints, "
                          "not '%.200s'", who, Py_TYPE(shape)->tp_name);

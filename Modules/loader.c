@@ -19,6 +19,23 @@
 #  define LIB_ERROR() dlerror()
 #endif
 
+/* A path (not a bare name searched by the loader) naming an existing file. */
+static int
+file_exists(const char *path)
+{
+    FILE *file;
+
+    if (strchr(path, '/') == NULL && strchr(path, '\\') == NULL) {
+        return 0;
+    }
+    file = fopen(path, "rb");
+    if (file == NULL) {
+        return 0;
+    }
+    fclose(file);
+    return 1;
+}
+
 static void
 try_load(const bufferext_library_spec *spec, bufferext_library *lib)
 {
@@ -45,6 +62,13 @@ try_load(const bufferext_library_spec *spec, bufferext_library *lib)
         PyOS_snprintf(lib->path, sizeof(lib->path), "%s", *candidate);
         if (handle == NULL) {
             why = LIB_ERROR();
+            if (file_exists(*candidate)) {
+                lib->state = -1;
+                PyOS_snprintf(lib->message, sizeof(lib->message),
+                              "%s found at %s but failed to load: %s",
+                              spec->label, *candidate, why ? why : "?");
+                return;
+            }
             used += (size_t)PyOS_snprintf(tried + used, sizeof(tried) - used,
                                           "%s%s (%s)", used ? "; " : "",
                                           *candidate, why ? why : "?");
@@ -105,7 +129,10 @@ bufferext_library_status(const bufferext_library_spec *spec,
     if (lib->state == 0) {
         try_load(spec, lib);
     }
-    if (env != NULL && env[0] != '\0' && strcmp(env, "none") != 0) {
+    if (lib->state == -2) {
+        looked_for = PyList_New(0);      /* disabled: nothing looked for */
+    }
+    else if (env != NULL && env[0] != '\0') {
         looked_for = Py_BuildValue("[s]", env);
     }
     else {

@@ -49,9 +49,10 @@ view_build_layout(BufferViewObject *self)
     l->shape = v->shape;
     l->strides = v->strides;
     l->suboffsets = v->suboffsets;
-    if (v->shape == NULL && v->ndim != 0) {
-        /* PEP 3118: without a shape, the consumer assumes bytes (ndim 0 with
-           no shape is a scalar, as numpy exports 0-d arrays). */
+    if (v->shape == NULL &&
+        !(v->ndim == 0 && REQ_SHAPE(self->request_flags))) {
+        /* PEP 3118: without a shape, the consumer assumes bytes (but a
+         * 0-d export answering a PyBUF_ND request may leave shape NULL). */
         self->len_items = v->len;
         self->itemsize_one = 1;
         l->itemsize = 1;
@@ -497,11 +498,17 @@ static PyType_Slot view_slots[] = {
     {0, NULL},
 };
 
+/* Only get_buffer() makes BufferViews (3.9 lacks the flag: see init). */
+#ifndef Py_TPFLAGS_DISALLOW_INSTANTIATION
+#  define Py_TPFLAGS_DISALLOW_INSTANTIATION 0
+#endif
+
 static PyType_Spec view_spec = {
     "bufferext.BufferView",
     sizeof(BufferViewObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+        Py_TPFLAGS_DISALLOW_INSTANTIATION,
     view_slots,
 };
 
@@ -554,6 +561,11 @@ bufferext_init_view(PyObject *module)
 
     st->BufferView_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, &view_spec, NULL);
+#if PY_VERSION_HEX < 0x030A0000
+    if (st->BufferView_Type != NULL) {
+        st->BufferView_Type->tp_new = NULL;  /* BufferView() -> TypeError */
+    }
+#endif
     if (st->BufferView_Type == NULL ||
         BufferExt_SetSupportedFlags(st->BufferView_Type,
                                     BUFFEREXT_LEGACY_FLAGS |

@@ -1,0 +1,137 @@
+"""Command line of bufferext: ``python -m bufferext [info] [--json]``.
+
+``info`` (the default) reports the installed version, the directory of the
+C headers, the request-flag values, the Python and numpy versions, the
+platform, and what was found of each device library (where it looked and
+why it failed).  The same entry point is installed as the ``bufferext``
+console script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from typing import Any, Dict, List, Optional, Sequence, TextIO
+
+__all__ = ["collect_info", "format_info", "main"]
+
+# The flags shown by ``info``, in this order.
+_SHOWN_FLAGS = (
+    "SIMPLE", "WRITABLE", "FORMAT", "ND", "STRIDES", "C_CONTIGUOUS",
+    "F_CONTIGUOUS", "ANY_CONTIGUOUS", "INDIRECT", "CONTIG", "CONTIG_RO",
+    "STRIDED", "STRIDED_RO", "RECORDS", "RECORDS_RO", "FULL", "FULL_RO",
+    "DEVICE", "REQUIRED", "LEGACY",
+)
+
+
+def _numpy_version() -> Optional[str]:
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return str(numpy.__version__)
+
+
+def collect_info() -> Dict[str, Any]:
+    """Everything ``info`` reports, as a JSON-serialisable dict.
+
+    Keys: ``version``, ``include``, ``abi_version``, ``flags`` (name ->
+    int), ``python``, ``implementation``, ``numpy`` (None if missing),
+    ``platform`` and ``devices`` (:func:`bufferext.devices`).
+    """
+    import bufferext
+    from bufferext._bufferext import ABI_VERSION
+
+    flags = {name: int(bufferext.BufferFlags[name]) for name in _SHOWN_FLAGS}
+    return {
+        "version": bufferext.__version__,
+        "include": bufferext.get_include(),
+        "abi_version": int(ABI_VERSION),
+        "flags": flags,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "numpy": _numpy_version(),
+        "platform": platform.platform(),
+        "devices": bufferext.devices(),
+    }
+
+
+def _format_device(entry: Dict[str, Any]) -> List[str]:
+    state = "loaded" if entry.get("loaded") else "not loaded"
+    lines = [f"  {entry.get('device')} ({entry.get('library')}): {state}"]
+    if entry.get("loaded"):
+        lines.append(f"    path:       {entry.get('path')}")
+    looked = entry.get("looked_for") or []
+    lines.append("    looked for: " + (", ".join(looked) if looked else "-"))
+    lines.append(f"    override:   {entry.get('env_var')}=<path> (or 'none')")
+    if entry.get("error"):
+        lines.append(f"    why:        {entry['error']}")
+    return lines
+
+
+def format_info(info: Dict[str, Any]) -> str:
+    """Render :func:`collect_info`'s dict as the human-readable report."""
+    lines = [
+        f"bufferext {info['version']} (extended buffer ABI "
+        f"{info['abi_version']})",
+        f"header directory: {info['include']}",
+        f"python:           {info['python']} ({info['implementation']})",
+        f"numpy:            {info['numpy'] or 'not installed'}",
+        f"platform:         {info['platform']}",
+        "request flags (PyBUF_*):",
+    ]
+    width = max(len(name) for name in info["flags"])
+    for name, value in info["flags"].items():
+        lines.append(f"  {name.ljust(width)}  0x{value:05x}  {value}")
+    lines.append("device libraries:")
+    for entry in info["devices"]:
+        lines.extend(_format_device(entry))
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
+    info = collect_info()
+    if args.json:
+        json.dump(info, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(format_info(info))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bufferext",
+        description="The extended buffer protocol (draft PEP), backported.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    info = commands.add_parser(
+        "info", help="version, header path, flag values, device libraries "
+                     "(the default)")
+    info.add_argument("--json", action="store_true",
+                      help="print the report as JSON")
+    info.set_defaults(handler=_cmd_info)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``).
+
+    Returns the exit status: 0 on success, 2 for a usage error (argparse's
+    convention; the SystemExit it raises is turned into the return value).
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if not args_list or (args_list[0].startswith("-")
+                         and args_list[0] not in ("-h", "--help")):
+        args_list.insert(0, "info")   # `info` is the default command
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    return int(args.handler(args, sys.stdout))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""Shared helpers of the Python test suite (no fixtures with side effects).
+
+* ``plain_get_buffer(obj, flags)``: a plain ``PyObject_GetBuffer`` made
+  through ``ctypes.pythonapi`` with a ctypes ``Py_buffer``, so the tests
+  can compare ``bufferext.get_buffer`` with what CPython itself does.
+* ctypes mirrors of the DLPack 1.x structs, to read capsules.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from typing import Any, Dict, List, Optional, Tuple
+
+import bufferext
+
+F = bufferext.BufferFlags
+
+# ---- Py_buffer through ctypes ---------------------------------------------
+
+_ssize_p = ctypes.POINTER(ctypes.c_ssize_t)
+
+
+class Py_buffer(ctypes.Structure):
+    """CPython's ``Py_buffer`` (frozen in the stable ABI)."""
+
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),      # borrowed view of the PyObject *
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", _ssize_p),
+        ("strides", _ssize_p),
+        ("suboffsets", _ssize_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_GetBuffer = ctypes.pythonapi.PyObject_GetBuffer
+_GetBuffer.argtypes = [ctypes.py_object, ctypes.POINTER(Py_buffer),
+                       ctypes.c_int]
+_GetBuffer.restype = ctypes.c_int
+_Release = ctypes.pythonapi.PyBuffer_Release
+_Release.argtypes = [ctypes.POINTER(Py_buffer)]
+_Release.restype = None
+
+
+def _array(ptr: Any, n: int) -> Optional[Tuple[int, ...]]:
+    if not ptr:
+        return None
+    return tuple(ptr[i] for i in range(n))
+
+
+def plain_get_buffer(obj: Any, flags: int) -> Dict[str, Any]:
+    """The raw fields of ``PyObject_GetBuffer(obj, flags)``, released again.
+
+    Raises whatever the exporter raised (ctypes.pythonapi re-raises the
+    Python exception when the call fails).
+    """
+    view = Py_buffer()
+    rc = _GetBuffer(obj, ctypes.byref(view), int(flags))
+    assert rc == 0
+    try:
+        # a NULL shape means one dimension of len bytes (PEP 3118)
+        n = view.ndim if view.shape else 0
+        return {
+            "buf": view.buf or 0,
+            "obj_is": view.obj == id(obj),
+            "len": view.len,
+            "itemsize": view.itemsize,
+            "readonly": bool(view.readonly),
+            "ndim": view.ndim,
+            "format": None if view.format is None
+            else view.format.decode("ascii"),
+            "shape": _array(view.shape, n),
+            "strides": _array(view.strides, n),
+            "suboffsets": _array(view.suboffsets, n),
+        }
+    finally:
+        _Release(ctypes.byref(view))
+
+
+# ---- request flags ---------------------------------------------------------
+
+LEGACY_NAMES = ("WRITABLE", "FORMAT", "ND", "STRIDES", "C_CONTIGUOUS",
+                "F_CONTIGUOUS", "ANY_CONTIGUOUS", "INDIRECT")
+
+
+def legacy_requests() -> List[int]:
+    """Every distinct request value built from the PEP 3118 request flags.
+
+    Each subset of {WRITABLE, FORMAT, ND, STRIDES, C/F/ANY_CONTIGUOUS,
+    INDIRECT} OR-ed together (the compound flags include ND/STRIDES, as
+    CPython defines them); the empty subset is PyBUF_SIMPLE.
+    """
+    values = set()
+    members = [int(F[name]) for name in LEGACY_NAMES]
+    for r in range(len(members) + 1):
+        for combo in itertools.combinations(members, r):
+            value = 0
+            for m in combo:
+                value |= m
+            values.add(value)
+    return sorted(values)
+
+
+def flag_name(flags: int) -> str:
+    """A readable test id for a request value."""
+    if flags == 0:
+        return "SIMPLE"
+    names = []
+    rest = flags
+    for name in ("DEVICE", "INDIRECT", "C_CONTIGUOUS", "F_CONTIGUOUS",
+                 "ANY_CONTIGUOUS", "STRIDES", "ND", "FORMAT", "WRITABLE"):
+        value = int(F[name])
+        if rest & value == value:
+            names.append(name)
+            rest &= ~value
+    if rest:
+        names.append(hex(rest))
+    return "|".join(names)
+
+
+# ---- DLPack through ctypes -------------------------------------------------
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
+                ("dl_tensor", DLTensor)]
+
+
+DLPACK_FLAG_READ_ONLY = 1 << 0
+DLPACK_FLAG_IS_COPIED = 1 << 1
+kDLCPU = 1
+kDLInt, kDLUInt, kDLFloat, kDLComplex, kDLBool = 0, 1, 2, 5, 6
+
+_IsValid = ctypes.pythonapi.PyCapsule_IsValid
+_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_IsValid.restype = ctypes.c_int
+_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_GetPointer.restype = ctypes.c_void_p
+_GetName = ctypes.pythonapi.PyCapsule_GetName
+_GetName.argtypes = [ctypes.py_object]
+_GetName.restype = ctypes.c_char_p
+
+
+def capsule_name(capsule: Any) -> Optional[str]:
+    """The current name of a capsule (consumers rename it on consume)."""
+    name = _GetName(capsule)
+    return None if name is None else name.decode("ascii")
+
+
+def read_capsule(capsule: Any) -> Dict[str, Any]:
+    """The fields of an unconsumed DLPack capsule, read through ctypes.
+
+    Works for ``dltensor_versioned`` and ``dltensor`` capsules; versioned
+    ones add ``version`` and ``flags``.
+    """
+    name = capsule_name(capsule)
+    assert name in ("dltensor", "dltensor_versioned"), name
+    assert _IsValid(capsule, name.encode()) == 1
+    address = _GetPointer(capsule, name.encode())
+    result: Dict[str, Any] = {"name": name}
+    if name == "dltensor_versioned":
+        managed = DLManagedTensorVersioned.from_address(address)
+        result["version"] = (managed.version.major, managed.version.minor)
+        result["flags"] = managed.flags
+    else:
+        managed = DLManagedTensor.from_address(address)  # type: ignore
+    t = managed.dl_tensor
+    result.update(
+        data=t.data or 0,
+        device=(t.device.device_type, t.device.device_id),
+        ndim=t.ndim,
+        dtype=(t.dtype.code, t.dtype.bits, t.dtype.lanes),
+        shape=tuple(t.shape[i] for i in range(t.ndim)),
+        strides=None if not t.strides
+        else tuple(t.strides[i] for i in range(t.ndim)),
+        byte_offset=t.byte_offset,
+        deleter=managed.deleter,
+    )
+    return result

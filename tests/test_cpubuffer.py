@@ -1,0 +1,646 @@
+"""CPUBuffer: the sample CPU producer."""
+
+from __future__ import annotations
+
+import array
+import gc
+import sys
+import tracemalloc
+import weakref
+
+import numpy as np
+import pytest
+
+import bufferext
+from bufferext import BufferFlags as F
+from bufferext import CPUBuffer, get_buffer
+
+NATIVE = "<" if sys.byteorder == "little" else ">"
+OTHER = ">" if NATIVE == "<" else "<"
+
+
+# ---- construction -------------------------------------------------------
+
+@pytest.mark.parametrize("shape, expected", [
+    (5, (5,)),
+    (0, (0,)),
+    ((2, 3), (2, 3)),
+    ([2, 3], (2, 3)),
+    ((), ()),
+    ([], ()),
+    ((4, 0, 3), (4, 0, 3)),
+    ((1,) * 64, (1,) * 64),
+    (np.int64(3), (3,)),
+    ((np.int32(2), 3), (2, 3)),
+    (np.array([2, 3]), (2, 3)),
+    (range(1, 4), (1, 2, 3)),
+], ids=repr)
+def test_shapes(shape, expected):
+    buf = CPUBuffer(shape, "int16")
+    assert buf.shape == expected
+    assert buf.ndim == len(expected)
+    assert buf.nbytes == 2 * int(np.prod(expected, dtype=np.int64))
+    arr = np.asarray(buf)
+    assert arr.shape == expected
+    assert buf.strides == arr.strides   # numpy-style C strides
+    del arr
+
+
+def test_default_dtype_is_float64():
+    buf = CPUBuffer(3)
+    assert buf.dtype == np.float64
+    assert buf.format == "d"
+    assert buf.itemsize == 8
+
+
+DTYPES = [
+    # (spelling, numpy dtype, struct format)
+    ("float64", "=f8", "d"), ("float32", "=f4", "f"), ("float16", "=f2", "e"),
+    ("complex64", "=c8", "Zf"), ("complex128", "=c16", "Zd"),
+    ("bool", "?", "?"), ("int8", "i1", "b"), ("uint8", "u1", "B"),
+    ("int16", "=i2", "h"), ("uint16", "=u2", "H"),
+    ("int32", "=i4", "i"), ("uint32", "=u4", "I"),
+    ("int64", "=i8", "q"), ("uint64", "=u8", "Q"),
+    # typestrs, native and not
+    (NATIVE + "f8", "=f8", "d"), (NATIVE + "c16", "=c16", "Zd"),
+    (OTHER + "f8", OTHER + "f8", OTHER + "d"),
+    (OTHER + "i4", OTHER + "i4", OTHER + "i"),
+    (OTHER + "u2", OTHER + "u2", OTHER + "H"),
+    (OTHER + "c8", OTHER + "c8", OTHER + "Zf"),
+    ("|u1", "u1", "B"), ("|b1", "?", "?"),
+    # struct formats, numpy-compatible and not
+    ("d", "=f8", "d"), ("f", "=f4", "f"), ("e", "=f2", "e"),
+    ("Zd", "=c16", "Zd"), ("Zf", "=c8", "Zf"),
+    ("@d", "=f8", "d"), ("=i", "=i4", "i"), ("?", "?", "?"),
+    ("!h", ">i2", "h" if NATIVE == ">" else ">h"),
+    (">q", ">i8", "q" if NATIVE == ">" else ">q"),
+    ("<I", "<u4", "I" if NATIVE == "<" else "<I"),
+    ("n", "=i8", "q"), ("N", "=u8", "Q"),
+    ("b", "i1", "b"), ("B", "u1", "B"), ("h", "=i2", "h"), ("Q", "=u8", "Q"),
+    # python and numpy types
+    (bool, "?", "?"), (float, "=f8", "d"), (complex, "=c16", "Zd"),
+    (np.float32, "=f4", "f"), (np.uint16, "=u2", "H"),
+    (np.dtype(">f4"), ">f4", "f" if NATIVE == ">" else ">f"),
+]
+
+
+@pytest.mark.parametrize("spelling, dtype, fmt", DTYPES,
+                         ids=[repr(d[0]) for d in DTYPES])
+def test_dtype_spellings(spelling, dtype, fmt):
+    buf = CPUBuffer(3, spelling)
+    assert buf.dtype == np.dtype(dtype)
+    assert buf.format == fmt
+    assert buf.itemsize == np.dtype(dtype).itemsize
+    arr = np.asarray(buf)
+    assert arr.dtype == np.dtype(dtype)
+    with memoryview(buf) as mv:
+        assert mv.format == fmt
+        assert mv.itemsize == buf.itemsize
+    del arr
+
+
+def test_python_int_is_int64():
+    assert CPUBuffer(1, int).dtype == np.dtype(int)
+
+
+def test_non_native_values_round_trip():
+    buf = CPUBuffer(3, OTHER + "i4")
+    buf.copy_from_host(np.array([1, 2, 0x01020304], dtype=OTHER + "i4"))
+    assert np.asarray(buf).tolist() == [1, 2, 0x01020304]
+    assert buf.to_host().dtype == np.dtype(OTHER + "i4")
+
+
+def test_alignment_64():
+    for n in (1, 3, 17, 1000, 0):
+        for dtype in ("u1", "f8", "c16"):
+            buf = CPUBuffer(n, dtype)
+            assert buf.ptr % 64 == 0
+            with get_buffer(buf) as view:
+                assert view.ptr % 64 == 0
+    buf = CPUBuffer(3)
+    buf.resize(1000)
+    assert buf.ptr % 64 == 0
+
+
+def test_zero_filled():
+    for dtype in ("u1", "f8", "c16", "?"):
+        buf = CPUBuffer((7, 9), dtype)
+        assert bytes(memoryview(buf).cast("B")) == bytes(buf.nbytes)
+        assert not np.asarray(buf).any()
+
+
+def test_attributes():
+    buf = CPUBuffer((2, 3), "float32")
+    assert buf.shape == (2, 3)
+    assert buf.strides == (12, 4)
+    assert buf.ndim == 2
+    assert buf.nbytes == 24
+    assert buf.itemsize == 4
+    assert buf.readonly is False
+    assert buf.exports == 0
+    assert buf.closed is False
+    assert isinstance(buf.ptr, int) and buf.ptr != 0
+    assert repr(buf) == "CPUBuffer((2, 3), dtype='float32')"
+    ro = CPUBuffer(2, "u1", readonly=True)
+    assert ro.readonly is True
+    assert repr(ro) == "CPUBuffer((2,), dtype='uint8', readonly=True)"
+
+
+def test_keyword_arguments():
+    buf = CPUBuffer(shape=(2,), dtype="i4", readonly=True)
+    assert buf.shape == (2,) and buf.readonly
+    with pytest.raises(TypeError):
+        CPUBuffer((2,), "i4", True)     # readonly is keyword-only
+    with pytest.raises(TypeError):
+        CPUBuffer()
+    with pytest.raises(TypeError):
+        CPUBuffer(2, bogus=1)
+
+
+# ---- absurd input ------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, exc, words", [
+    (-1, ValueError, ["shape[0]", "-1", "negative"]),
+    ((2, -3), ValueError, ["shape[1]", "-3", "negative"]),
+    ((2**40, 2**40), ValueError, ["too large"]),
+    ((2**62, 4), ValueError, ["too large"]),
+    ((2**63,), ValueError, ["shape[0]", "too large"]),
+    ((2**63 - 1,), ValueError, ["shape[0]", "too large"]),
+    ((1,) * 65, ValueError, ["65 dimensions", "64"]),
+    ((1.5,), TypeError, ["shape[0]", "float"]),
+    ((2, "3"), TypeError, ["shape[1]", "str"]),
+    ((True,), TypeError, ["shape[0]", "bool"]),
+    (None, TypeError, ["shape", "NoneType"]),
+    (1.0, TypeError, ["shape", "float"]),
+    ({1: 2}, TypeError, ["shape", "dict"]),
+    ({3}, TypeError, ["shape", "set"]),
+], ids=repr)
+def test_absurd_shapes(shape, exc, words):
+    with pytest.raises(exc) as info:
+        CPUBuffer(shape, "u1")
+    for word in words:
+        assert word in str(info.value)
+    assert "CPUBuffer" in str(info.value)
+
+
+def test_unallocatable_size_is_memory_error():
+    with pytest.raises(MemoryError, match=str(2**62)):
+        CPUBuffer(2**62, "u1")
+
+
+@pytest.mark.parametrize("dtype", [
+    "O", "U3", "S3", "V8", "M8[s]", "m8", "float128", "g", "x", "Zq", "ii",
+    "3d", 3.5, object, str, np.dtype([("a", "i4")]), np.dtype(("i4", (2,))),
+    "", "not-a-dtype",
+], ids=repr)
+def test_absurd_dtypes(dtype):
+    if dtype in ("float128", "g") and np.dtype("g").itemsize == 8:
+        pytest.skip("long double is double on this platform")
+    with pytest.raises(TypeError) as info:
+        CPUBuffer(2, dtype)
+    assert "dtype" in str(info.value)
+    assert repr(dtype) in str(info.value) or str(dtype) in str(info.value)
+
+
+# ---- numpy -----------------------------------------------------------------
+
+def test_numpy_asarray_zero_copy_both_ways():
+    buf = CPUBuffer((3, 4), "float64")
+    arr = np.asarray(buf)
+    assert arr.ctypes.data == buf.ptr
+    assert arr.flags.writeable and arr.flags.c_contiguous
+    assert buf.exports >= 1
+    arr[1, 2] = 5.0
+    with memoryview(buf) as mv:
+        assert mv[1, 2] == 5.0
+        mv[2, 3] = 7.0
+    assert arr[2, 3] == 7.0
+    other = np.asarray(buf)
+    assert other[1, 2] == 5.0 and other[2, 3] == 7.0
+    del arr, other
+    gc.collect()
+    assert buf.exports == 0
+
+
+def test_array_interface_is_exactly_v3():
+    buf = CPUBuffer((2, 5), "<i4")
+    ai = buf.__array_interface__
+    assert set(ai) == {"shape", "typestr", "descr", "data", "strides",
+                       "version"}
+    assert ai["version"] == 3
+    assert ai["shape"] == (2, 5)
+    assert ai["typestr"] == "<i4"
+    assert ai["descr"] == [("", "<i4")]
+    assert ai["data"] == (buf.ptr, False)
+    assert ai["strides"] is None
+    ro = CPUBuffer(3, ">f8", readonly=True)
+    ai = ro.__array_interface__
+    assert ai["data"] == (ro.ptr, True) and ai["typestr"] == ">f8"
+
+    class OnlyInterface:
+        __array_interface__ = buf.__array_interface__
+    view = np.asarray(OnlyInterface())
+    assert view.ctypes.data == buf.ptr and view.shape == (2, 5)
+
+
+def test_array_interface_0d_and_bool():
+    buf = CPUBuffer((), "?")
+    ai = buf.__array_interface__
+    assert ai["shape"] == () and ai["typestr"] == "|b1"
+
+
+def test_readonly_honoured_by_numpy():
+    buf = CPUBuffer(4, "u1", readonly=True)
+    arr = np.asarray(buf)
+    assert arr.flags.writeable is False
+    with pytest.raises(ValueError):
+        arr[0] = 1
+    with pytest.raises(ValueError):
+        arr.flags.writeable = True
+    del arr
+
+
+def test_readonly_honoured_by_writable_requests():
+    buf = CPUBuffer(4, "u1", readonly=True)
+    with pytest.raises(BufferError, match="read-only"):
+        get_buffer(buf, F.WRITABLE)
+    with pytest.raises(BufferError, match="read-only"):
+        get_buffer(buf, F.FULL | F.DEVICE)
+    with memoryview(buf) as mv:
+        assert mv.readonly
+        with pytest.raises(TypeError):
+            mv[0] = 1
+    assert buf.exports == 0
+    with pytest.raises(ValueError, match="read-only"):
+        np.frombuffer(buf, dtype="u1")[0:1] = 1
+
+
+def test_to_host_is_a_copy():
+    buf = CPUBuffer((2, 2), "i8")
+    np.asarray(buf)[:] = [[1, 2], [3, 4]]
+    host = buf.to_host()
+    assert isinstance(host, np.ndarray)
+    assert host.tolist() == [[1, 2], [3, 4]]
+    assert host.ctypes.data != buf.ptr
+    host[0, 0] = 99
+    assert np.asarray(buf)[0, 0] == 1
+    assert buf.exports == 0
+
+
+# ---- copy_from_host ----------------------------------------------------------
+
+def test_copy_from_bytes():
+    buf = CPUBuffer(4, "u1")
+    buf.copy_from_host(b"\x01\x02\x03\x04")
+    assert bytes(buf) == b"\x01\x02\x03\x04"
+    big = CPUBuffer(2, "<u2")
+    big.copy_from_host(bytearray(b"\x01\x00\x02\x00"))   # raw bytes: as is
+    assert np.asarray(big).tolist() == [1, 2]
+
+
+def test_copy_from_ndarray():
+    buf = CPUBuffer((2, 3), "float32")
+    src = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf.copy_from_host(src)
+    assert np.array_equal(np.asarray(buf), src)
+
+
+def test_copy_from_non_contiguous_ndarray():
+    buf = CPUBuffer((3, 2), "int64")
+    base = np.arange(24, dtype=np.int64).reshape(6, 4)
+    src = base[::2, 1::2]
+    assert not src.flags.c_contiguous
+    buf.copy_from_host(src)
+    assert np.array_equal(np.asarray(buf), src)
+    fortran = np.asfortranarray(np.arange(6, dtype=np.int64).reshape(3, 2))
+    buf.copy_from_host(fortran)
+    assert np.array_equal(np.asarray(buf), fortran)
+
+
+def test_copy_from_array_array():
+    buf = CPUBuffer(3, "d")
+    buf.copy_from_host(array.array("d", [1.5, 2.5, 3.5]))
+    assert np.asarray(buf).tolist() == [1.5, 2.5, 3.5]
+
+
+def test_copy_from_memoryview_slice():
+    buf = CPUBuffer(3, "u1")
+    buf.copy_from_host(memoryview(b"abcdef")[::2])
+    assert bytes(buf) == b"ace"
+
+
+def test_copy_size_mismatch():
+    buf = CPUBuffer(4, "u1")
+    with pytest.raises(ValueError, match="5 bytes.*4"):
+        buf.copy_from_host(b"12345")
+    with pytest.raises(ValueError, match="bytes"):
+        buf.copy_from_host(np.zeros(3, dtype="u1"))
+
+
+def test_copy_dtype_mismatch():
+    buf = CPUBuffer(2, "float32")
+    with pytest.raises(ValueError, match="format 'i'.*float32"):
+        buf.copy_from_host(np.zeros(2, dtype=np.int32))
+    with pytest.raises(ValueError, match="does not match"):
+        buf.copy_from_host(np.zeros(2, dtype=OTHER + "f4"))
+    with pytest.raises(ValueError, match="does not match"):
+        buf.copy_from_host(np.zeros(1, dtype=[("a", "<i4"), ("b", "<f4")]))
+
+
+def test_copy_from_non_buffer():
+    buf = CPUBuffer(2, "u1")
+    with pytest.raises(TypeError):
+        buf.copy_from_host([1, 2])
+    with pytest.raises(TypeError):
+        buf.copy_from_host(None)
+
+
+def test_copy_into_itself():
+    buf = CPUBuffer(4, "u1")
+    buf.copy_from_host(b"wxyz")
+    buf.copy_from_host(buf)
+    assert bytes(buf) == b"wxyz"
+    assert buf.exports == 0
+
+
+def test_copy_into_readonly_refused_while_exported():
+    buf = CPUBuffer(2, "u1", readonly=True)
+    buf.copy_from_host(b"ab")          # the owner may fill it
+    view = get_buffer(buf)
+    with pytest.raises(BufferError, match="read-only"):
+        buf.copy_from_host(b"cd")
+    view.release()
+    assert bytes(buf) == b"ab"
+
+
+# ---- lifetime: close / resize ------------------------------------------------
+
+def _exporters(buf):
+    """Ways to hold an export of buf: (name, acquire, drop)."""
+    return [
+        ("memoryview", lambda: memoryview(buf), lambda x: x.release()),
+        ("BufferView", lambda: get_buffer(buf), lambda x: x.release()),
+        ("numpy", lambda: np.asarray(buf), lambda x: None),
+        ("dlpack", lambda: buf.__dlpack__(), lambda x: None),
+        ("dlpack-versioned", lambda: buf.__dlpack__(max_version=(1, 0)),
+         lambda x: None),
+        ("from_dlpack", lambda: np.from_dlpack(buf), lambda x: None),
+    ]
+
+
+@pytest.mark.parametrize("which", range(6), ids=[
+    "memoryview", "BufferView", "numpy", "dlpack", "dlpack-versioned",
+    "from_dlpack"])
+def test_close_and_resize_refused_while_exported(which):
+    buf = CPUBuffer((2, 3), "f8")
+    name, acquire, drop = _exporters(buf)[which]
+    held = acquire()
+    assert buf.exports == 1, name
+    with pytest.raises(BufferError, match="close.*export"):
+        buf.close()
+    with pytest.raises(BufferError, match="resize.*export"):
+        buf.resize(10)
+    with pytest.raises(BufferError):
+        with buf:
+            pass
+    assert buf.closed is False and buf.shape == (2, 3)
+    drop(held)
+    del held
+    gc.collect()
+    assert buf.exports == 0
+    buf.resize(4)
+    buf.close()
+    assert buf.closed
+
+
+def test_use_after_close():
+    buf = CPUBuffer(4, "u1")
+    buf.close()
+    assert buf.closed is True
+    for call in (lambda: buf.ptr, lambda: buf.__array_interface__,
+                 buf.to_host, lambda: buf.copy_from_host(b"1234"),
+                 lambda: buf.resize(2), buf.__dlpack__):
+        with pytest.raises(ValueError, match="closed"):
+            call()
+    with pytest.raises(BufferError, match="closed"):
+        memoryview(buf)
+    with pytest.raises(BufferError, match="closed"):
+        get_buffer(buf)
+    # numpy tries the buffer, then reports __array_interface__'s error
+    with pytest.raises((BufferError, ValueError), match="closed"):
+        np.asarray(buf)
+    assert "closed" in repr(buf)
+    assert buf.shape == (4,)       # the description survives
+
+
+def test_close_twice_harmless():
+    buf = CPUBuffer(4)
+    buf.close()
+    buf.close()
+    assert buf.closed
+
+
+def test_context_manager_closes():
+    with CPUBuffer(3) as buf:
+        assert buf.closed is False
+    assert buf.closed is True
+
+
+def test_resize_keeps_leading_bytes():
+    buf = CPUBuffer(4, "u1")
+    buf.copy_from_host(b"abcd")
+    buf.resize((2, 3))
+    assert buf.shape == (2, 3) and buf.nbytes == 6
+    assert bytes(buf) == b"abcd\x00\x00"
+    buf.resize(2)
+    assert bytes(buf) == b"ab"
+    buf.resize(0)
+    assert buf.nbytes == 0 and bytes(buf) == b""
+    with pytest.raises(ValueError, match="resize.*negative"):
+        buf.resize(-1)
+    with pytest.raises(TypeError, match="resize"):
+        buf.resize("x")
+    assert buf.shape == (0,)
+
+
+# ---- supported flags ---------------------------------------------------------
+
+def test_supported_flags_exact():
+    buf = CPUBuffer(2)
+    assert bufferext.supported_flags(buf) == F.LEGACY | F.DEVICE
+    assert CPUBuffer.__buffer_supported_flags__ == 0x101FD
+    assert bufferext.check_buffer_supports(buf, F.DEVICE | F.FULL)
+    assert not bufferext.check_buffer_supports(buf, 0x20000)
+
+
+def test_device_request_answered_with_cpu():
+    buf = CPUBuffer(2)
+    with get_buffer(buf, F.DEVICE) as view:
+        assert view.flags == F.DEVICE
+        assert view.device is None and view.device_info is None
+    with get_buffer(buf, F.SIMPLE) as view:
+        assert view.flags == 0
+
+
+def test_simple_requests_of_stdlib_consumers():
+    import hashlib
+    buf = CPUBuffer((2, 2), "u1")
+    buf.copy_from_host(b"abcd")
+    assert hashlib.sha1(buf).digest() == hashlib.sha1(b"abcd").digest()
+    assert b"".join([buf, buf]) == b"abcdabcd"
+    assert buf.exports == 0
+
+
+def test_every_legacy_request_succeeds():
+    from _helpers import legacy_requests
+    buf = CPUBuffer((3, 4), "i2")
+    f_bit = F.F_CONTIGUOUS & ~F.STRIDES
+    for flags in legacy_requests():
+        for extra in (0, F.DEVICE):
+            if flags & f_bit:     # 2-D C order is not Fortran order
+                with pytest.raises(BufferError, match="Fortran"):
+                    get_buffer(buf, flags | extra)
+                continue
+            with get_buffer(buf, flags | extra) as view:
+                assert view.ptr == buf.ptr
+                assert view.nbytes == 24
+                assert view.flags == extra
+    assert buf.exports == 0
+
+
+# ---- subclassing, weakrefs, gc -------------------------------------------------
+
+def test_subclass():
+    class Tagged(CPUBuffer):
+        def total(self):
+            return np.asarray(self).sum()
+
+    buf = Tagged((2, 2), "i4")
+    buf.tag = "hello"                # subclasses get a __dict__
+    np.asarray(buf)[:] = 2
+    assert buf.total() == 8
+    assert isinstance(buf, CPUBuffer)
+    assert bufferext.supported_flags(buf) == F.LEGACY | F.DEVICE
+    with get_buffer(buf) as view:
+        assert view.obj is buf and view.flags == F.DEVICE
+    assert "CPUBuffer" in repr(buf) or "Tagged" in repr(buf)
+
+
+def test_subclass_new_override():
+    class Square(CPUBuffer):
+        def __new__(cls, n):
+            return super().__new__(cls, (n, n), "u1")
+
+    buf = Square(3)
+    assert buf.shape == (3, 3)
+
+
+def test_subclass_can_redeclare_supported_flags():
+    class NoDevice(CPUBuffer):
+        __buffer_supported_flags__ = int(F.LEGACY)
+
+    buf = NoDevice(2)
+    assert bufferext.supported_flags(buf) == F.LEGACY
+    assert not bufferext.check_buffer_supports(buf, F.DEVICE)
+
+
+def test_weakrefs():
+    buf = CPUBuffer(2)
+    ref = weakref.ref(buf)
+    assert ref() is buf
+    del buf
+    gc.collect()
+    assert ref() is None
+
+
+def test_reference_cycle_collected():
+    class Cyclic(CPUBuffer):
+        pass
+    buf = Cyclic(2)
+    buf.me = buf
+    ref = weakref.ref(buf)
+    del buf
+    gc.collect()
+    assert ref() is None
+
+
+# ---- leaks ---------------------------------------------------------------------
+
+def _leaked(fn, loops=300, batches=3):
+    """Bytes per batch of `loops` calls still allocated afterwards.
+
+    The smallest of several batches, after a warm-up: caches (numpy's,
+    the interpreter's) may grow once, a leak grows in every batch."""
+    for _ in range(50):
+        fn()
+    gc.collect()
+    deltas = []
+    tracemalloc.start()
+    try:
+        for _ in range(batches):
+            gc.collect()
+            before, _ = tracemalloc.get_traced_memory()
+            for _ in range(loops):
+                fn()
+            gc.collect()
+            after, _ = tracemalloc.get_traced_memory()
+            deltas.append(after - before)
+    finally:
+        tracemalloc.stop()
+    return min(deltas)
+
+
+def _raises(fn, exc):
+    def run():
+        try:
+            fn()
+        except exc:
+            pass
+        else:
+            raise AssertionError("did not raise")
+    return run
+
+
+@pytest.mark.parametrize("fn", [
+    lambda: CPUBuffer((100, 100), "f8"),
+    _raises(lambda: CPUBuffer(-1, "f8"), ValueError),
+    _raises(lambda: CPUBuffer((2, 3), "O"), TypeError),
+    _raises(lambda: CPUBuffer((2, "x"), "f8"), TypeError),
+    _raises(lambda: CPUBuffer((1,) * 65), ValueError),
+    _raises(lambda: CPUBuffer(2**62, "u1"), MemoryError),
+    _raises(lambda: CPUBuffer(4, "u1").copy_from_host(b"123"), ValueError),
+    _raises(lambda: CPUBuffer(2, "f4").copy_from_host(np.zeros(2, "i4")),
+            ValueError),
+    _raises(lambda: get_buffer(CPUBuffer(4, readonly=True), F.WRITABLE),
+            BufferError),
+    lambda: np.asarray(CPUBuffer((10, 10))).sum(),
+    lambda: CPUBuffer(64).resize((8, 8)),
+    lambda: CPUBuffer(8).to_host(),
+], ids=["ok", "negative", "dtype", "shape-type", "ndim", "huge",
+        "copy-size", "copy-dtype", "readonly", "numpy", "resize", "to_host"])
+def test_no_leaks(fn):
+    # 300 calls: a leak of even 4 bytes per call shows as >= 1200
+    assert _leaked(fn) < 1024
+
+
+def test_refcounts_stable():
+    buf = CPUBuffer(4, "f8")
+    dtype = buf.dtype
+    before = (sys.getrefcount(buf), sys.getrefcount(dtype))
+    for _ in range(2000):
+        mv = memoryview(buf)
+        mv.release()
+        np.asarray(buf)
+        buf.dtype, buf.shape, buf.__array_interface__
+        try:
+            buf.copy_from_host(b"x")
+        except ValueError:
+            pass
+    gc.collect()
+    assert (sys.getrefcount(buf), sys.getrefcount(dtype)) == before
+    assert buf.exports == 0
+
+
+def test_leak_detector_detects_a_leak():
+    kept = []
+    assert _leaked(lambda: kept.append(bytearray(16))) >= 1024

@@ -1,0 +1,201 @@
+"""The installed package: headers, devices(), import without drivers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import bufferext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_ROOT = os.path.dirname(HERE)
+
+DEVICE_KEYS = {"device", "library", "env_var", "looked_for", "loaded",
+               "path", "error"}
+
+
+def run_python(code: str, **env_overrides: str) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter (outside the source tree)."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.update(env_overrides)
+    return subprocess.run([sys.executable, "-c", code], env=env,
+                          cwd=os.path.dirname(SOURCE_ROOT),
+                          capture_output=True, text=True, timeout=120)
+
+
+def devices_with(**env: str):
+    proc = run_python("import bufferext, json; "
+                      "print(json.dumps(bufferext.devices()))", **env)
+    assert proc.returncode == 0, proc.stderr
+    return {d["device"]: d for d in json.loads(proc.stdout)}
+
+
+# ---- installed, not the source tree ------------------------------------------
+
+def test_tests_run_against_the_installed_package():
+    package_dir = os.path.dirname(os.path.abspath(bufferext.__file__))
+    assert not package_dir.startswith(os.path.join(SOURCE_ROOT, "Lib")), (
+        "bufferext was imported from the source tree; pip install . first")
+    assert os.path.basename(bufferext._bufferext.__file__).startswith(
+        "_bufferext")
+
+
+def test_version():
+    assert bufferext.__version__ == "0.1.0"
+    major, minor, micro = (int(x) for x in bufferext.__version__.split("."))
+    assert bufferext._bufferext.VERSION_HEX == (
+        major << 24 | minor << 16 | micro << 8)
+    assert bufferext._bufferext.ABI_VERSION == 1
+
+
+def test_get_include_holds_the_headers():
+    include = bufferext.get_include()
+    assert os.path.isabs(include)
+    package_dir = os.path.dirname(os.path.abspath(bufferext.__file__))
+    assert include == os.path.join(package_dir, "include")
+    for name in ("bufferext.h", "bufferext/core.h", "bufferext/cuda.h",
+                 "bufferext/ve.h"):
+        assert os.path.isfile(os.path.join(include, name)), name
+    with open(os.path.join(include, "bufferext", "core.h")) as f:
+        core = f.read()
+    assert "#  define PyBUF_DEVICE 0x10000" in core
+    assert "Py_buffer_extended" in core
+
+
+def test_installed_headers_match_the_source():
+    source = os.path.join(SOURCE_ROOT, "Include")
+    if not os.path.isdir(source):
+        pytest.skip("no source tree next to the tests")
+    for name in ("bufferext.h", "bufferext/core.h", "bufferext/cuda.h",
+                 "bufferext/ve.h"):
+        with open(os.path.join(source, name), "rb") as a, \
+                open(os.path.join(bufferext.get_include(), name), "rb") as b:
+            assert a.read() == b.read(), f"{name} is stale: reinstall"
+
+
+def test_typed_package():
+    package_dir = os.path.dirname(os.path.abspath(bufferext.__file__))
+    assert os.path.isfile(os.path.join(package_dir, "py.typed"))
+
+
+def test_public_api():
+    for name in bufferext.__all__:
+        assert hasattr(bufferext, name), name
+    assert issubclass(bufferext.DeviceUnavailableError, RuntimeError)
+
+
+# ---- devices() ---------------------------------------------------------------
+
+def test_devices_structure():
+    found = bufferext.devices()
+    assert isinstance(found, list)
+    assert [d["device"] for d in found] == ["bufferext.cuda", "bufferext.ve"]
+    for entry in found:
+        assert isinstance(entry, dict)
+        assert set(entry) == DEVICE_KEYS
+        assert isinstance(entry["library"], str) and entry["library"]
+        assert entry["env_var"] in ("BUFFEREXT_CUDA_DRIVER",
+                                    "BUFFEREXT_VEO_LIBRARY")
+        assert isinstance(entry["looked_for"], list)
+        assert all(isinstance(p, str) for p in entry["looked_for"])
+        assert isinstance(entry["loaded"], bool)
+        if entry["loaded"]:
+            assert entry["path"] and entry["error"] is None
+        else:
+            assert entry["path"] is None
+            assert isinstance(entry["error"], str)
+
+
+def test_devices_is_stable_and_fresh_lists():
+    first, second = bufferext.devices(), bufferext.devices()
+    assert first == second
+    first[0]["looked_for"].append("mutated")
+    assert "mutated" not in bufferext.devices()[0]["looked_for"]
+
+
+def test_devices_default_search():
+    """Without overrides, the error names every path that was looked for."""
+    env = {"BUFFEREXT_CUDA_DRIVER": "", "BUFFEREXT_VEO_LIBRARY": ""}
+    found = devices_with(**env)
+    cuda, ve = found["bufferext.cuda"], found["bufferext.ve"]
+    assert "libcuda.so.1" in cuda["looked_for"]
+    assert "libveo.so.1" in ve["looked_for"]
+    for entry in (cuda, ve):
+        if entry["loaded"]:
+            continue          # a machine with the real library
+        for path in entry["looked_for"]:
+            assert path in entry["error"]
+        assert entry["env_var"] in entry["error"]
+
+
+@pytest.mark.parametrize("device, var", [
+    ("bufferext.cuda", "BUFFEREXT_CUDA_DRIVER"),
+    ("bufferext.ve", "BUFFEREXT_VEO_LIBRARY"),
+])
+def test_env_none_disables(device, var):
+    entry = devices_with(**{var: "none"})[device]
+    assert entry["loaded"] is False
+    assert entry["looked_for"] == []
+    assert f"{var}=none" in entry["error"] and "disabled" in entry["error"]
+
+
+@pytest.mark.parametrize("device, var", [
+    ("bufferext.cuda", "BUFFEREXT_CUDA_DRIVER"),
+    ("bufferext.ve", "BUFFEREXT_VEO_LIBRARY"),
+])
+def test_env_nonexistent_path(device, var):
+    path = "/nonexistent/path/libdevice.so"
+    found = devices_with(**{var: path})
+    entry = found[device]
+    assert entry["loaded"] is False
+    assert entry["looked_for"] == [path]
+    assert "not found" in entry["error"] and path in entry["error"]
+    # the other library is unaffected
+    other = [d for name, d in found.items() if name != device][0]
+    assert other["looked_for"] != [path]
+
+
+@pytest.mark.parametrize("device, var, symbol", [
+    ("bufferext.cuda", "BUFFEREXT_CUDA_DRIVER", "cuInit"),
+    ("bufferext.ve", "BUFFEREXT_VEO_LIBRARY", "veo_proc_create"),
+])
+def test_env_library_without_the_symbols(device, var, symbol):
+    import ctypes.util
+    libm = ctypes.util.find_library("m")
+    if libm is None or not sys.platform.startswith("linux"):
+        pytest.skip("needs libm on Linux")
+    entry = devices_with(**{var: libm})[device]
+    assert entry["loaded"] is False
+    assert "found at" in entry["error"] and symbol in entry["error"]
+
+
+def test_env_file_that_is_not_a_library(tmp_path):
+    fake = tmp_path / "libcuda.so.1"
+    fake.write_text("not a shared library")
+    entry = devices_with(BUFFEREXT_CUDA_DRIVER=str(fake))["bufferext.cuda"]
+    assert entry["loaded"] is False
+    assert entry["looked_for"] == [str(fake)]
+    assert f"found at {fake} but failed to load" in entry["error"]
+
+
+@pytest.mark.parametrize("env", [
+    {"BUFFEREXT_CUDA_DRIVER": "none", "BUFFEREXT_VEO_LIBRARY": "none"},
+    {"BUFFEREXT_CUDA_DRIVER": "/nonexistent/a.so",
+     "BUFFEREXT_VEO_LIBRARY": "/nonexistent/b.so"},
+    {"BUFFEREXT_CUDA_DRIVER": "", "BUFFEREXT_VEO_LIBRARY": ""},
+], ids=["none", "nonexistent", "default"])
+def test_import_never_fails_without_drivers(env):
+    code = ("import bufferext, numpy\n"
+            "buf = bufferext.CPUBuffer((2, 2), 'f4')\n"
+            "numpy.asarray(buf)[:] = 1\n"
+            "assert buf.to_host().sum() == 4\n"
+            "assert len(bufferext.devices()) == 2\n"
+            "print('ok')\n")
+    proc = run_python(code, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"

@@ -1,0 +1,413 @@
+"""BufferView: get_buffer() on CPU exporters, compared with memoryview."""
+
+from __future__ import annotations
+
+import array
+import gc
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import bufferext
+from bufferext import BufferFlags as F
+from bufferext import BufferView, get_buffer
+
+
+def cpu_exporters():
+    """(id, factory) of CPU exporters with interesting layouts."""
+    return [
+        ("bytes", lambda: b"hello world"),
+        ("bytearray", lambda: bytearray(b"abcdef")),
+        ("empty-bytes", lambda: b""),
+        ("array-d", lambda: array.array("d", [1.5, 2.5, 3.5])),
+        ("ndarray-2d", lambda: np.arange(12, dtype=np.int32).reshape(3, 4)),
+        ("ndarray-F", lambda: np.asfortranarray(
+            np.arange(12.0).reshape(3, 4))),
+        ("ndarray-strided", lambda: np.arange(20.0).reshape(4, 5)[::2, 1::2]),
+        ("ndarray-0d", lambda: np.array(7, dtype=np.int16)),
+        ("ndarray-empty", lambda: np.zeros((3, 0, 2), dtype=np.float32)),
+        ("ndarray-readonly", lambda: _readonly(np.arange(5, dtype=np.uint8))),
+        ("ndarray-bool", lambda: np.array([True, False, True])),
+        ("ndarray-complex", lambda: np.arange(3) * (1 + 1j)),
+        ("memoryview-slice", lambda: memoryview(bytearray(range(10)))[1::3]),
+        ("memoryview-cast", lambda: memoryview(bytearray(24)).cast(
+            "i", (2, 3))),
+        ("CPUBuffer", lambda: bufferext.CPUBuffer((2, 3), "float32")),
+        ("CPUBuffer-ro", lambda: bufferext.CPUBuffer(4, "<i8",
+                                                     readonly=True)),
+    ]
+
+
+def _readonly(a):
+    a.flags.writeable = False
+    return a
+
+
+EXPORTERS = cpu_exporters()
+EXPORTER_IDS = [name for name, _ in EXPORTERS]
+
+
+@pytest.mark.parametrize("make", [f for _, f in EXPORTERS], ids=EXPORTER_IDS)
+def test_attributes_match_memoryview(make):
+    obj = make()
+    with memoryview(obj) as mv, get_buffer(obj) as view:
+        assert isinstance(view, BufferView)
+        assert view.obj is obj
+        assert view.nbytes == mv.nbytes
+        assert view.itemsize == mv.itemsize
+        assert view.format == mv.format
+        assert view.ndim == mv.ndim
+        assert view.shape == mv.shape
+        assert view.strides == mv.strides
+        assert view.suboffsets is None
+        assert view.readonly is mv.readonly
+        assert view.c_contiguous is mv.c_contiguous
+        assert view.f_contiguous is mv.f_contiguous
+        assert view.device is None
+        assert view.device_info is None
+        assert view.request_flags == F.FULL_RO | F.DEVICE
+        assert view.released is False
+        assert view.tobytes() == mv.tobytes()
+        if mv.nbytes:
+            assert view.ptr == _address(mv)
+
+
+def _address(mv):
+    """Address of the first byte of a memoryview (via numpy, zero-copy)."""
+    arr = np.asarray(mv) if mv.format not in ("?",) else np.frombuffer(
+        mv, dtype=bool)
+    return arr.__array_interface__["data"][0]
+
+
+def test_ptr_equals_numpy_data_pointer():
+    arr = np.arange(10.0)
+    with get_buffer(arr) as view:
+        assert view.ptr == arr.ctypes.data
+    buf = bufferext.CPUBuffer(8)
+    with get_buffer(buf) as view:
+        assert view.ptr == buf.ptr
+
+
+def test_flags_device_for_cpubuffer_and_zero_for_legacy():
+    buf = bufferext.CPUBuffer(3)
+    with get_buffer(buf) as view:
+        assert view.flags == F.DEVICE   # explicit CPU answer
+        assert view.device is None
+        assert view.device_info is None
+    with get_buffer(buf, F.FULL_RO) as view:   # no DEVICE requested
+        assert view.flags == 0
+    for obj in (b"abc", bytearray(3), np.zeros(3), array.array("b", [1])):
+        with get_buffer(obj) as view:
+            assert view.flags == 0
+            assert view.device is None
+            assert view.device_info is None
+
+
+def test_default_flags_is_full_ro_device():
+    with get_buffer(b"x") as view:
+        assert view.request_flags == F.FULL_RO | F.DEVICE
+    with get_buffer(b"x", flags=F.SIMPLE) as view:
+        assert view.request_flags == 0
+
+
+def test_writable_request():
+    with get_buffer(bytearray(4), F.WRITABLE) as view:
+        assert view.readonly is False
+    with pytest.raises(BufferError):
+        get_buffer(b"abcd", F.WRITABLE)
+    buf = bufferext.CPUBuffer(4, readonly=True)
+    with pytest.raises(BufferError, match="read-only"):
+        get_buffer(buf, F.WRITABLE | F.DEVICE)
+    assert buf.exports == 0
+
+
+def test_simple_request_on_typed_exporter_is_bytes():
+    arr = np.arange(3, dtype=np.float64)
+    with get_buffer(arr, F.SIMPLE) as view:
+        assert view.shape == (24,)
+        assert view.ndim == 1
+        assert view.itemsize == 1
+        assert view.format == "B"
+        assert view.strides == (1,)
+
+
+def test_nd_request_without_strides_gets_c_strides():
+    arr = np.arange(6, dtype=np.int16).reshape(2, 3)
+    with get_buffer(arr, F.ND | F.FORMAT) as view:
+        assert view.shape == (2, 3)
+        assert view.strides == (6, 2)
+        assert view.format == "h"
+
+
+def test_zero_dim_export_stays_zero_dim():
+    arr = np.array(3.5)
+    with get_buffer(arr) as view:
+        assert view.ndim == 0
+        assert view.shape == ()
+        assert view.strides == ()
+        assert view.format == "d"
+        assert view.itemsize == 8
+        assert view.tobytes() == arr.tobytes()
+        with view.memoryview() as mv:
+            assert mv.shape == () and mv.format == "d"
+
+
+def test_non_buffer_type_error():
+    for obj in (None, 1, "str", object()):
+        with pytest.raises(TypeError):
+            get_buffer(obj)
+
+
+def test_non_contiguous_requests_fail_like_the_exporter():
+    from _helpers import plain_get_buffer
+    arr = np.arange(20.0).reshape(4, 5)[:, ::2]
+    with pytest.raises(Exception) as plain:
+        plain_get_buffer(arr, F.C_CONTIGUOUS)
+    # numpy raises ValueError here, not BufferError: passed through as is
+    with pytest.raises(plain.type, match="C-contiguous"):
+        get_buffer(arr, F.C_CONTIGUOUS | F.DEVICE)
+    with get_buffer(arr, F.STRIDES | F.FORMAT) as view:
+        assert view.c_contiguous is False
+
+
+# ---- lifetime ----------------------------------------------------------------
+
+def test_context_manager_releases():
+    ba = bytearray(b"abc")
+    with get_buffer(ba) as view:
+        with pytest.raises(BufferError):
+            ba.append(1)     # exported: bytearray cannot resize
+    assert view.released is True
+    ba.append(1)             # released: resizing works again
+
+
+def test_release_twice_harmless():
+    view = get_buffer(b"abc")
+    view.release()
+    view.release()
+    assert view.released is True
+    assert repr(view) == "<released BufferView>"
+
+
+ATTRIBUTES = ["obj", "ptr", "nbytes", "itemsize", "format", "ndim", "shape",
+              "strides", "suboffsets", "readonly", "c_contiguous",
+              "f_contiguous", "request_flags", "flags", "device",
+              "device_info"]
+
+
+@pytest.mark.parametrize("name", ATTRIBUTES)
+def test_use_after_release_attribute(name):
+    view = get_buffer(bufferext.CPUBuffer(2))
+    view.release()
+    with pytest.raises(ValueError, match="released"):
+        getattr(view, name)
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: v.tobytes(),
+    lambda v: v.memoryview(),
+    lambda v: v.__dlpack__(),
+    lambda v: v.__dlpack__(max_version=(1, 0)),
+    lambda v: v.__dlpack_device__(),
+    lambda v: v.__enter__(),
+], ids=["tobytes", "memoryview()", "__dlpack__", "__dlpack__-versioned",
+        "__dlpack_device__", "__enter__"])
+def test_use_after_release_method(call):
+    view = get_buffer(np.arange(4.0))
+    view.release()
+    with pytest.raises(ValueError, match="released"):
+        call(view)
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: memoryview(v),
+    lambda v: get_buffer(v),
+    lambda v: np.frombuffer(v),
+], ids=["memoryview(v)", "get_buffer(v)", "np.frombuffer(v)"])
+def test_buffer_request_after_release(call):
+    """A buffer request is the exporter's to refuse: BufferError."""
+    view = get_buffer(np.arange(4.0))
+    view.release()
+    with pytest.raises(BufferError, match="released"):
+        call(view)
+
+
+def test_use_after_release_method_raises_value_error():
+    view = get_buffer(b"abc")
+    view.release()
+    for call in (view.tobytes, view.memoryview, view.__dlpack__,
+                 view.__dlpack_device__, view.__enter__):
+        with pytest.raises(ValueError):
+            call()
+
+
+def test_with_on_released_view():
+    view = get_buffer(b"abc")
+    view.release()
+    with pytest.raises(ValueError):
+        with view:
+            pass
+
+
+def test_release_returns_the_export():
+    buf = bufferext.CPUBuffer(4)
+    view = get_buffer(buf)
+    assert buf.exports == 1
+    view.release()
+    assert buf.exports == 0
+    buf.close()
+
+
+def test_dropping_the_view_releases():
+    buf = bufferext.CPUBuffer(4)
+    view = get_buffer(buf)
+    assert buf.exports == 1
+    del view
+    gc.collect()
+    assert buf.exports == 0
+
+
+def test_view_keeps_exporter_alive():
+    buf = bufferext.CPUBuffer(4)
+    ref = weakref.ref(buf)
+    view = get_buffer(buf)
+    del buf
+    gc.collect()
+    assert ref() is not None
+    assert view.obj is ref()
+    view.release()
+    gc.collect()
+    assert ref() is None
+
+
+def test_weakref_to_view():
+    view = get_buffer(b"x")
+    ref = weakref.ref(view)
+    assert ref() is view
+    del view
+    gc.collect()
+    assert ref() is None
+
+
+# ---- re-export -------------------------------------------------------------
+
+def test_reexport_memoryview_zero_copy():
+    ba = bytearray(b"abcdef")
+    view = get_buffer(ba, F.FULL | F.DEVICE)
+    mv = memoryview(view)
+    assert mv.obj is view
+    assert mv.tobytes() == b"abcdef"
+    mv[0] = ord("X")
+    assert ba[0] == ord("X")
+    with pytest.raises(BufferError, match="export"):
+        view.release()
+    assert view.released is False
+    mv.release()
+    view.release()
+    assert view.released is True
+
+
+def test_memoryview_method_and_release_while_alive():
+    arr = np.arange(6, dtype=np.int32).reshape(2, 3)
+    view = get_buffer(arr)
+    mv = view.memoryview()
+    assert mv.shape == (2, 3) and mv.format == "i"
+    assert mv.readonly is view.readonly is False   # numpy exports writable
+    assert mv.tolist() == arr.tolist()
+    with pytest.raises(BufferError):
+        view.release()
+    with pytest.raises(BufferError):
+        view.__exit__(None, None, None)
+    mv.release()
+    view.release()
+
+
+def test_reexport_numpy_zero_copy():
+    arr = np.arange(6.0)
+    with get_buffer(arr, F.FULL | F.DEVICE) as view:
+        again = np.asarray(view)
+        assert again.ctypes.data == arr.ctypes.data
+        again[1] = 42
+        assert arr[1] == 42
+        del again
+
+
+def test_reexport_honours_readonly():
+    with get_buffer(b"abc") as view:
+        with pytest.raises(BufferError, match="read-only"):
+            get_buffer(view, F.WRITABLE)
+
+
+def test_nested_get_buffer_on_view():
+    buf = bufferext.CPUBuffer((2, 2), "u1")
+    with get_buffer(buf) as outer:
+        with get_buffer(outer) as inner:
+            assert inner.obj is outer
+            assert inner.shape == (2, 2)
+            assert inner.flags == F.DEVICE   # BufferView answers DEVICE too
+            assert inner.device is None
+            with pytest.raises(BufferError):
+                outer.release()
+        outer_exports = buf.exports
+    assert outer_exports == 1
+    assert buf.exports == 0
+
+
+def test_tobytes_non_contiguous():
+    arr = np.arange(20, dtype=np.uint8).reshape(4, 5)[::2, 1::2]
+    with get_buffer(arr) as view:
+        assert view.tobytes() == arr.tobytes()
+    arr_f = np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3))
+    with get_buffer(arr_f) as view:
+        assert view.tobytes() == arr_f.tobytes(order="C")
+
+
+# ---- repr --------------------------------------------------------------------
+
+def test_repr():
+    with get_buffer(np.zeros((2, 3), dtype=np.float32)) as view:
+        text = repr(view)
+        assert "BufferView" in text and "numpy.ndarray" in text
+        assert "(2, 3)" in text and "'f'" in text and "cpu" in text
+        assert "readonly" not in text
+    with get_buffer(b"abc") as view:
+        assert "readonly" in repr(view) and "bytes" in repr(view)
+
+
+def test_buffer_view_cannot_be_instantiated_directly():
+    with pytest.raises(TypeError):
+        BufferView()
+    with pytest.raises(TypeError):
+        BufferView.__new__(BufferView)
+
+
+# ---- reference counts --------------------------------------------------------
+
+def test_refcounts_stable_over_loops():
+    obj = bytearray(b"abc")
+    arr = np.arange(5.0)
+    buf = bufferext.CPUBuffer(5)
+    before = [sys.getrefcount(o) for o in (obj, arr, buf)]
+    for _ in range(2000):
+        with get_buffer(obj) as view:
+            view.shape, view.tobytes()
+        with get_buffer(arr) as view:
+            view.strides, view.format
+        view = get_buffer(buf)
+        mv = view.memoryview()
+        mv.release()
+        view.release()
+    after = [sys.getrefcount(o) for o in (obj, arr, buf)]
+    assert before == after
+    assert buf.exports == 0
+
+
+def test_refcounts_stable_on_error_paths():
+    obj = b"abc"
+    before = sys.getrefcount(obj)
+    for _ in range(2000):
+        with pytest.raises(BufferError):
+            get_buffer(obj, F.WRITABLE)
+    assert sys.getrefcount(obj) == before
