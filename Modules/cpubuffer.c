@@ -195,9 +195,7 @@ cpubuffer_copy_from_host(PyObject *op, PyObject *source)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
     bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
-    bufferext_dtype src;
     Py_buffer view;
-    int same = 1;
 
     if (st == NULL || check_open(self) < 0) {
         return NULL;
@@ -215,30 +213,9 @@ cpubuffer_copy_from_host(PyObject *op, PyObject *source)
                      "buffer %zd", view.len, self->layout.len);
         goto error;
     }
-    /* Raw bytes copy as they are; typed sources must match the dtype. */
-    if (view.format != NULL && strcmp(view.format, "B") != 0) {
-        PyObject *fmt = PyUnicode_FromString(view.format);
-        if (fmt == NULL ||
-            bufferext_dtype_resolve(st, fmt, &src) < 0) {
-            Py_XDECREF(fmt);
-            PyErr_Clear();
-            same = 0;
-        }
-        else {
-            Py_DECREF(fmt);
-            same = PyObject_RichCompareBool(src.dtype, self->dt.dtype, Py_EQ);
-            bufferext_dtype_clear(&src);
-            if (same < 0) {
-                goto error;
-            }
-        }
-        if (!same) {
-            PyErr_Format(PyExc_ValueError,
-                         "CPUBuffer.copy_from_host: source format '%s' does "
-                         "not match the buffer's dtype %R", view.format,
-                         self->dt.dtype);
-            goto error;
-        }
+    if (bufferext_check_source_format(st, "CPUBuffer.copy_from_host", &view,
+                                      self->dt.dtype) < 0) {
+        goto error;
     }
     if (PyBuffer_ToContiguous(self->data, &view, view.len, 'C') < 0) {
         goto error;

@@ -389,42 +389,6 @@ hmemcpy(const char *who, void *dst, const void *src, Py_ssize_t size)
     return 0;
 }
 
-/* ValueError unless a host buffer of `format` holds our dtype.  Raw bytes
- * ("B" or no format) match any dtype. */
-static int
-check_format(bufferext_state *st, VEBufferObject *self, const char *format)
-{
-    bufferext_dtype src;
-    PyObject *fmt;
-    int same = 0;
-
-    if (format == NULL || strcmp(format, "B") == 0) {
-        return 0;
-    }
-    fmt = PyUnicode_FromString(format);
-    if (fmt == NULL) {
-        return -1;
-    }
-    if (bufferext_dtype_resolve(st, fmt, &src) < 0) {
-        PyErr_Clear();
-    }
-    else {
-        same = PyObject_RichCompareBool(src.dtype, self->dt.dtype, Py_EQ);
-        bufferext_dtype_clear(&src);
-    }
-    Py_DECREF(fmt);
-    if (same < 0) {
-        return -1;
-    }
-    if (!same) {
-        PyErr_Format(PyExc_ValueError,
-                     "VEBuffer.copy_from_host: source format '%s' does not "
-                     "match the buffer's dtype %R", format, self->dt.dtype);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *
 vebuffer_copy_from_host(PyObject *op, PyObject *source)
 {
@@ -447,7 +411,8 @@ vebuffer_copy_from_host(PyObject *op, PyObject *source)
                      "buffer %zd", view.len, self->layout.len);
         goto done;
     }
-    if (check_format(st, self, view.format) < 0) {
+    if (bufferext_check_source_format(st, "VEBuffer.copy_from_host", &view,
+                                      self->dt.dtype) < 0) {
         goto done;
     }
     src = view.buf;

@@ -160,18 +160,19 @@ def test_env_nonexistent_path(device, var):
     assert other["looked_for"] != [path]
 
 
-@pytest.mark.parametrize("device, var, symbol", [
-    ("bufferext.cuda", "BUFFEREXT_CUDA_DRIVER", "cuInit"),
-    ("bufferext.ve", "BUFFEREXT_VEO_LIBRARY", "veo_proc_create"),
+@pytest.mark.parametrize("device, var, prefix", [
+    ("bufferext.cuda", "BUFFEREXT_CUDA_DRIVER", "cu"),
+    ("bufferext.ve", "BUFFEREXT_VEO_LIBRARY", "veo_"),
 ])
-def test_env_library_without_the_symbols(device, var, symbol):
+def test_env_library_without_the_symbols(device, var, prefix):
     import ctypes.util
     libm = ctypes.util.find_library("m")
     if libm is None or not sys.platform.startswith("linux"):
         pytest.skip("needs libm on Linux")
     entry = devices_with(**{var: libm})[device]
     assert entry["loaded"] is False
-    assert "found at" in entry["error"] and symbol in entry["error"]
+    assert "found at" in entry["error"]
+    assert f"lacks the symbol {prefix}" in entry["error"]
 
 
 def test_env_file_that_is_not_a_library(tmp_path):
