@@ -1,0 +1,150 @@
+"""Bridges for CUDA memory, through the stand-in driver (a test double).
+
+CAI v3 and DLPack imports must name the device and context of the memory
+and turn the producer's synchronisation into the event rule of bufferext's
+CUDA device info; the adapter owns (and destroys) that event.  The bridge
+stream lives as long as the process, so these cases check events and
+allocations explicitly instead of the harness's blanket no-leak check."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
+import standin_harness as harness  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the stand-in driver is built for Linux")
+
+HELPERS = """
+class Interface:
+    def __init__(self, name, value, keep=None):
+        setattr(self, name, value)
+        self.keep = keep
+
+class DLPackOnly:
+    def __init__(self, array):
+        self.array = array
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+"""
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return harness.build(str(tmp_path_factory.mktemp("standin_cuda")))
+
+
+def check(driver: str, body: str) -> None:
+    harness.check(driver, HELPERS + body, check_leaks=False,
+                  env={"STANDIN_CUDA_DEVICES": "2"})
+
+
+def test_cai_import_names_device_context_and_waits_on_the_stream(
+        driver: str) -> None:
+    check(driver, """
+def body():
+    b = CUDABuffer((3, 4), "float32", device=1)
+    cai = b.__cuda_array_interface__
+    assert cai["stream"] is not None           # the memset is pending
+    events = sd.standin_live_events()
+    adapter = bufferext.as_buffer(Interface("__cuda_array_interface__", cai, b))
+    assert adapter.protocol == "cuda_array_interface"
+    assert adapter.device == "bufferext.cuda" and adapter.ptr == b.ptr
+    with bufferext.get_buffer(b) as own, bufferext.get_buffer(adapter) as v:
+        info = v.device_info
+        assert info.device == 1
+        assert info.context == own.device_info.context
+        assert info.event != 0 and info.event != own.device_info.event
+        assert sd.standin_event_records(info.event) == 1
+    assert sd.standin_live_events() == events + 1
+    with pytest.raises(BufferError, match="PyBUF_DEVICE"):
+        memoryview(adapter)
+    del adapter
+    gc.collect()
+    assert sd.standin_live_events() == events  # the adapter's event is gone
+""")
+
+
+def test_cai_with_stream_none_is_ready_now(driver: str) -> None:
+    check(driver, """
+def body():
+    b = CUDABuffer(8, "int32")
+    b.synchronize()
+    cai = b.__cuda_array_interface__
+    assert cai["stream"] is None
+    adapter = bufferext.as_buffer(Interface("__cuda_array_interface__", cai, b))
+    with bufferext.get_buffer(adapter) as view:
+        assert view.device_info.event == 0 and view.device_info.device == 0
+    assert adapter.__dlpack_device__() == (2, 0)
+""")
+
+
+def test_cai_of_host_memory_is_refused(driver: str) -> None:
+    check(driver, """
+def body():
+    host = np.zeros(4)
+    cai = {"shape": (4,), "typestr": "<f8", "version": 3,
+           "data": (host.ctypes.data, False), "stream": None}
+    with pytest.raises(BufferError, match="not CUDA device memory"):
+        bufferext.as_buffer(Interface("__cuda_array_interface__", cai, host))
+""")
+
+
+def test_dlpack_import_asks_for_data_ready_on_the_bridge_stream(
+        driver: str) -> None:
+    check(driver, """
+def body():
+    b = CUDABuffer((2, 5), "int16", device=1)
+    b.fill(7)                                  # work pending on b's stream
+    adapter = bufferext.as_buffer(DLPackOnly(b))
+    stream = bufferext._bufferext._cuda_bridge_stream(1)
+    # the producer made the bridge stream wait on its event ...
+    assert sd.standin_last_wait_stream() == stream
+    assert adapter.protocol == "dlpack" and adapter.device == "bufferext.cuda"
+    assert b.exports == 1                      # the consumed capsule's export
+    with bufferext.get_buffer(adapter) as view:
+        info = view.device_info
+        assert view.ptr == b.ptr and info.device == 1 and info.event != 0
+        # ... and the adapter's event was recorded on the bridge stream
+        assert sd.standin_event_records(info.event) == 1
+    b.synchronize()
+    assert adapter.shape == (2, 5) and adapter.format == "h"
+    with pytest.raises(BufferError, match="CUDA event"):
+        adapter.__cuda_array_interface__
+    del adapter
+    gc.collect()
+    assert b.exports == 0
+    np.testing.assert_array_equal(b.to_host(), np.full((2, 5), 7, np.int16))
+""")
+
+
+def test_dlpack_import_of_a_missing_device(driver: str) -> None:
+    check(driver, """
+def body():
+    class Claims(DLPackOnly):
+        def __dlpack_device__(self):
+            return (2, 5)
+    with pytest.raises(BufferError, match="CUDA device 5 does not exist"):
+        bufferext.as_buffer(Claims(None))
+""")
+
+
+def test_adapter_of_cuda_buffer_round_trips_through_dlpack_out(
+        driver: str) -> None:
+    check(driver, """
+def body():
+    b = CUDABuffer(6, "float64")
+    b.synchronize()
+    adapter = bufferext.as_buffer(b, readonly=True)   # pass-through policy
+    assert adapter.readonly and adapter.device == "bufferext.cuda"
+    cap = adapter.__dlpack__(max_version=(1, 0), stream=-1)
+    assert adapter.__dlpack_device__() == (2, 0)
+    del cap
+    gc.collect()
+""")
