@@ -16,6 +16,7 @@ typedef struct {
     PyObject *keepalive;        /* e.g. a BufferView of the data object */
     bufferext_export_layout layout;
     Py_ssize_t *dims;           /* shape then strides */
+    int64_t *items;             /* room for the strides in items */
     const char *device;         /* NULL (CPU) or a device name */
     union {
         BufferExt_CUDADeviceInfo cuda;
@@ -44,10 +45,10 @@ adapter_alloc(bufferext_state *st, PyObject *source, const char *protocol,
     }
     self->source = Py_NewRef(source);
     self->protocol = PyUnicode_FromString(protocol);
-    self->dims = PyMem_Calloc((size_t)(2 * ndim + 1), sizeof(Py_ssize_t));
+    self->dims = bufferext_dims_alloc(ndim, &self->items);
     if (self->protocol == NULL || self->dims == NULL) {
         Py_DECREF(self);
-        return (AdapterObject *)PyErr_NoMemory();
+        return NULL;
     }
     self->layout.ndim = ndim;
     self->layout.shape = self->dims;
@@ -94,6 +95,7 @@ adapter_finish_layout(AdapterObject *self, const char *who)
         return -1;
     }
     bufferext_layout_contiguity(l);
+    bufferext_layout_item_strides(l, self->items);
     return 0;
 }
 

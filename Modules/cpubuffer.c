@@ -53,6 +53,7 @@ cpubuffer_allocate(CPUBufferObject *self, const bufferext_layout *layout)
 {
     size_t size = (size_t)layout->nbytes + CPU_ALIGNMENT;
     Py_ssize_t *dims;
+    int64_t *items;
     void *allocation;
     int ndim = layout->ndim;
 
@@ -61,7 +62,7 @@ cpubuffer_allocate(CPUBufferObject *self, const bufferext_layout *layout)
         return -1;
     }
     allocation = PyMem_RawCalloc(1, size);
-    dims = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * ndim + 1));
+    dims = bufferext_dims_alloc(ndim, &items);
     if (allocation == NULL || dims == NULL) {
         PyMem_RawFree(allocation);
         PyMem_Free(dims);
@@ -83,6 +84,7 @@ cpubuffer_allocate(CPUBufferObject *self, const bufferext_layout *layout)
     self->layout.shape = dims;
     self->layout.strides = dims + ndim;
     bufferext_layout_contiguity(&self->layout);
+    bufferext_layout_item_strides(&self->layout, items);
     return 0;
 }
 

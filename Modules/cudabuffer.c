@@ -253,6 +253,7 @@ static int
 set_layout(CUDABufferObject *self, PyObject *shape, int readonly)
 {
     bufferext_layout layout;
+    int64_t *items;
     int ndim;
 
     if (bufferext_layout_parse("CUDABuffer", shape, self->dt.itemsize,
@@ -260,9 +261,8 @@ set_layout(CUDABufferObject *self, PyObject *shape, int readonly)
         return -1;
     }
     ndim = layout.ndim;
-    self->dims = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * ndim + 1));
+    self->dims = bufferext_dims_alloc(ndim, &items);
     if (self->dims == NULL) {
-        PyErr_NoMemory();
         return -1;
     }
     memcpy(self->dims, layout.shape, sizeof(Py_ssize_t) * (size_t)ndim);
@@ -276,6 +276,7 @@ set_layout(CUDABufferObject *self, PyObject *shape, int readonly)
     self->layout.format = self->dt.format;
     self->layout.readonly = readonly;
     bufferext_layout_contiguity(&self->layout);
+    bufferext_layout_item_strides(&self->layout, items);
     return 0;
 }
 

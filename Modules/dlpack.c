@@ -272,46 +272,104 @@ check_target(PyObject *exporter, const dlpack_options *opts,
     return 0;
 }
 
-PyObject *
-bufferext_dlpack(PyObject *exporter, PyObject *const *args,
-                 Py_ssize_t nargs, PyObject *kwnames)
+/* Check the buffer against the request; fill the tensor's device, dtype and
+ * data.  CUDA memory gets its pending work ordered before opts->stream. */
+static int
+describe(PyObject *exporter, Py_buffer_extended *ext,
+         const dlpack_options *opts, BxDLTensor *tensor)
 {
-    dlpack_options opts;
-    Py_buffer_extended ext;
-    BxDLTensor tensor;
-    dlpack_holder *holder = NULL;
-    Py_buffer *v = &ext.view;
-    PyObject *capsule;
-    uint64_t flags = 0;
-    int i, ndim;
+    Py_buffer *v = &ext->view;
 
-    if (parse_options(args, nargs, kwnames, &opts) < 0 ||
-        BufferExt_GetBuffer(exporter, &ext,
-                            PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
-        return NULL;
-    }
-    memset(&tensor, 0, sizeof(tensor));
-    ndim = v->ndim;
-    if (buffer_device(exporter, &ext, &tensor.device) < 0 ||
-        check_target(exporter, &opts, &tensor.device) < 0 ||
-        /* CUDA memory: order pending work before the consumer's stream */
-        (tensor.device.device_type == BX_kDLCUDA &&
-         bufferext_cuda_dlpack_sync(exporter, &ext, opts.stream) < 0) ||
+    memset(tensor, 0, sizeof(*tensor));
+    if (buffer_device(exporter, ext, &tensor->device) < 0 ||
+        check_target(exporter, opts, &tensor->device) < 0 ||
+        (tensor->device.device_type == BX_kDLCUDA &&
+         bufferext_cuda_dlpack_sync(exporter, ext, opts->stream) < 0) ||
         format_to_dtype(exporter, v->format ? v->format : "B", v->itemsize,
-                        &tensor.dtype) < 0) {
-        goto error;
+                        &tensor->dtype) < 0) {
+        return -1;
     }
-    if (v->readonly && !opts.versioned) {
+    if (v->readonly && !opts->versioned) {
         PyErr_Format(PyExc_BufferError,
                      "%.200s: read-only memory needs a versioned DLPack "
                      "capsule (pass max_version=(1, 0) or later)",
                      Py_TYPE(exporter)->tp_name);
-        goto error;
+        return -1;
     }
-    if (opts.copy == 1 && tensor.device.device_type != BX_kDLCPU) {
+    if (opts->copy == 1 && tensor->device.device_type != BX_kDLCPU) {
         PyErr_Format(PyExc_BufferError,
                      "%.200s: copy=True is supported for CPU memory only",
                      Py_TYPE(exporter)->tp_name);
+        return -1;
+    }
+    tensor->data = v->buf;
+    tensor->ndim = v->ndim;
+    return 0;
+}
+
+/* Strides in items, or BufferError naming the dimension that has none. */
+static int
+item_strides(PyObject *exporter, const Py_buffer *v, int64_t *out)
+{
+    int i;
+
+    for (i = 0; i < v->ndim; i++) {
+        if (v->strides[i] % v->itemsize != 0) {
+            PyErr_Format(PyExc_BufferError,
+                         "%.200s: stride %zd of dimension %d is not a "
+                         "multiple of the item size %zd; DLPack counts "
+                         "strides in items", Py_TYPE(exporter)->tp_name,
+                         v->strides[i], i, v->itemsize);
+            return -1;
+        }
+        out[i] = v->strides[i] / v->itemsize;
+    }
+    return 0;
+}
+
+/* copy=True: our own C-ordered copy of the bytes. */
+static int
+holder_copy(dlpack_holder *holder, Py_buffer_extended *ext,
+            BxDLTensor *tensor)
+{
+    Py_buffer *v = &ext->view;
+    Py_ssize_t stride = 1;
+    int i, ndim = v->ndim;
+
+    holder->copy = PyMem_RawMalloc(v->len ? (size_t)v->len : 1);
+    if (holder->copy == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (PyBuffer_ToContiguous(holder->copy, v, v->len, 'C') < 0) {
+        return -1;
+    }
+    for (i = ndim - 1; i >= 0; i--) {
+        holder->dims[ndim + i] = stride;
+        stride *= v->shape[i] ? v->shape[i] : 1;
+    }
+    tensor->data = holder->copy;
+    BufferExt_Release(ext);
+    return 0;
+}
+
+/* A managed tensor (versioned or legacy per opts) over one export of
+ * `exporter`; NULL with an exception. */
+static dlpack_holder *
+make_holder(PyObject *exporter, const dlpack_options *opts)
+{
+    Py_buffer_extended ext;
+    BxDLTensor tensor;
+    dlpack_holder *holder = NULL;
+    uint64_t flags = 0;
+    int i, ndim;
+
+    if (BufferExt_GetBuffer(exporter, &ext,
+                            PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
+        return NULL;
+    }
+    ndim = ext.view.ndim;
+    if (describe(exporter, &ext, opts, &tensor) < 0) {
         goto error;
     }
     holder = PyMem_RawCalloc(1, sizeof(dlpack_holder) +
@@ -321,69 +379,33 @@ bufferext_dlpack(PyObject *exporter, PyObject *const *args,
         goto error;
     }
     for (i = 0; i < ndim; i++) {
-        Py_ssize_t stride = v->strides[i];
-        holder->dims[i] = v->shape[i];
-        if (stride % v->itemsize != 0) {
-            PyErr_Format(PyExc_BufferError,
-                         "%.200s: stride %zd of dimension %d is not a "
-                         "multiple of the item size %zd; DLPack counts "
-                         "strides in items", Py_TYPE(exporter)->tp_name,
-                         stride, i, v->itemsize);
-            goto error;
-        }
-        holder->dims[ndim + i] = stride / v->itemsize;
+        holder->dims[i] = ext.view.shape[i];
     }
-    tensor.data = v->buf;
-    tensor.ndim = ndim;
+    if (item_strides(exporter, &ext.view, holder->dims + ndim) < 0) {
+        goto error;
+    }
     tensor.shape = ndim ? holder->dims : NULL;
     tensor.strides = ndim ? holder->dims + ndim : NULL;
-    if (v->readonly) {
-        flags |= BX_DLPACK_FLAG_READ_ONLY;
-    }
-    if (opts.copy == 1) {
-        Py_ssize_t stride = 1;
-        holder->copy = PyMem_RawMalloc(v->len ? (size_t)v->len : 1);
-        if (holder->copy == NULL) {
-            PyErr_NoMemory();
+    flags = ext.view.readonly ? BX_DLPACK_FLAG_READ_ONLY : 0;
+    if (opts->copy == 1) {
+        if (holder_copy(holder, &ext, &tensor) < 0) {
             goto error;
         }
-        if (PyBuffer_ToContiguous(holder->copy, v, v->len, 'C') < 0) {
-            goto error;
-        }
-        for (i = ndim - 1; i >= 0; i--) {
-            holder->dims[ndim + i] = stride;
-            stride *= v->shape[i] ? v->shape[i] : 1;
-        }
-        tensor.data = holder->copy;
         flags = BX_DLPACK_FLAG_IS_COPIED;
-        BufferExt_Release(&ext);
     }
     else {
         holder->ext = ext;
         holder->held = 1;
     }
-    if (opts.versioned) {
-        holder->versioned.version = opts.version;
-        holder->versioned.manager_ctx = holder;
-        holder->versioned.deleter = deleter_versioned;
-        holder->versioned.flags = flags;
-        holder->versioned.dl_tensor = tensor;
-        capsule = PyCapsule_New(&holder->versioned,
-                                BX_DLPACK_CAPSULE_VERSIONED,
-                                capsule_destructor_versioned);
-    }
-    else {
-        holder->legacy.dl_tensor = tensor;
-        holder->legacy.manager_ctx = holder;
-        holder->legacy.deleter = deleter_legacy;
-        capsule = PyCapsule_New(&holder->legacy, BX_DLPACK_CAPSULE,
-                                capsule_destructor_legacy);
-    }
-    if (capsule == NULL) {
-        holder_free(holder);
-        return NULL;
-    }
-    return capsule;
+    holder->versioned.version = opts->version;
+    holder->versioned.manager_ctx = holder;
+    holder->versioned.deleter = deleter_versioned;
+    holder->versioned.flags = flags;
+    holder->versioned.dl_tensor = tensor;
+    holder->legacy.dl_tensor = tensor;
+    holder->legacy.manager_ctx = holder;
+    holder->legacy.deleter = deleter_legacy;
+    return holder;
 error:
     if (holder != NULL) {
         PyMem_RawFree(holder->copy);
@@ -391,6 +413,85 @@ error:
     }
     BufferExt_Release(&ext);
     return NULL;
+}
+
+PyObject *
+bufferext_dlpack(PyObject *exporter, PyObject *const *args,
+                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    dlpack_options opts;
+    dlpack_holder *holder;
+    PyObject *capsule;
+
+    if (parse_options(args, nargs, kwnames, &opts) < 0 ||
+        (holder = make_holder(exporter, &opts)) == NULL) {
+        return NULL;
+    }
+    if (opts.versioned) {
+        capsule = PyCapsule_New(&holder->versioned,
+                                BX_DLPACK_CAPSULE_VERSIONED,
+                                capsule_destructor_versioned);
+    }
+    else {
+        capsule = PyCapsule_New(&holder->legacy, BX_DLPACK_CAPSULE,
+                                capsule_destructor_legacy);
+    }
+    if (capsule == NULL) {
+        holder_free(holder);
+    }
+    return capsule;
+}
+
+/* ---- the DLPack C exchange API (dlpack_exchange.c) --------------------- */
+
+BxDLManagedTensorVersioned *
+bufferext_dlpack_managed(PyObject *exporter)
+{
+    dlpack_options opts;
+    dlpack_holder *holder;
+
+    memset(&opts, 0, sizeof(opts));
+    opts.copy = -1;
+    opts.versioned = 1;
+    opts.version.major = BX_DLPACK_MAJOR;
+    opts.version.minor = BX_DLPACK_MINOR;
+    holder = make_holder(exporter, &opts);
+    return holder == NULL ? NULL : &holder->versioned;
+}
+
+int
+bufferext_dlpack_fill(PyObject *exporter, void *out_dltensor)
+{
+    BxDLTensor *out = out_dltensor;
+    dlpack_options opts;
+    Py_buffer_extended ext;
+    int rc;
+
+    memset(&opts, 0, sizeof(opts));
+    opts.copy = -1;
+    opts.versioned = 1;
+    if (BufferExt_GetBuffer(exporter, &ext,
+                            PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
+        return -1;
+    }
+    rc = describe(exporter, &ext, &opts, out);
+    if (rc == 0 && ext.view.ndim > 0) {
+        /* Our exporters keep shape (Py_ssize_t, 64-bit here) and strides in
+         * items (view->internal) in the object: valid while it lives. */
+        if (sizeof(Py_ssize_t) != sizeof(int64_t) ||
+            ext.view.internal == NULL) {
+            PyErr_Format(PyExc_BufferError,
+                         "%.200s: its strides are not whole items, which "
+                         "DLPack cannot express", Py_TYPE(exporter)->tp_name);
+            rc = -1;
+        }
+        else {
+            out->shape = (int64_t *)ext.view.shape;
+            out->strides = (int64_t *)ext.view.internal;
+        }
+    }
+    BufferExt_Release(&ext);
+    return rc;
 }
 
 PyObject *

@@ -164,6 +164,38 @@ bufferext_tuple_from_ssize(int n, const Py_ssize_t *values)
     return tuple;
 }
 
+Py_ssize_t *
+bufferext_dims_alloc(int ndim, int64_t **items)
+{
+    /* shape and strides, then 8-aligned room for the item strides */
+    size_t head = sizeof(Py_ssize_t) * (size_t)(2 * ndim);
+    size_t offset = (head + 7) & ~(size_t)7;
+    char *block = PyMem_Malloc(offset + sizeof(int64_t) * (size_t)ndim + 8);
+
+    if (block == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *items = (int64_t *)(block + offset);
+    return (Py_ssize_t *)block;
+}
+
+void
+bufferext_layout_item_strides(bufferext_export_layout *layout,
+                              int64_t *storage)
+{
+    int i;
+
+    layout->item_strides = NULL;
+    for (i = 0; i < layout->ndim; i++) {
+        if (layout->strides[i] % layout->itemsize != 0) {
+            return;                        /* DLPack cannot express it */
+        }
+        storage[i] = (int64_t)(layout->strides[i] / layout->itemsize);
+    }
+    layout->item_strides = storage;
+}
+
 void
 bufferext_layout_contiguity(bufferext_export_layout *layout)
 {

@@ -211,7 +211,8 @@ module_exec(PyObject *module)
         bufferext_init_cpubuffer(module) < 0 ||
         bufferext_init_cuda(module) < 0 ||
         bufferext_init_ve(module) < 0 ||
-        bufferext_init_adapter(module) < 0) {
+        bufferext_init_adapter(module) < 0 ||
+        bufferext_init_dlpack_exchange(module) < 0) {
         return -1;
     }
     return 0;

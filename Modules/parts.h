@@ -87,16 +87,33 @@ typedef struct {
     Py_ssize_t *suboffsets;
     int c_contiguous;       /* precomputed: the hot path calls nothing */
     int f_contiguous;
+    int64_t *item_strides;  /* strides in items, lent to DLPack's exchange
+                               API through view->internal; NULL when a
+                               stride is not a whole number of items */
 } bufferext_export_layout;
 
 /* Contiguity of a layout, for filling c_contiguous/f_contiguous. */
 void bufferext_layout_contiguity(bufferext_export_layout *layout);
+/* One block for shape and strides (2 * ndim entries) plus room for `ndim`
+ * item strides (*items); free it with PyMem_Free.  NULL with MemoryError. */
+Py_ssize_t *bufferext_dims_alloc(int ndim, int64_t **items);
+/* Fill `storage` (ndim entries) with the strides in items and point
+ * layout->item_strides at it, or set it NULL when a stride is not a whole
+ * number of items.  Needs itemsize, ndim and strides set. */
+void bufferext_layout_item_strides(bufferext_export_layout *layout,
+                                   int64_t *storage);
 
 /* dlpack.c: DLPack export of any extended-buffer exporter.  The capsule
  * holds one extended-buffer export of `exporter` for its lifetime. */
 PyObject *bufferext_dlpack(PyObject *exporter, PyObject *const *args,
                            Py_ssize_t nargs, PyObject *kwnames);
 PyObject *bufferext_dlpack_device(PyObject *exporter);
+/* For the C exchange API: an owning versioned tensor (CUDA work ordered
+ * before the legacy default stream), or a non-owning fill of `out` whose
+ * shape and strides point into the exporter.  NULL / -1 with an exception. */
+struct BxDLManagedTensorVersioned *bufferext_dlpack_managed(PyObject *exporter);
+int bufferext_dlpack_fill(PyObject *exporter, void *out_dltensor);
+int bufferext_init_dlpack_exchange(PyObject *module);   /* dlpack_exchange.c */
 
 /* cudabuffer.c: the DLPack stream rule for an export of "bufferext.cuda"
  * memory.  `stream` is __dlpack__'s argument (NULL or None: the legacy

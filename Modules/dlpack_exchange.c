@@ -1,0 +1,179 @@
+/* dlpack_exchange.c -- the DLPack 1.3 C exchange API of our producer types:
+ * a static DLPackExchangeAPI table in a PyCapsule named
+ * "dlpack_exchange_api", the type attribute __dlpack_c_exchange_api__ of
+ * CPUBuffer, CUDABuffer and BufferAdapter.  Frameworks that speak it get
+ * tensors without a Python call, and dltensor_from_py_object_no_sync fills
+ * a caller's DLTensor without any allocation. */
+#include "parts.h"
+#include "dlpack_abi.h"
+
+/* The table, declared from the DLPack 1.3 specification. */
+typedef struct BxDLPackExchangeAPIHeader {
+    BxDLPackVersion version;
+    struct BxDLPackExchangeAPIHeader *prev_api;
+} BxDLPackExchangeAPIHeader;
+
+typedef struct {
+    BxDLPackExchangeAPIHeader header;
+    int (*managed_tensor_allocator)(
+        BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
+        void *error_ctx,
+        void (*set_error)(void *error_ctx, const char *kind,
+                          const char *message));
+    int (*managed_tensor_from_py_object_no_sync)(
+        void *py_object, BxDLManagedTensorVersioned **out);
+    int (*managed_tensor_to_py_object_no_sync)(
+        BxDLManagedTensorVersioned *tensor, void **out_py_object);
+    int (*dltensor_from_py_object_no_sync)(void *py_object, BxDLTensor *out);
+    int (*current_work_stream)(int32_t device_type, int32_t device_id,
+                               void **out_current_stream);
+} BxDLPackExchangeAPI;
+
+#define EXCHANGE_CAPSULE "dlpack_exchange_api"
+#define EXCHANGE_ATTR "__dlpack_c_exchange_api__"
+
+/* The table is process-wide (the specification asks for a static one), so
+ * the types it builds are those of the first module instance. */
+static PyObject *exchange_module;
+
+static int
+from_py_object(void *py_object, BxDLManagedTensorVersioned **out)
+{
+    *out = bufferext_dlpack_managed((PyObject *)py_object);
+    return *out == NULL ? -1 : 0;
+}
+
+static int
+fill_dltensor(void *py_object, BxDLTensor *out)
+{
+    return bufferext_dlpack_fill((PyObject *)py_object, out);
+}
+
+/* Steals `tensor`: a BufferAdapter owning it. */
+static int
+to_py_object(BxDLManagedTensorVersioned *tensor, void **out_py_object)
+{
+    PyObject *capsule, *adapter;
+
+    capsule = PyCapsule_New(tensor, BX_DLPACK_CAPSULE_VERSIONED, NULL);
+    if (capsule == NULL) {
+        if (tensor->deleter != NULL) {
+            tensor->deleter(tensor);
+        }
+        return -1;
+    }
+    adapter = PyObject_CallMethod(exchange_module, "_adapter_from_dlpack",
+                                  "OOO", Py_None, capsule, Py_None);
+    if (adapter == NULL && PyCapsule_IsValid(capsule,
+                                             BX_DLPACK_CAPSULE_VERSIONED)) {
+        /* refused before consuming: the tensor is still ours to free */
+        if (tensor->deleter != NULL) {
+            tensor->deleter(tensor);
+        }
+    }
+    Py_DECREF(capsule);
+    *out_py_object = adapter;
+    return adapter == NULL ? -1 : 0;
+}
+
+/* A new zero-filled CPUBuffer shaped like `prototype` (CPU only). */
+static int
+allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
+         void *error_ctx,
+         void (*set_error)(void *, const char *, const char *))
+{
+    static const char codes[][2] = {"i", "u", "f", "", "", "c", "b"};
+    PyGILState_STATE gil = PyGILState_Ensure();
+    bufferext_state *st = bufferext_get_state(exchange_module);
+    PyObject *shape = NULL, *buffer = NULL, *dtype = NULL;
+    const char *message = NULL;
+    int i;
+
+    *out = NULL;
+    if (prototype->device.device_type != BX_kDLCPU) {
+        message = "bufferext allocates CPU memory only through this API";
+    }
+    else if (prototype->dtype.code > 6 || codes[prototype->dtype.code][0] == 0
+             || prototype->dtype.lanes != 1) {
+        message = "unsupported dtype";
+    }
+    else if ((shape = PyTuple_New(prototype->ndim)) != NULL) {
+        for (i = 0; i < prototype->ndim; i++) {
+            PyTuple_SET_ITEM(shape, i,
+                             PyLong_FromLongLong(prototype->shape[i]));
+        }
+        dtype = PyUnicode_FromFormat("%s%d", codes[prototype->dtype.code],
+                                     (int)prototype->dtype.bits / 8);
+        if (dtype != NULL && !PyErr_Occurred()) {
+            buffer = PyObject_CallFunctionObjArgs(
+                (PyObject *)st->CPUBuffer_Type, shape, dtype, NULL);
+        }
+        if (buffer != NULL) {
+            *out = bufferext_dlpack_managed(buffer);
+        }
+    }
+    if (*out == NULL) {
+        PyObject *type, *value, *tb, *text = NULL;
+        PyErr_Fetch(&type, &value, &tb);
+        text = value != NULL ? PyObject_Str(value) : NULL;
+        set_error(error_ctx, message != NULL ? "BufferError" : "MemoryError",
+                  message != NULL ? message
+                  : text != NULL ? PyUnicode_AsUTF8(text) : "allocation "
+                                                            "failed");
+        PyErr_Clear();
+        Py_XDECREF(text);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+    }
+    Py_XDECREF(shape);
+    Py_XDECREF(dtype);
+    Py_XDECREF(buffer);      /* the tensor holds its own export */
+    PyGILState_Release(gil);
+    return *out == NULL ? -1 : 0;
+}
+
+/* CPU: no stream.  CUDA: the legacy default stream, on which the no-sync
+ * conversions above have ordered each buffer's pending work. */
+static int
+current_work_stream(int32_t device_type, int32_t device_id, void **out)
+{
+    (void)device_id;
+    *out = device_type == BX_kDLCUDA ? (void *)(uintptr_t)1 : NULL;
+    return 0;
+}
+
+static BxDLPackExchangeAPI exchange_api = {
+    {{BX_DLPACK_MAJOR, BX_DLPACK_MINOR}, NULL},
+    allocate,
+    from_py_object,
+    to_py_object,
+    fill_dltensor,
+    current_work_stream,
+};
+
+int
+bufferext_init_dlpack_exchange(PyObject *module)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    PyTypeObject *types[3];
+    PyObject *capsule;
+    int i, rc = 0;
+
+    if (exchange_module == NULL) {
+        exchange_module = Py_NewRef(module);
+    }
+    types[0] = st->CPUBuffer_Type;
+    types[1] = st->CUDABuffer_Type;
+    types[2] = st->BufferAdapter_Type;
+    capsule = PyCapsule_New(&exchange_api, EXCHANGE_CAPSULE, NULL);
+    if (capsule == NULL) {
+        return -1;
+    }
+    for (i = 0; i < 3 && rc == 0; i++) {
+        rc = PyObject_SetAttrString((PyObject *)types[i], EXCHANGE_ATTR,
+                                    capsule);
+    }
+    Py_DECREF(capsule);
+    return rc;
+}
