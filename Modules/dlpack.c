@@ -501,7 +501,8 @@ bufferext_dlpack_device(PyObject *exporter)
     BxDLDevice device;
     int rc;
 
-    if (BufferExt_GetBuffer(exporter, &ext, PyBUF_DEVICE) < 0) {
+    /* the most permissive request: any layout may be asked where it is */
+    if (BufferExt_GetBuffer(exporter, &ext, PyBUF_FULL_RO | PyBUF_DEVICE) < 0) {
         return NULL;
     }
     rc = buffer_device(exporter, &ext, &device);

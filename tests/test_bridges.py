@@ -375,3 +375,11 @@ def test_repeated_bridging_does_not_leak() -> None:
                                           dict(GOOD, version=9)))
     gc.collect()
     assert sys.getrefcount(a) == before
+
+
+def test_dlpack_device_of_a_non_contiguous_exporter() -> None:
+    base = np.arange(12.0).reshape(3, 4)[:, ::2]
+    adapter = bufferext.as_buffer(base, readonly=True)
+    assert adapter.__dlpack_device__() == (1, 0)
+    with bufferext.get_buffer(base) as view:
+        assert view.__dlpack_device__() == (1, 0)
