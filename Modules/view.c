@@ -305,7 +305,36 @@ view_dlpack_device(PyObject *op, PyObject *unused)
     return bufferext_dlpack_device(op);
 }
 
+/* What the exporter wrote, NULLs included (for conformance checks). */
+static PyObject *
+view_raw(PyObject *op, PyObject *unused)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    Py_buffer *v = &self->ext.view;
+    int n = v->ndim > 0 ? v->ndim : 0;
+    (void)unused;
+
+    if (check_acquired(self) < 0) {
+        return NULL;
+    }
+    return Py_BuildValue(
+        "{s:n,s:n,s:i,s:i,s:N,s:N,s:N,s:N}",
+        "len", v->len, "itemsize", v->itemsize, "readonly", v->readonly,
+        "ndim", v->ndim,
+        "format", v->format ? PyUnicode_FromString(v->format)
+                            : Py_NewRef(Py_None),
+        "shape", v->shape ? bufferext_tuple_from_ssize(n, v->shape)
+                          : Py_NewRef(Py_None),
+        "strides", v->strides ? bufferext_tuple_from_ssize(n, v->strides)
+                              : Py_NewRef(Py_None),
+        "suboffsets", v->suboffsets
+                          ? bufferext_tuple_from_ssize(n, v->suboffsets)
+                          : Py_NewRef(Py_None));
+}
+
 static PyMethodDef view_methods[] = {
+    {"_raw", view_raw, METH_NOARGS,
+     "_raw()\n--\n\nThe fields as the exporter wrote them (None for NULL)."},
     {"release", view_release, METH_NOARGS,
      "release()\n--\n\n"
      "Release the buffer now.  Releasing twice is harmless; BufferError\n"

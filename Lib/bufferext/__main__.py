@@ -1,10 +1,11 @@
-"""Command line of bufferext: ``python -m bufferext [info] [--json]``.
+"""Command line of bufferext: ``python -m bufferext [info|check] ...``.
 
 ``info`` (the default) reports the installed version, the directory of the
 C headers, the request-flag values, the Python and numpy versions, the
 platform, and what was found of each device library (where it looked and
-why it failed).  The same entry point is installed as the ``bufferext``
-console script.
+why it failed).  ``check MODULE:ATTR`` is a conformance report for any
+producer (see :mod:`bufferext._check`).  The same entry point is installed
+as the ``bufferext`` console script.
 """
 
 from __future__ import annotations
@@ -101,6 +102,24 @@ def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    from ._check import check, format_report, load_target
+
+    try:
+        obj = load_target(args.target)
+    except Exception as exc:       # report any import/attribute/call error
+        sys.stderr.write(f"check: cannot load {args.target!r}: "
+                         f"{type(exc).__name__}: {exc}\n")
+        return 2
+    report = check(obj, args.target)
+    if args.json:
+        json.dump(report.as_dict(), out, indent=2, default=repr)
+        out.write("\n")
+    else:
+        out.write(format_report(report))
+    return 0 if report.conformant else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bufferext",
@@ -112,6 +131,13 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true",
                       help="print the report as JSON")
     info.set_defaults(handler=_cmd_info)
+    check = commands.add_parser(
+        "check", help="conformance report for a producer: MODULE:ATTR (a "
+                      "class or function is called to make an example)")
+    check.add_argument("target", metavar="MODULE:ATTR")
+    check.add_argument("--json", action="store_true",
+                       help="print the report as JSON")
+    check.set_defaults(handler=_cmd_check)
     return parser
 
 

@@ -1,0 +1,263 @@
+"""Conformance report for any producer: ``python -m bufferext check MOD:ATTR``.
+
+It says which exchange protocols an object speaks, compares what its
+``__buffer_supported_flags__`` claims with what its exporter does for every
+PEP 3118 request, and makes sure device memory is never handed to a plain
+(CPU-only) request.  Findings are ``ok``, ``info`` or ``violation``; a
+report with a violation fails.  Memory is never read.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _bufferext
+from ._flags import BufferFlags as F
+
+__all__ = ["Finding", "Report", "check", "load_target", "format_report"]
+
+_REQUIRED_BITS = (F.WRITABLE, F.FORMAT, F.ND, F.STRIDES, F.C_CONTIGUOUS,
+                  F.F_CONTIGUOUS, F.ANY_CONTIGUOUS, F.INDIRECT)
+
+
+def legacy_requests() -> List[int]:
+    """Every distinct request CPython's PyBUF_* constants can form (the
+    compound flags include their parts: STRIDES implies ND, ...)."""
+    shapes = [F.SIMPLE, F.ND, F.STRIDES, F.C_CONTIGUOUS, F.F_CONTIGUOUS,
+              F.ANY_CONTIGUOUS, F.INDIRECT]
+    return sorted({int(shape | w | f) for shape in shapes
+                   for w in (0, F.WRITABLE) for f in (0, F.FORMAT)})
+
+
+def flag_names(flags: int) -> str:
+    names = [bit.name for bit in (F.WRITABLE, F.FORMAT, F.ND, F.DEVICE)
+             if flags & bit]
+    for compound in (F.INDIRECT, F.ANY_CONTIGUOUS, F.F_CONTIGUOUS,
+                     F.C_CONTIGUOUS, F.STRIDES):
+        if flags & compound == compound:
+            names.append(str(compound.name))
+            break
+    return "|".join(n for n in names if n) or "SIMPLE"
+
+
+@dataclass
+class Finding:
+    """One line of the report."""
+
+    level: str          # "ok", "info" or "violation"
+    subject: str
+    message: str
+
+
+@dataclass
+class Report:
+    """What :func:`check` found about one object."""
+
+    target: str
+    type_name: str
+    protocols: Dict[str, Any] = field(default_factory=dict)
+    findings: List[Finding] = field(default_factory=list)
+
+    @property
+    def conformant(self) -> bool:
+        return not any(f.level == "violation" for f in self.findings)
+
+    def add(self, level: str, subject: str, message: str) -> None:
+        self.findings.append(Finding(level, subject, message))
+
+    def as_dict(self) -> Dict[str, Any]:
+        out = asdict(self)
+        out["conformant"] = self.conformant
+        return out
+
+
+def load_target(spec: str) -> Any:
+    """The object ``module:attr`` names (dotted attr allowed).  A class or
+    function is called without arguments to make an example producer."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"expected MODULE:ATTR, not {spec!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, type) or (callable(obj)
+                                 and not _bufferext.check_buffer_supports(obj)
+                                 and not hasattr(obj, "__dlpack__")):
+        obj = obj()
+    return obj
+
+
+# ---- protocols ------------------------------------------------------------
+
+def _protocols(obj: Any, report: Report) -> None:
+    cls = type(obj)
+    p = report.protocols
+    p["buffer"] = bool(_bufferext.check_buffer_supports(obj))
+    p["declared_supported_flags"] = cls.__dict__.get(
+        "__buffer_supported_flags__",
+        getattr(cls, "__buffer_supported_flags__", None))
+    p["dlpack"] = hasattr(cls, "__dlpack__")
+    p["dlpack_device"] = None
+    if hasattr(obj, "__dlpack_device__"):
+        try:
+            p["dlpack_device"] = tuple(obj.__dlpack_device__())
+        except Exception as exc:   # a report, not a crash
+            report.add("violation", "dlpack",
+                       f"__dlpack_device__() raised {exc!r}")
+    p["dlpack_c_exchange_api"] = hasattr(cls, "__dlpack_c_exchange_api__")
+    for name in ("__cuda_array_interface__", "__ve_array_interface__",
+                 "__array_interface__"):
+        try:
+            value = getattr(obj, name, None)
+        except Exception as exc:
+            value = None
+            report.add("info", name, f"reading it raised {exc!r}")
+        p[name.strip("_")] = (None if not isinstance(value, dict)
+                              else value.get("version"))
+
+
+# ---- the extended request and device safety ---------------------------------
+
+def _where(obj: Any, report: Report) -> Tuple[Optional[str], bool]:
+    """(device or None, answered_device) from a FULL_RO|DEVICE request."""
+    try:
+        with _bufferext.get_buffer(obj, F.FULL_RO | F.DEVICE) as view:
+            device, answered = view.device, bool(view.flags & F.DEVICE)
+    except BufferError as exc:
+        report.add("info", "extended request",
+                   f"FULL_RO|DEVICE refused: {exc}")
+        return None, False
+    if device is not None:
+        report.add("ok", "extended request", f"memory on device {device!r}")
+    elif answered:
+        report.add("ok", "extended request",
+                   "CPU memory, answered explicitly (flags has DEVICE)")
+    else:
+        report.add("info", "extended request",
+                   "CPU memory; PyBUF_DEVICE ignored (a legacy exporter)")
+    return device, answered
+
+
+def _device_safety(obj: Any, device: Optional[str], report: Report) -> None:
+    dl = report.protocols.get("dlpack_device")
+    on_device = device is not None or (dl is not None and dl[0] not in
+                                       (1, 3, 13))
+    if not on_device:
+        return
+    leaks = []
+    for request in legacy_requests():
+        try:
+            with _bufferext.get_buffer(obj, request):
+                leaks.append(request)
+        except (BufferError, ValueError, TypeError):
+            pass
+    if leaks:
+        report.add("violation", "device safety",
+                   "device memory handed to plain requests: " +
+                   ", ".join(flag_names(r) for r in leaks[:6]) +
+                   (" ..." if len(leaks) > 6 else ""))
+    else:
+        report.add("ok", "device safety",
+                   f"all {len(legacy_requests())} plain requests refused")
+
+
+# ---- claims vs behaviour -----------------------------------------------------
+
+def _violations_of(request: int, raw: Dict[str, Any],
+                   view: Any) -> List[str]:
+    problems = []
+    if request & F.WRITABLE and raw["readonly"]:
+        problems.append("WRITABLE answered with a read-only buffer")
+    if request & F.FORMAT and raw["format"] is None:
+        problems.append("FORMAT answered without a format")
+    if request & F.ND == F.ND and raw["ndim"] > 0 and raw["shape"] is None:
+        problems.append("ND answered without a shape")
+    if request & F.STRIDES == F.STRIDES and raw["ndim"] > 0 and \
+            raw["strides"] is None:
+        problems.append("STRIDES answered without strides")
+    if request & F.C_CONTIGUOUS == F.C_CONTIGUOUS and not view.c_contiguous:
+        problems.append("C_CONTIGUOUS answered with a non-C-contiguous layout")
+    if request & F.F_CONTIGUOUS == F.F_CONTIGUOUS and not view.f_contiguous:
+        problems.append("F_CONTIGUOUS answered with a non-Fortran layout")
+    if request & F.ANY_CONTIGUOUS == F.ANY_CONTIGUOUS and not (
+            view.c_contiguous or view.f_contiguous):
+        problems.append("ANY_CONTIGUOUS answered with a non-contiguous layout")
+    if request & F.STRIDES != F.STRIDES and raw["strides"] is None and \
+            not view.c_contiguous:
+        problems.append("no strides for a layout that is not C-contiguous")
+    if request & F.INDIRECT != F.INDIRECT and raw["suboffsets"] is not None:
+        problems.append("suboffsets without INDIRECT")
+    return problems
+
+
+def _claims(obj: Any, device: Optional[str], report: Report) -> None:
+    try:
+        mask = int(_bufferext.supported_flags(obj))
+    except TypeError as exc:
+        report.add("violation", "supported flags", str(exc))
+        return
+    undeclared = [b.name for b in _REQUIRED_BITS if b & F.REQUIRED & ~mask]
+    report.add("info", "supported flags",
+               f"effective mask 0x{mask:x}" + (
+                   f"; not declared: {', '.join(map(str, undeclared))}"
+                   if undeclared else ""))
+    extra = int(F.DEVICE) if device is not None else 0
+    honoured = refused = 0
+    for request in legacy_requests():
+        if request & F.REQUIRED & ~mask:
+            continue            # refused up front: nothing to verify
+        try:
+            view = _bufferext.get_buffer(obj, request | extra)
+        except BufferError as exc:
+            if "wrote the buffer extension" in str(exc) or \
+                    "not requested" in str(exc) or "without setting" in str(exc):
+                report.add("violation", flag_names(request), str(exc))
+            refused += 1
+            continue
+        except (ValueError, TypeError) as exc:
+            report.add("info", flag_names(request),
+                       f"refused with {type(exc).__name__} (BufferError is "
+                       f"the standard): {exc}")
+            refused += 1
+            continue
+        with view:
+            problems = _violations_of(request, view._raw(), view)
+        for problem in problems:
+            report.add("violation", flag_names(request), problem)
+        honoured += 1
+    report.add("ok" if report.conformant else "info", "requests",
+               f"{honoured} declared requests answered, {refused} refused")
+
+
+def check(obj: Any, target: str = "") -> Report:
+    """Check ``obj`` and return the report (never raises for its faults)."""
+    report = Report(target or repr(obj)[:80], type(obj).__qualname__)
+    _protocols(obj, report)
+    if not report.protocols["buffer"]:
+        report.add("info", "buffer", "does not export buffers")
+        return report
+    device, _ = _where(obj, report)
+    _device_safety(obj, device, report)
+    _claims(obj, device, report)
+    declared = report.protocols["declared_supported_flags"]
+    if device is not None and (not isinstance(declared, int) or
+                               declared < 0 or not declared & F.DEVICE):
+        report.add("violation", "supported flags",
+                   f"exports device memory but does not declare DEVICE "
+                   f"(declared {declared!r})")
+    return report
+
+
+def format_report(report: Report) -> str:
+    """The human-readable report."""
+    lines = [f"{report.target}: {report.type_name}", "protocols:"]
+    for name, value in report.protocols.items():
+        lines.append(f"  {name}: {value}")
+    lines.append("findings:")
+    for f in report.findings:
+        lines.append(f"  [{f.level}] {f.subject}: {f.message}")
+    lines.append("result: " + ("conformant" if report.conformant
+                               else "NOT conformant"))
+    return "\n".join(lines) + "\n"
