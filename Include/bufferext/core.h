@@ -356,22 +356,29 @@ static inline void BufferExtInternal_FlagNames(int flags, char *out,
     }
 }
 
+/* Zero the extension fields of `view` (not the Py_buffer). */
+static inline void BufferExtInternal_ClearExtension(Py_buffer_extended *view)
+{
+    view->flags = 0;
+    view->ext_flags = 0;
+    view->device = NULL;
+    view->device_info = NULL;
+}
+
 /* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
  * the extension, raises BufferError up front (without calling the exporter)
  * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
  * and raises BufferError (after releasing) if the exporter wrote extension
  * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
- * On success the caller must call BufferExt_Release(view) once. */
+ * On success the caller must call BufferExt_Release(view) once; on failure
+ * nothing is held and the extension fields are zero. */
 static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
                                       int flags)
 {
     int required = flags & PyBUF_REQUIRED_FLAGS;
     const char *problem;
 
-    view->flags = 0;
-    view->ext_flags = 0;
-    view->device = NULL;
-    view->device_info = NULL;
+    BufferExtInternal_ClearExtension(view);
     if (required && PyObject_CheckBuffer(obj)) {
         int declared = BufferExtInternal_Declared(Py_TYPE(obj));
         int unsupported =
@@ -396,6 +403,8 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
         }
     }
     if (PyObject_GetBuffer(obj, &view->view, flags) < 0) {
+        /* an exporter may have written the extension before failing */
+        BufferExtInternal_ClearExtension(view);
         return -1;
     }
     if (!(flags & BUFFEREXT_EXTENDED_FLAGS)) {
@@ -417,10 +426,7 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
     }
     if (problem != NULL) {
         PyBuffer_Release(&view->view);
-        view->flags = 0;
-        view->ext_flags = 0;
-        view->device = NULL;
-        view->device_info = NULL;
+        BufferExtInternal_ClearExtension(view);
         PyErr_Format(PyExc_BufferError, "%.200s %s",
                      Py_TYPE(obj)->tp_name, problem);
         return -1;
@@ -433,10 +439,7 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
 static inline void BufferExt_Release(Py_buffer_extended *view)
 {
     PyBuffer_Release(&view->view);
-    view->flags = 0;
-    view->ext_flags = 0;
-    view->device = NULL;
-    view->device_info = NULL;
+    BufferExtInternal_ClearExtension(view);
 }
 
 /* BufferExt_IsDevice: 1 if the exporter described non-CPU memory (it set
