@@ -84,3 +84,17 @@ def test_header_and_python_api_agree(capi):
                  "INDIRECT", "FULL", "FULL_RO", "RECORDS", "RECORDS_RO",
                  "STRIDED", "STRIDED_RO", "CONTIG", "CONTIG_RO"):
         assert getattr(flags, name) == getattr(capi, "PyBUF_" + name), name
+
+
+def test_limited_api_is_refused_clearly(capi_build, tmp_path):
+    source = tmp_path / "limited.c"
+    source.write_text("#define Py_LIMITED_API 0x030B0000\n"
+                      "#include <Python.h>\n#include <bufferext.h>\n")
+    cmd = capi_build.compilers()["c"] + [
+        "-fsyntax-only", *("-I" + d for d in capi_build.include_dirs()),
+        str(source)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True)
+    assert proc.returncode != 0
+    assert "does not support Py_LIMITED_API" in proc.stdout
+    assert proc.stdout.count("error") == 1, proc.stdout

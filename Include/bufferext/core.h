@@ -28,6 +28,12 @@
 #include <stddef.h>
 #include <string.h>
 
+/* The header reads PyTypeObject fields (tp_name, tp_version_tag, tp_dict),
+ * so it needs the full C API: say so clearly instead of failing later. */
+#ifdef Py_LIMITED_API
+#  error "bufferext.h does not support Py_LIMITED_API (stable ABI) yet"
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -121,7 +127,7 @@ typedef struct {
  * gives a type a fresh version tag whenever its attributes change (and never
  * reuses one), so a matching tag proves the declaration is unchanged.  Types
  * without a valid tag are looked up every time.  The cache is disabled on
- * free-threaded builds and under the limited API. */
+ * free-threaded builds. */
 #define BUFFEREXT_CACHE_SIZE 64
 #define BUFFEREXT_INVALID_DECLARATION (-2) /* cached: the attribute is bad */
 
@@ -131,7 +137,7 @@ typedef struct {
     int declared;
 } BufferExtInternal_CacheEntry;
 
-#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+#if !defined(Py_GIL_DISABLED)
 #  define BUFFEREXT_HAVE_TYPE_CACHE 1
 #endif
 
