@@ -97,4 +97,4 @@ def test_limited_api_is_refused_clearly(capi_build, tmp_path):
                           stderr=subprocess.STDOUT, universal_newlines=True)
     assert proc.returncode != 0
     assert "does not support Py_LIMITED_API" in proc.stdout
-    assert proc.stdout.count("error") == 1, proc.stdout
+    assert proc.stdout.count("error:") == 1, proc.stdout

@@ -32,7 +32,7 @@
  * so it needs the full C API: say so clearly instead of failing later. */
 #ifdef Py_LIMITED_API
 #  error "bufferext.h does not support Py_LIMITED_API (stable ABI) yet"
-#endif
+#else /* the rest of this file */
 
 #ifdef __cplusplus
 extern "C" {
@@ -500,4 +500,5 @@ static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
 #ifdef __cplusplus
 }
 #endif
+#endif /* !Py_LIMITED_API */
 #endif /* BUFFEREXT_CORE_H */
