@@ -28,6 +28,12 @@
 #include <stddef.h>
 #include <string.h>
 
+/* The header reads PyTypeObject fields (tp_name, tp_version_tag, tp_dict),
+ * so it needs the full C API: say so clearly instead of failing later. */
+#ifdef Py_LIMITED_API
+#  error "bufferext.h does not support Py_LIMITED_API (stable ABI) yet"
+#else /* the rest of this file */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -121,7 +127,7 @@ typedef struct {
  * gives a type a fresh version tag whenever its attributes change (and never
  * reuses one), so a matching tag proves the declaration is unchanged.  Types
  * without a valid tag are looked up every time.  The cache is disabled on
- * free-threaded builds and under the limited API. */
+ * free-threaded builds. */
 #define BUFFEREXT_CACHE_SIZE 64
 #define BUFFEREXT_INVALID_DECLARATION (-2) /* cached: the attribute is bad */
 
@@ -131,7 +137,7 @@ typedef struct {
     int declared;
 } BufferExtInternal_CacheEntry;
 
-#if !defined(Py_GIL_DISABLED) && !defined(Py_LIMITED_API)
+#if !defined(Py_GIL_DISABLED)
 #  define BUFFEREXT_HAVE_TYPE_CACHE 1
 #endif
 
@@ -172,12 +178,8 @@ static inline unsigned int BufferExtInternal_TypeTag(PyTypeObject *type)
  * and the call into libpython costs as much as the cache lookup. */
 static inline int BufferExtInternal_CheckBuffer(PyObject *obj)
 {
-#ifdef Py_LIMITED_API
-    return PyObject_CheckBuffer(obj);
-#else
     PyBufferProcs *procs = Py_TYPE(obj)->tp_as_buffer;
     return procs != NULL && procs->bf_getbuffer != NULL;
-#endif
 }
 
 /* BUFFEREXT_INLINE_DISPATCH: BufferExt_GetBuffer and BufferExt_Release
@@ -188,8 +190,7 @@ static inline int BufferExtInternal_CheckBuffer(PyObject *obj)
  * when compiled with -DBUFFEREXT_INLINE_DISPATCH=0, the functions are
  * called. */
 #ifndef BUFFEREXT_INLINE_DISPATCH
-#  if !defined(Py_LIMITED_API) && !defined(Py_GIL_DISABLED) && \
-      PY_VERSION_HEX < 0x030E0000
+#  if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX < 0x030E0000
 #    define BUFFEREXT_INLINE_DISPATCH 1
 #  else
 #    define BUFFEREXT_INLINE_DISPATCH 0
@@ -444,6 +445,15 @@ static inline void BufferExtInternal_FlagNames(int flags, char *out,
     }
 }
 
+/* Zero the extension fields of `view` (not the Py_buffer). */
+static inline void BufferExtInternal_ClearExtension(Py_buffer_extended *view)
+{
+    view->flags = 0;
+    view->ext_flags = 0;
+    view->device = NULL;
+    view->device_info = NULL;
+}
+
 /* Raise the BufferError of BufferExt_GetBuffer for request flags that the
  * type of `obj` does not declare.  Returns -1. */
 BUFFEREXT_COLD_FUNC int
@@ -496,10 +506,7 @@ BufferExtInternal_RejectExport(PyObject *obj, Py_buffer_extended *view,
                                const char *problem)
 {
     PyBuffer_Release(&view->view);
-    view->flags = 0;
-    view->ext_flags = 0;
-    view->device = NULL;
-    view->device_info = NULL;
+    BufferExtInternal_ClearExtension(view);
     PyErr_Format(PyExc_BufferError, "%.200s %s", Py_TYPE(obj)->tp_name,
                  problem);
     return -1;
@@ -510,17 +517,15 @@ BufferExtInternal_RejectExport(PyObject *obj, Py_buffer_extended *view,
  * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
  * and raises BufferError (after releasing) if the exporter wrote extension
  * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
- * On success the caller must call BufferExt_Release(view) once. */
+ * On success the caller must call BufferExt_Release(view) once; on failure
+ * nothing is held and the extension fields are zero. */
 static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
                                       int flags)
 {
     int required = flags & PyBUF_REQUIRED_FLAGS;
     const char *problem;
 
-    view->flags = 0;
-    view->ext_flags = 0;
-    view->device = NULL;
-    view->device_info = NULL;
+    BufferExtInternal_ClearExtension(view);
     if (required && BufferExtInternal_CheckBuffer(obj)) {
         int declared = BufferExtInternal_Declared(Py_TYPE(obj));
         int unsupported =
@@ -531,6 +536,8 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
         }
     }
     if (BufferExtInternal_CallGetBuffer(obj, &view->view, flags) < 0) {
+        /* an exporter may have written the extension before failing */
+        BufferExtInternal_ClearExtension(view);
         return -1;
     }
     problem = BufferExtInternal_ExtensionProblem(view, flags);
@@ -545,10 +552,7 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
 static inline void BufferExt_Release(Py_buffer_extended *view)
 {
     BufferExtInternal_CallRelease(&view->view);
-    view->flags = 0;
-    view->ext_flags = 0;
-    view->device = NULL;
-    view->device_info = NULL;
+    BufferExtInternal_ClearExtension(view);
 }
 
 /* BufferExt_IsDevice: 1 if the exporter described non-CPU memory (it set
@@ -603,4 +607,5 @@ static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
 #ifdef __cplusplus
 }
 #endif
+#endif /* !Py_LIMITED_API */
 #endif /* BUFFEREXT_CORE_H */
