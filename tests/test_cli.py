@@ -89,7 +89,7 @@ def test_info_reports_where_it_looked():
 @pytest.mark.parametrize("args", [("bogus",), ("info", "--bogus"),
                                   ("--bogus",), ("check",), ("demo",)],
                          ids=["subcommand", "info-option", "option",
-                              "check-not-yet", "demo-not-yet"])
+                              "check-without-target", "demo-not-yet"])
 def test_usage_errors_exit_2(args):
     proc = run_cli(*args)
     assert proc.returncode == 2

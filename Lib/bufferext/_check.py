@@ -118,6 +118,26 @@ def _protocols(obj: Any, report: Report) -> None:
                               else value.get("version"))
 
 
+# ---- probing ------------------------------------------------------------------
+
+#: How BufferExt_GetBuffer reports an exporter that wrote the extension
+#: wrongly (Include/bufferext/core.h): a plain consumer's memory corrupted.
+_EXTENSION_PROBLEMS = ("wrote the buffer extension", "not requested",
+                       "without setting PyBUF_DEVICE")
+
+
+def _probe(obj: Any, request: int) -> Tuple[str, Any]:
+    """("ok", view) | ("refused", exception) | ("violation", message)."""
+    try:
+        return "ok", _bufferext.get_buffer(obj, request)
+    except BufferError as exc:
+        if any(text in str(exc) for text in _EXTENSION_PROBLEMS):
+            return "violation", str(exc)
+        return "refused", exc
+    except (ValueError, TypeError) as exc:
+        return "refused", exc
+
+
 # ---- the extended request and device safety ---------------------------------
 
 def _where(obj: Any, report: Report) -> Tuple[Optional[str], bool]:
@@ -148,11 +168,12 @@ def _device_safety(obj: Any, device: Optional[str], report: Report) -> None:
         return
     leaks = []
     for request in legacy_requests():
-        try:
-            with _bufferext.get_buffer(obj, request):
-                leaks.append(request)
-        except (BufferError, ValueError, TypeError):
-            pass
+        outcome, detail = _probe(obj, request)
+        if outcome == "ok":
+            detail.release()
+            leaks.append(request)
+        elif outcome == "violation":
+            report.add("violation", flag_names(request), detail)
     if leaks:
         report.add("violation", "device safety",
                    "device memory handed to plain requests: " +
@@ -204,22 +225,27 @@ def _claims(obj: Any, device: Optional[str], report: Report) -> None:
                    f"; not declared: {', '.join(map(str, undeclared))}"
                    if undeclared else ""))
     extra = int(F.DEVICE) if device is not None else 0
+    if device is None:
+        # plain requests too: an exporter must not write the extension then
+        for request in legacy_requests():
+            outcome, detail = _probe(obj, request)
+            if outcome == "violation":
+                report.add("violation", flag_names(request), detail)
+            elif outcome == "ok":
+                detail.release()
     honoured = refused = 0
     for request in legacy_requests():
         if request & F.REQUIRED & ~mask:
             continue            # refused up front: nothing to verify
-        try:
-            view = _bufferext.get_buffer(obj, request | extra)
-        except BufferError as exc:
-            if "wrote the buffer extension" in str(exc) or \
-                    "not requested" in str(exc) or "without setting" in str(exc):
-                report.add("violation", flag_names(request), str(exc))
-            refused += 1
+        outcome, view = _probe(obj, request | extra)
+        if outcome == "violation":
+            report.add("violation", flag_names(request), view)
             continue
-        except (ValueError, TypeError) as exc:
-            report.add("info", flag_names(request),
-                       f"refused with {type(exc).__name__} (BufferError is "
-                       f"the standard): {exc}")
+        if outcome == "refused":
+            if not isinstance(view, BufferError):
+                report.add("info", flag_names(request),
+                           f"refused with {type(view).__name__} (BufferError "
+                           f"is the standard): {view}")
             refused += 1
             continue
         with view:

@@ -1,0 +1,133 @@
+"""`python -m bufferext check`: the conformance report, on producers that
+conform and on test doubles that break the rules in known ways."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+import bufferext
+from bufferext._check import check, legacy_requests, load_target
+
+
+def levels(report: Any, level: str) -> list:
+    return [f for f in report.findings if f.level == level]
+
+
+def test_every_distinct_legacy_request_is_probed() -> None:
+    requests = legacy_requests()
+    assert len(requests) == len(set(requests)) == 28
+    assert 0 in requests and int(bufferext.BufferFlags.FULL) in requests
+
+
+@pytest.mark.parametrize("make", [
+    lambda: bufferext.CPUBuffer((3, 4), "float32"),
+    lambda: bufferext.CPUBuffer(5, "int8", readonly=True),
+    lambda: bufferext.as_buffer(np.arange(12.0).reshape(3, 4).T,
+                                readonly=True),
+    lambda: b"bytes", lambda: bytearray(4), lambda: np.arange(6.0)[::2],
+])
+def test_conforming_producers(make: Any) -> None:
+    report = check(make())
+    assert report.conformant, report.findings
+    assert report.protocols["buffer"] is True
+
+
+def test_protocols_are_listed() -> None:
+    report = check(bufferext.CPUBuffer(2))
+    p = report.protocols
+    assert p["dlpack"] and p["dlpack_device"] == (1, 0)
+    assert p["dlpack_c_exchange_api"] and p["array_interface"] == 3
+    assert p["declared_supported_flags"] == int(bufferext.BufferFlags.LEGACY
+                                                | bufferext.BufferFlags.DEVICE)
+
+
+def test_device_exporter_that_refuses_plain_requests_conforms(
+        c99: ModuleType) -> None:
+    report = check(c99.ExporterFull(4, device="bufferext.cuda"))
+    assert report.conformant, report.findings
+    assert any(f.subject == "device safety" and f.level == "ok"
+               for f in report.findings)
+
+
+def test_cpu_buffer_claiming_a_cuda_dlpack_device_is_caught() -> None:
+    class Confused:
+        __buffer_supported_flags__ = 0
+
+        def __init__(self) -> None:
+            self.data = bytearray(8)
+
+        def __buffer__(self, flags: int) -> memoryview:
+            return memoryview(self.data)
+
+        def __dlpack_device__(self) -> tuple:
+            return (2, 0)
+
+    if sys.version_info < (3, 12):
+        pytest.skip("Python classes export buffers from 3.12 (PEP 688)")
+    report = check(Confused())
+    assert not report.conformant
+    assert any(f.subject == "device safety" for f in levels(report,
+                                                            "violation"))
+
+
+@pytest.mark.parametrize("liar", ["unasked", "extra_flags", "device_noflag"])
+def test_exporters_writing_the_extension_wrongly_are_caught(
+        c99: ModuleType, liar: str) -> None:
+    report = check(c99.ExporterFull(4, liar=liar))
+    assert not report.conformant, report.findings
+
+
+def test_undeclared_device_support_is_a_violation(c99: ModuleType) -> None:
+    # ExporterNoDevice declares a mask without PyBUF_DEVICE
+    exporter = c99.ExporterNoDevice(4, device="bufferext.cuda")
+    report = check(exporter)
+    assert any("does not declare DEVICE" in f.message
+               for f in levels(report, "violation"))
+
+
+def test_load_target_calls_factories_and_rejects_bad_specs(tmp_path,
+                                                           monkeypatch) -> None:
+    (tmp_path / "factories.py").write_text(
+        "import bufferext\n"
+        "def make():\n    return bufferext.CPUBuffer(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    made = load_target("factories:make")
+    assert isinstance(made, bufferext.CPUBuffer) and made.shape == (3,)
+    with pytest.raises(ValueError, match="MODULE:ATTR"):
+        load_target("numpy")
+    obj = load_target("bufferext._check:Finding.__name__")
+    assert obj == "Finding"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bufferext", "check", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_reports_and_exits_0_for_a_conforming_producer(tmp_path) -> None:
+    (tmp_path / "producers.py").write_text(
+        "import bufferext\n"
+        "def cpu():\n    return bufferext.CPUBuffer((2, 2), 'int32')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bufferext", "check", "producers:cpu"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert "result: conformant" in proc.stdout
+    assert "[ok] extended request: CPU memory" in proc.stdout
+
+
+def test_cli_json_and_load_errors() -> None:
+    proc = run_cli("bufferext._check:Finding.__name__", "--json")
+    assert proc.returncode == 0
+    report = json.loads(proc.stdout)
+    assert report["conformant"] is True and report["type_name"] == "str"
+    proc = run_cli("no_such_module_xyz:thing")
+    assert proc.returncode == 2 and "cannot load" in proc.stderr
