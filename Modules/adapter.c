@@ -95,7 +95,7 @@ adapter_finish_layout(AdapterObject *self, const char *who)
         return -1;
     }
     bufferext_layout_contiguity(l);
-    bufferext_layout_item_strides(l, self->items);
+    bufferext_layout_dlpack(l, self->items);
     return 0;
 }
 

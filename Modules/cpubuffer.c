@@ -84,7 +84,7 @@ cpubuffer_allocate(CPUBufferObject *self, const bufferext_layout *layout)
     self->layout.shape = dims;
     self->layout.strides = dims + ndim;
     bufferext_layout_contiguity(&self->layout);
-    bufferext_layout_item_strides(&self->layout, items);
+    bufferext_layout_dlpack(&self->layout, items);
     return 0;
 }
 

@@ -276,7 +276,7 @@ set_layout(CUDABufferObject *self, PyObject *shape, int readonly)
     self->layout.format = self->dt.format;
     self->layout.readonly = readonly;
     bufferext_layout_contiguity(&self->layout);
-    bufferext_layout_item_strides(&self->layout, items);
+    bufferext_layout_dlpack(&self->layout, items);
     return 0;
 }
 

@@ -12,7 +12,7 @@ typedef struct {
     Py_buffer_extended ext;                 /* the held export */
     int held;
     void *copy;                             /* copy=True: our own bytes */
-    int64_t dims[];                         /* shape then strides */
+    int64_t dims[];                         /* copy=True: shape, strides */
 } dlpack_holder;
 
 typedef struct {
@@ -26,19 +26,39 @@ typedef struct {
 /* Free a holder.  May run on any thread, with or without the GIL, and at
  * interpreter shutdown (then it leaks rather than touch a dead runtime). */
 static void
-holder_free(dlpack_holder *holder)
+holder_free_locked(dlpack_holder *holder)
 {
     if (holder->held) {
-        PyGILState_STATE gil;
-        if (!Py_IsInitialized()) {
-            return;
-        }
-        gil = PyGILState_Ensure();
         BufferExt_Release(&holder->ext);
-        PyGILState_Release(gil);
     }
     PyMem_RawFree(holder->copy);
-    PyMem_RawFree(holder);
+    PyMem_Free(holder);          /* pymalloc: freed with the GIL held */
+}
+
+static void
+holder_free(dlpack_holder *holder)
+{
+    PyGILState_STATE gil;
+
+    if (!Py_IsInitialized()) {
+        return;
+    }
+    gil = PyGILState_Ensure();
+    holder_free_locked(holder);
+    PyGILState_Release(gil);
+}
+
+/* An extended export of one of our own types: they honour every request
+ * flag, so the slot is called directly (no capability lookup). */
+static int
+acquire(PyObject *exporter, Py_buffer_extended *ext)
+{
+    ext->flags = 0;
+    ext->ext_flags = 0;
+    ext->device = NULL;
+    ext->device_info = NULL;
+    return Py_TYPE(exporter)->tp_as_buffer->bf_getbuffer(
+        exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
 }
 
 static void
@@ -60,7 +80,8 @@ capsule_destructor_versioned(PyObject *capsule)
     if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE_VERSIONED)) {
         BxDLManagedTensorVersioned *managed = PyCapsule_GetPointer(
             capsule, BX_DLPACK_CAPSULE_VERSIONED);
-        managed->deleter(managed);
+        /* a destructor runs with the GIL held: no PyGILState round trip */
+        holder_free_locked((dlpack_holder *)managed->manager_ctx);
     }
 }
 
@@ -70,65 +91,41 @@ capsule_destructor_legacy(PyObject *capsule)
     if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE)) {
         BxDLManagedTensor *managed =
             PyCapsule_GetPointer(capsule, BX_DLPACK_CAPSULE);
-        managed->deleter(managed);
+        holder_free_locked((dlpack_holder *)managed->manager_ctx);
     }
 }
 
-/* DLPack dtype of a struct-module format.  BufferError for what DLPack
- * cannot express (non-native byte order, structs, pointers...). */
+/* The DLPack dtype of the exported layout (precomputed by our exporters),
+ * or BufferError saying why there is none. */
 static int
-format_to_dtype(PyObject *exporter, const char *format, Py_ssize_t itemsize,
-                BxDLDataType *out)
+layout_dtype(PyObject *exporter, const bufferext_export_layout *layout,
+             BxDLDataType *out)
 {
-    const char *f = format;
-    int little = 1;
-    uint8_t code;
+    uint32_t packed = layout->dl_dtype;
+    int why = 0;
 
-    if (*(const char *)&little == 0) {
-        little = 0;
+    if (packed == 0) {
+        why = bufferext_format_dlpack(layout->format ? layout->format : "B",
+                                      layout->itemsize, &packed);
     }
-    if (*f == '@' || *f == '=') {
-        f++;
+    if (why == 1) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: format '%s' is not in native byte order; "
+                     "DLPack requires native byte order",
+                     Py_TYPE(exporter)->tp_name, layout->format);
+        return -1;
     }
-    else if (*f == '<' || *f == '>' || *f == '!') {
-        if ((*f == '<') != little) {
-            PyErr_Format(PyExc_BufferError,
-                         "%.200s: format '%s' is not in native byte order; "
-                         "DLPack requires native byte order",
-                         Py_TYPE(exporter)->tp_name, format);
-            return -1;
-        }
-        f++;
+    if (why != 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: format '%s' has no DLPack data type",
+                     Py_TYPE(exporter)->tp_name,
+                     layout->format ? layout->format : "B");
+        return -1;
     }
-    switch (f[0]) {
-    case '?': code = BX_kDLBool; break;
-    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
-        code = BX_kDLInt; break;
-    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
-        code = BX_kDLUInt; break;
-    case 'e': case 'f': case 'd': code = BX_kDLFloat; break;
-    case 'Z':
-        code = BX_kDLComplex;
-        if (f[1] != 'e' && f[1] != 'f' && f[1] != 'd') {
-            goto unsupported;
-        }
-        f++;
-        break;
-    default:
-        goto unsupported;
-    }
-    if (f[1] != '\0' || itemsize <= 0 || itemsize > 32) {
-        goto unsupported;
-    }
-    out->code = code;
-    out->bits = (uint8_t)(itemsize * 8);
-    out->lanes = 1;
+    out->code = (uint8_t)(packed & 0xFF);
+    out->bits = (uint8_t)(packed >> 8 & 0xFF);
+    out->lanes = (uint16_t)(packed >> 16);
     return 0;
-unsupported:
-    PyErr_Format(PyExc_BufferError,
-                 "%.200s: format '%s' has no DLPack data type",
-                 Py_TYPE(exporter)->tp_name, format);
-    return -1;
 }
 
 /* DLPack device of an acquired extended buffer. */
@@ -272,21 +269,23 @@ check_target(PyObject *exporter, const dlpack_options *opts,
     return 0;
 }
 
-/* Check the buffer against the request; fill the tensor's device, dtype and
- * data.  CUDA memory gets its pending work ordered before opts->stream. */
+/* Check the buffer against the request; fill the tensor's device, dtype,
+ * data, shape and strides (lent by the exporter's layout, valid while the
+ * export is held).  CUDA memory gets its pending work ordered before
+ * opts->stream. */
 static int
 describe(PyObject *exporter, Py_buffer_extended *ext,
          const dlpack_options *opts, BxDLTensor *tensor)
 {
+    const bufferext_export_layout *layout = ext->view.internal;
     Py_buffer *v = &ext->view;
 
     memset(tensor, 0, sizeof(*tensor));
     if (buffer_device(exporter, ext, &tensor->device) < 0 ||
         check_target(exporter, opts, &tensor->device) < 0 ||
+        layout_dtype(exporter, layout, &tensor->dtype) < 0 ||
         (tensor->device.device_type == BX_kDLCUDA &&
-         bufferext_cuda_dlpack_sync(exporter, ext, opts->stream) < 0) ||
-        format_to_dtype(exporter, v->format ? v->format : "B", v->itemsize,
-                        &tensor->dtype) < 0) {
+         bufferext_cuda_dlpack_sync(exporter, ext, opts->stream) < 0)) {
         return -1;
     }
     if (v->readonly && !opts->versioned) {
@@ -302,38 +301,35 @@ describe(PyObject *exporter, Py_buffer_extended *ext,
                      Py_TYPE(exporter)->tp_name);
         return -1;
     }
+    if (v->ndim > 0 && layout->item_strides == NULL) {
+        int i;
+        for (i = 0; i < v->ndim && v->strides[i] % v->itemsize == 0; i++) {
+        }
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: stride %zd of dimension %d is not a multiple "
+                     "of the item size %zd; DLPack counts strides in items",
+                     Py_TYPE(exporter)->tp_name, v->strides[i], i,
+                     v->itemsize);
+        return -1;
+    }
     tensor->data = v->buf;
     tensor->ndim = v->ndim;
-    return 0;
-}
-
-/* Strides in items, or BufferError naming the dimension that has none. */
-static int
-item_strides(PyObject *exporter, const Py_buffer *v, int64_t *out)
-{
-    int i;
-
-    for (i = 0; i < v->ndim; i++) {
-        if (v->strides[i] % v->itemsize != 0) {
-            PyErr_Format(PyExc_BufferError,
-                         "%.200s: stride %zd of dimension %d is not a "
-                         "multiple of the item size %zd; DLPack counts "
-                         "strides in items", Py_TYPE(exporter)->tp_name,
-                         v->strides[i], i, v->itemsize);
-            return -1;
-        }
-        out[i] = v->strides[i] / v->itemsize;
+    if (v->ndim > 0) {
+        /* Py_ssize_t is int64_t wherever bufferext is built (64-bit) */
+        tensor->shape = (int64_t *)v->shape;
+        tensor->strides = layout->item_strides;
     }
     return 0;
 }
 
-/* copy=True: our own C-ordered copy of the bytes. */
+/* copy=True: our own C-ordered copy of the bytes (the holder has room for
+ * its own strides: the export is released). */
 static int
 holder_copy(dlpack_holder *holder, Py_buffer_extended *ext,
             BxDLTensor *tensor)
 {
     Py_buffer *v = &ext->view;
-    Py_ssize_t stride = 1;
+    int64_t stride = 1;
     int i, ndim = v->ndim;
 
     holder->copy = PyMem_RawMalloc(v->len ? (size_t)v->len : 1);
@@ -345,10 +341,13 @@ holder_copy(dlpack_holder *holder, Py_buffer_extended *ext,
         return -1;
     }
     for (i = ndim - 1; i >= 0; i--) {
+        holder->dims[i] = v->shape[i];
         holder->dims[ndim + i] = stride;
         stride *= v->shape[i] ? v->shape[i] : 1;
     }
     tensor->data = holder->copy;
+    tensor->shape = ndim ? holder->dims : NULL;
+    tensor->strides = ndim ? holder->dims + ndim : NULL;
     BufferExt_Release(ext);
     return 0;
 }
@@ -360,36 +359,33 @@ make_holder(PyObject *exporter, const dlpack_options *opts)
 {
     Py_buffer_extended ext;
     BxDLTensor tensor;
-    dlpack_holder *holder = NULL;
-    uint64_t flags = 0;
-    int i, ndim;
+    dlpack_holder *holder;
+    uint64_t flags;
+    size_t dims;
 
-    if (BufferExt_GetBuffer(exporter, &ext,
-                            PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
+    if (acquire(exporter, &ext) < 0) {
         return NULL;
     }
-    ndim = ext.view.ndim;
     if (describe(exporter, &ext, opts, &tensor) < 0) {
-        goto error;
+        BufferExt_Release(&ext);
+        return NULL;
     }
-    holder = PyMem_RawCalloc(1, sizeof(dlpack_holder) +
-                                    sizeof(int64_t) * 2 * (size_t)ndim);
+    dims = opts->copy == 1 ? 2 * (size_t)ext.view.ndim : 0;
+    holder = PyMem_Malloc(sizeof(dlpack_holder) + sizeof(int64_t) * dims);
     if (holder == NULL) {
+        BufferExt_Release(&ext);
         PyErr_NoMemory();
-        goto error;
+        return NULL;
     }
-    for (i = 0; i < ndim; i++) {
-        holder->dims[i] = ext.view.shape[i];
-    }
-    if (item_strides(exporter, &ext.view, holder->dims + ndim) < 0) {
-        goto error;
-    }
-    tensor.shape = ndim ? holder->dims : NULL;
-    tensor.strides = ndim ? holder->dims + ndim : NULL;
+    holder->copy = NULL;
+    holder->held = 0;
     flags = ext.view.readonly ? BX_DLPACK_FLAG_READ_ONLY : 0;
     if (opts->copy == 1) {
         if (holder_copy(holder, &ext, &tensor) < 0) {
-            goto error;
+            PyMem_RawFree(holder->copy);
+            PyMem_Free(holder);
+            BufferExt_Release(&ext);
+            return NULL;
         }
         flags = BX_DLPACK_FLAG_IS_COPIED;
     }
@@ -406,13 +402,6 @@ make_holder(PyObject *exporter, const dlpack_options *opts)
     holder->legacy.manager_ctx = holder;
     holder->legacy.deleter = deleter_legacy;
     return holder;
-error:
-    if (holder != NULL) {
-        PyMem_RawFree(holder->copy);
-        PyMem_RawFree(holder);
-    }
-    BufferExt_Release(&ext);
-    return NULL;
 }
 
 PyObject *
@@ -437,7 +426,7 @@ bufferext_dlpack(PyObject *exporter, PyObject *const *args,
                                 capsule_destructor_legacy);
     }
     if (capsule == NULL) {
-        holder_free(holder);
+        holder_free_locked(holder);
     }
     return capsule;
 }
@@ -462,7 +451,6 @@ bufferext_dlpack_managed(PyObject *exporter)
 int
 bufferext_dlpack_fill(PyObject *exporter, void *out_dltensor)
 {
-    BxDLTensor *out = out_dltensor;
     dlpack_options opts;
     Py_buffer_extended ext;
     int rc;
@@ -470,26 +458,12 @@ bufferext_dlpack_fill(PyObject *exporter, void *out_dltensor)
     memset(&opts, 0, sizeof(opts));
     opts.copy = -1;
     opts.versioned = 1;
-    if (BufferExt_GetBuffer(exporter, &ext,
-                            PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
+    if (acquire(exporter, &ext) < 0) {
         return -1;
     }
-    rc = describe(exporter, &ext, &opts, out);
-    if (rc == 0 && ext.view.ndim > 0) {
-        /* Our exporters keep shape (Py_ssize_t, 64-bit here) and strides in
-         * items (view->internal) in the object: valid while it lives. */
-        if (sizeof(Py_ssize_t) != sizeof(int64_t) ||
-            ext.view.internal == NULL) {
-            PyErr_Format(PyExc_BufferError,
-                         "%.200s: its strides are not whole items, which "
-                         "DLPack cannot express", Py_TYPE(exporter)->tp_name);
-            rc = -1;
-        }
-        else {
-            out->shape = (int64_t *)ext.view.shape;
-            out->strides = (int64_t *)ext.view.internal;
-        }
-    }
+    /* Non-owning: shape and strides stay valid while the exporter lives
+     * unchanged (the DLPack contract: until control returns). */
+    rc = describe(exporter, &ext, &opts, (BxDLTensor *)out_dltensor);
     BufferExt_Release(&ext);
     return rc;
 }

@@ -180,12 +180,59 @@ bufferext_dims_alloc(int ndim, int64_t **items)
     return (Py_ssize_t *)block;
 }
 
+int
+bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
+                        uint32_t *packed)
+{
+    const unsigned int one = 1;
+    const int little = *(const unsigned char *)&one == 1;
+    const char *f = format;
+    uint32_t code;
+
+    if (*f == '@' || *f == '=') {
+        f++;
+    }
+    else if (*f == '<' || *f == '>' || *f == '!') {
+        if ((*f == '<') != little) {
+            return 1;
+        }
+        f++;
+    }
+    switch (f[0]) {                    /* DLDataTypeCode values */
+    case '?': code = 6; break;
+    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
+        code = 0; break;
+    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+        code = 1; break;
+    case 'e': case 'f': case 'd': code = 2; break;
+    case 'Z':
+        if (f[1] != 'e' && f[1] != 'f' && f[1] != 'd') {
+            return 2;
+        }
+        code = 5;
+        f++;
+        break;
+    default:
+        return 2;
+    }
+    if (f[1] != '\0' || itemsize <= 0 || itemsize > 32) {
+        return 2;
+    }
+    *packed = code | (uint32_t)(itemsize * 8) << 8 | (uint32_t)1 << 16;
+    return 0;
+}
+
 void
-bufferext_layout_item_strides(bufferext_export_layout *layout,
-                              int64_t *storage)
+bufferext_layout_dlpack(bufferext_export_layout *layout, int64_t *storage)
 {
     int i;
 
+    layout->dl_dtype = 0;
+    if (layout->format != NULL &&
+        bufferext_format_dlpack(layout->format, layout->itemsize,
+                                &layout->dl_dtype) != 0) {
+        layout->dl_dtype = 0;
+    }
     layout->item_strides = NULL;
     for (i = 0; i < layout->ndim; i++) {
         if (layout->strides[i] % layout->itemsize != 0) {

@@ -66,7 +66,7 @@ bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
     view->shape = layout->shape;
     view->strides = REQ_STRIDES(flags) ? layout->strides : NULL;
     view->suboffsets = layout->suboffsets;
-    view->internal = layout->item_strides;   /* ours: see parts.h */
+    view->internal = (void *)layout;         /* ours: see parts.h */
     if (!REQ_SHAPE(flags)) {
         view->ndim = 1;
         view->shape = NULL;

@@ -87,21 +87,31 @@ typedef struct {
     Py_ssize_t *suboffsets;
     int c_contiguous;       /* precomputed: the hot path calls nothing */
     int f_contiguous;
-    int64_t *item_strides;  /* strides in items, lent to DLPack's exchange
-                               API through view->internal; NULL when a
-                               stride is not a whole number of items */
+    /* DLPack's view of the layout, computed once (bufferext_layout_dlpack):
+     * strides in items (NULL when a stride is not a whole number of items)
+     * and the packed dtype (code | bits << 8 | lanes << 16; 0 if none). */
+    int64_t *item_strides;
+    uint32_t dl_dtype;
 } bufferext_export_layout;
+
+/* Our exporters put their layout in view->internal (the field is the
+ * exporter's own): dlpack.c, which serves only our types, reads it back. */
 
 /* Contiguity of a layout, for filling c_contiguous/f_contiguous. */
 void bufferext_layout_contiguity(bufferext_export_layout *layout);
 /* One block for shape and strides (2 * ndim entries) plus room for `ndim`
  * item strides (*items); free it with PyMem_Free.  NULL with MemoryError. */
 Py_ssize_t *bufferext_dims_alloc(int ndim, int64_t **items);
-/* Fill `storage` (ndim entries) with the strides in items and point
- * layout->item_strides at it, or set it NULL when a stride is not a whole
- * number of items.  Needs itemsize, ndim and strides set. */
-void bufferext_layout_item_strides(bufferext_export_layout *layout,
-                                   int64_t *storage);
+/* Compute DLPack's view of a layout: fill `storage` (ndim entries) with
+ * the strides in items and point layout->item_strides at it (NULL when a
+ * stride is not a whole number of items), and set layout->dl_dtype.  Needs
+ * format, itemsize, ndim and strides set. */
+void bufferext_layout_dlpack(bufferext_export_layout *layout,
+                             int64_t *storage);
+/* The packed DLPack dtype of a struct format: 0 and *packed set; 1 when the
+ * byte order is not native; 2 when DLPack has no such type. */
+int bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
+                            uint32_t *packed);
 
 /* dlpack.c: DLPack export of any extended-buffer exporter.  The capsule
  * holds one extended-buffer export of `exporter` for its lifetime. */

@@ -16,6 +16,7 @@ typedef struct {
     Py_ssize_t itemsize_one;        /* stride then */
     Py_ssize_t *computed_strides;   /* C strides when it gave none */
     int64_t *items;                 /* strides in items (see parts.h) */
+    int64_t items_inline[8];        /* ... without an allocation */
     Py_ssize_t exports;
     PyObject *weakreflist;
 } BufferViewObject;
@@ -77,12 +78,15 @@ view_build_layout(BufferViewObject *self)
         l->strides = self->computed_strides;
     }
     bufferext_layout_contiguity(l);
-    self->items = PyMem_Malloc(sizeof(int64_t) * (size_t)(l->ndim + 1));
-    if (self->items == NULL) {
-        PyErr_NoMemory();
-        return -1;
+    self->items = self->items_inline;
+    if (l->ndim > 8) {
+        self->items = PyMem_Malloc(sizeof(int64_t) * (size_t)l->ndim);
+        if (self->items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
     }
-    bufferext_layout_item_strides(l, self->items);
+    bufferext_layout_dlpack(l, self->items);
     return 0;
 }
 
@@ -95,7 +99,9 @@ view_release_held(BufferViewObject *self)
     }
     PyMem_Free(self->computed_strides);
     self->computed_strides = NULL;
-    PyMem_Free(self->items);
+    if (self->items != self->items_inline) {
+        PyMem_Free(self->items);
+    }
     self->items = NULL;
     self->layout.item_strides = NULL;
 }

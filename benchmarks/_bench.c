@@ -31,6 +31,7 @@ enum {
     OP_GET_EXTENDED,       /* BufferExt_GetBuffer + BufferExt_Release */
     OP_LONG_ALLOC,         /* PyLong_FromLong(large) + Py_DECREF: allocates */
     OP_MEMORYVIEW,         /* PyMemoryView_FromObject + Py_DECREF: allocates */
+    OP_EXCHANGE_FILL,      /* DLPack 1.3 dltensor_from_py_object_no_sync */
     OP_COUNT
 };
 
@@ -176,11 +177,72 @@ loop_memoryview(PyObject *obj, int flags, Py_ssize_t n)
     return 0;
 }
 
+/* The DLPack 1.3 C exchange API as a consumer declares it (layouts from the
+ * DLPack specification; only what this loop touches is typed). */
+typedef struct {
+    void *data;
+    struct { int32_t device_type, device_id; } device;
+    int32_t ndim;
+    struct { uint8_t code, bits; uint16_t lanes; } dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} bench_DLTensor;
+
+typedef struct {
+    struct { uint32_t major, minor; } version;
+    void *prev_api;
+    void *managed_tensor_allocator;
+    void *managed_tensor_from_py_object_no_sync;
+    void *managed_tensor_to_py_object_no_sync;
+    int (*dltensor_from_py_object_no_sync)(void *, bench_DLTensor *);
+    void *current_work_stream;
+} bench_ExchangeAPI;
+
+/* The consumer looks the table up on the type once (it may cache it per
+ * type, as the specification says), then fills a stack DLTensor per use. */
+static int
+loop_exchange_fill(PyObject *obj, int flags, Py_ssize_t n)
+{
+    PyObject *capsule;
+    const bench_ExchangeAPI *api;
+    bench_DLTensor tensor;
+    Py_ssize_t i, acc = 0;
+    (void)flags;
+
+    static PyObject *name;      /* made once: the loop itself allocates 0 */
+
+    if (name == NULL &&
+        (name = PyUnicode_InternFromString("__dlpack_c_exchange_api__")) ==
+            NULL) {
+        return -1;
+    }
+    capsule = PyObject_GetAttr((PyObject *)Py_TYPE(obj), name);
+    if (capsule == NULL) {
+        return -1;
+    }
+    api = (const bench_ExchangeAPI *)PyCapsule_GetPointer(
+        capsule, "dlpack_exchange_api");
+    Py_DECREF(capsule);         /* the table itself is static */
+    if (api == NULL) {
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        if (api->dltensor_from_py_object_no_sync(obj, &tensor) < 0) {
+            sink = acc;
+            return -1;
+        }
+        acc += tensor.ndim + (Py_ssize_t)tensor.shape[0];
+    }
+    sink = acc;
+    return 0;
+}
+
 typedef int (*loop_func)(PyObject *, int, Py_ssize_t);
 
 static const loop_func loops[OP_COUNT] = {
     loop_empty, loop_check_buffer, loop_check_supports, loop_get_plain,
-    loop_get_extended, loop_long_alloc, loop_memoryview,
+    loop_get_extended, loop_long_alloc, loop_memoryview, loop_exchange_fill,
 };
 
 static int
@@ -206,6 +268,28 @@ parse_args(PyObject *args, const char *fname, loop_func *func,
     }
     *func = loops[op];
     return 0;
+}
+
+/* get_release(obj, flags): one BufferExt_GetBuffer + BufferExt_Release,
+ * as a C consumer of the extended buffer protocol does it. */
+static PyObject *
+get_release(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer_extended ext;
+    long flags;
+    (void)module;
+
+    if (nargs != 2 || (flags = PyLong_AsLong(args[1])) == -1) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "get_release(obj, flags)");
+        }
+        return NULL;
+    }
+    if (BufferExt_GetBuffer(args[0], &ext, (int)flags) < 0) {
+        return NULL;
+    }
+    BufferExt_Release(&ext);
+    Py_RETURN_NONE;
 }
 
 /* time_loop(op, obj, flags, n) -> ns taken by n iterations */
@@ -359,6 +443,8 @@ static PyMethodDef bench_methods[] = {
      "count_allocs(op, obj, flags, n) -> (raw, mem, obj, frees)"},
     {"cache_state", cache_state, METH_O,
      "cache_state(obj) -> (version tag, cached)"},
+    {"get_release", (PyCFunction)(void (*)(void))get_release, METH_FASTCALL,
+     "get_release(obj, flags): one extended get + release"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -368,6 +454,7 @@ bench_exec(PyObject *module)
     static const char *names[OP_COUNT] = {
         "OP_EMPTY", "OP_CHECK_BUFFER", "OP_CHECK_SUPPORTS", "OP_GET_PLAIN",
         "OP_GET_EXTENDED", "OP_LONG_ALLOC", "OP_MEMORYVIEW",
+        "OP_EXCHANGE_FILL",
     };
     int i;
     for (i = 0; i < OP_COUNT; i++) {

@@ -260,6 +260,40 @@ def bench_python(s: Settings, objs: Dict[str, Any]) -> None:
                           cand, "operator.is_(a, b)", anchor, target=1.5))
 
 
+def bench_bridges(bench: ModuleType, s: Settings,
+                  objs: Dict[str, Any]) -> None:
+    """The bridges: the DLPack C exchange fill, capsule production and
+    as_buffer(ndarray) + an extended export, each against its anchor."""
+    cpu, data, arr = objs["CPUBuffer"], objs["bytes"], objs["ndarray"]
+    n = s.c_get_iterations
+    fill, plain = interleaved([
+        c_timer(bench, bench.OP_EXCHANGE_FILL, cpu, 0, n),
+        c_timer(bench, bench.OP_GET_PLAIN, data, PyBUF_SIMPLE, n)],
+        s.c_repeats)
+    s.rows.append(Row("C exchange-API DLTensor fill(CPUBuffer)", fill,
+                      "GetBuffer+Release(bytes, SIMPLE)", plain, target=2.0))
+    raw, mem, objd, _ = bench.count_allocs(bench.OP_EXCHANGE_FILL, cpu, 0,
+                                           s.alloc_iterations)
+    s.rows.append(Row("C allocations per exchange-API fill(CPUBuffer)",
+                      (raw + mem + objd) / s.alloc_iterations, exact=0.0,
+                      unit="allocs/op"))
+    same_shape = np.zeros(cpu.shape, dtype=np.float32)
+    ours, theirs = interleaved([
+        py_timer("f()", {"f": cpu.__dlpack__}, s.py_iterations),
+        py_timer("f()", {"f": same_shape.__dlpack__}, s.py_iterations)],
+        s.py_repeats)
+    s.rows.append(Row("py CPUBuffer.__dlpack__()", ours,
+                      "ndarray.__dlpack__()", theirs, target=1.0))
+    ns = {"as_buffer": bufferext.as_buffer, "get": bench.get_release,
+          "a": arr, "flags": PyBUF_FULL_RO | PyBUF_DEVICE}
+    bridged, dl = interleaved([
+        py_timer("get(as_buffer(a), flags)", ns, s.py_iterations),
+        py_timer("f(a)", {"f": np.from_dlpack, "a": arr}, s.py_iterations)],
+        s.py_repeats)
+    s.rows.append(Row("as_buffer(ndarray) + C extended get/release", bridged,
+                      "np.from_dlpack(ndarray)", dl, target=1.0))
+
+
 def bench_context(s: Settings, objs: Dict[str, Any]) -> None:
     """Python figures for context: other ways to reach the same memory."""
     arr, cpu = objs["ndarray"], objs["CPUBuffer"]
@@ -271,6 +305,9 @@ def bench_context(s: Settings, objs: Dict[str, Any]) -> None:
          {"a": arr}),
         ("py bufferext.get_buffer(CPUBuffer)", "f(a)",
          {"f": bufferext.get_buffer, "a": cpu}),
+        ("py get_buffer(as_buffer(ndarray)).release()",
+         "g(f(a)).release()", {"f": bufferext.as_buffer,
+                               "g": bufferext.get_buffer, "a": arr}),
         ("py check_buffer_supports(CPUBuffer, BufferFlags)", "f(a, b)",
          {"f": bufferext.check_buffer_supports, "a": cpu, "b": flags_enum}),
         ("py memoryview(CPUBuffer)", "f(a)", {"f": memoryview, "a": cpu}),
@@ -369,6 +406,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         bench_get_buffer(bench, s, objs)
         bench_allocations(bench, s, objs)
     bench_python(s, objs)
+    bench_bridges(bench, s, objs)
     bench_context(s, objs)
 
     env = environment()

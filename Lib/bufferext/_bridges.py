@@ -18,6 +18,9 @@ An object that speaks several is read in this order:
 
 from __future__ import annotations
 
+import array
+import mmap
+import operator
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -30,6 +33,10 @@ from ._flags import BufferFlags
 __all__ = ["as_buffer", "format_to_typestr"]
 
 _DLPACK_CPU_TYPES = (1, 3, 13)          # kDLCPU, kDLCUDAHost, kDLCUDAManaged
+_DEVICE = int(BufferFlags.DEVICE)        # enum attribute lookups are slow
+#: Types whose memory is always CPU memory: their buffer is the answer.
+_CPU_TYPES = frozenset({np.ndarray, bytes, bytearray, memoryview,
+                        array.array, mmap.mmap})
 _DLPACK_MAX_VERSION = (1, 3)
 _CAI_MAX_VERSION = 3
 _VAI_VERSION = 1
@@ -48,9 +55,10 @@ def as_buffer(obj: Any, *, readonly: Optional[bool] = None) -> Any:
     if readonly is not None and not isinstance(readonly, bool):
         raise TypeError(f"as_buffer: readonly must be None or a bool, not "
                         f"{readonly!r}")
-    if _bufferext.check_buffer_supports(obj, BufferFlags.DEVICE):
+    cls = type(obj)
+    if cls in _CPU_TYPES or _bufferext.check_buffer_supports(obj, _DEVICE):
         return _pass_through(obj, readonly)
-    has_dlpack = hasattr(type(obj), "__dlpack__")
+    has_dlpack = hasattr(cls, "__dlpack__")
     if has_dlpack and _dlpack_device(obj)[0] not in _DLPACK_CPU_TYPES:
         return _from_dlpack(obj, readonly)
     if _bufferext.check_buffer_supports(obj):
@@ -80,11 +88,12 @@ def _dlpack_device(obj: Any) -> Tuple[int, int]:
     if query is None:
         return (1, 0)
     device = query()
-    if (not isinstance(device, tuple) or len(device) != 2
-            or not all(isinstance(v, int) for v in device)):
+    try:
+        kind, ident = device
+        return (operator.index(kind), operator.index(ident))
+    except (TypeError, ValueError):
         raise BufferError(f"dlpack: __dlpack_device__() returned {device!r}, "
-                          "expected a tuple (device_type, device_id)")
-    return (int(device[0]), int(device[1]))
+                          "expected a tuple (device_type, device_id)") from None
 
 
 def _from_dlpack(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
