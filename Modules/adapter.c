@@ -595,10 +595,10 @@ adapter_dlpack_device(PyObject *op, PyObject *unused)
 static PyMethodDef adapter_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))adapter_dlpack,
      METH_FASTCALL | METH_KEYWORDS,
-     "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, "
      "copy=None)\n--\n\nExport as a DLPack capsule (zero-copy)."},
     {"__dlpack_device__", adapter_dlpack_device, METH_NOARGS,
-     "__dlpack_device__()\n--\n\n(DLPack device type, device id)."},
+     "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id)."},
     {NULL, NULL, 0, NULL},
 };
 

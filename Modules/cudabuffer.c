@@ -848,39 +848,39 @@ cudabuffer_exit(PyObject *op, PyObject *args)
 
 static PyMethodDef cudabuffer_methods[] = {
     {"copy_from_host", cudabuffer_copy_from_host, METH_O,
-     "copy_from_host(source)\n--\n\n"
+     "copy_from_host($self, source, /)\n--\n\n"
      "Copy any host buffer or array of the same size into the device memory\n"
      "(raw bytes, or items of the same dtype in any layout); returns when\n"
      "the copy is done."},
     {"to_host", cudabuffer_to_host, METH_NOARGS,
-     "to_host()\n--\n\nA numpy array holding a copy of the contents."},
+     "to_host($self, /)\n--\n\nA numpy array holding a copy of the contents."},
     {"copy_from", cudabuffer_copy_from, METH_O,
-     "copy_from(other)\n--\n\n"
+     "copy_from($self, other, /)\n--\n\n"
      "Queue a copy of another CUDABuffer of the same size and dtype\n"
      "(asynchronous: exports then carry an event)."},
     {"fill", cudabuffer_fill, METH_O,
-     "fill(value)\n--\n\n"
+     "fill($self, value, /)\n--\n\n"
      "Set every item to value, a scalar of the dtype (asynchronous when a\n"
      "memset can write it)."},
     {"synchronize", cudabuffer_synchronize, METH_NOARGS,
-     "synchronize()\n--\n\n"
+     "synchronize($self, /)\n--\n\n"
      "Wait for the queued work; exports then carry no event."},
     {"close", cudabuffer_close, METH_NOARGS,
-     "close()\n--\n\n"
+     "close($self, /)\n--\n\n"
      "Free the device memory now.  BufferError while exported; closing\n"
      "twice is harmless."},
     {"__dlpack__", (PyCFunction)(void (*)(void))cudabuffer_dlpack,
      METH_FASTCALL | METH_KEYWORDS,
-     "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, "
      "copy=None)\n--\n\n"
      "Export as a DLPack capsule (zero-copy).  Pending work is ordered\n"
      "before the consumer's stream (None: legacy default stream, -1: no\n"
      "synchronisation)."},
     {"__dlpack_device__", cudabuffer_dlpack_device, METH_NOARGS,
-     "__dlpack_device__()\n--\n\n(2, ordinal): kDLCUDA."},
+     "__dlpack_device__($self, /)\n--\n\n(2, ordinal): kDLCUDA."},
     {"__array__", (PyCFunction)(void (*)(void))cudabuffer_array,
      METH_VARARGS | METH_KEYWORDS,
-     "__array__(dtype=None, copy=None)\n--\n\n"
+     "__array__($self, dtype=None, copy=None)\n--\n\n"
      "Refuses: device memory is not CPU memory (use to_host())."},
     {"__enter__", cudabuffer_enter, METH_NOARGS, NULL},
     {"__exit__", cudabuffer_exit, METH_VARARGS, NULL},

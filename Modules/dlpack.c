@@ -141,6 +141,14 @@ buffer_device(PyObject *exporter, const Py_buffer_extended *ext,
     if (strcmp(ext->device, BUFFEREXT_DEVICE_CUDA) == 0 &&
         ext->device_info != NULL) {
         const BufferExt_CUDADeviceInfo *info = ext->device_info;
+        if (info->version >> 16 != BUFFEREXT_CUDA_INFO_MAJOR) {
+            PyErr_Format(PyExc_BufferError,
+                         "%.200s: CUDA device_info version 0x%x is not "
+                         "understood (major %d is)", Py_TYPE(exporter)->tp_name,
+                         (unsigned int)info->version,
+                         BUFFEREXT_CUDA_INFO_MAJOR);
+            return -1;
+        }
         out->device_type = BX_kDLCUDA;
         out->device_id = info->device;
         return 0;

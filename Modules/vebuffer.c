@@ -614,26 +614,26 @@ vebuffer_exit(PyObject *op, PyObject *args)
 
 static PyMethodDef vebuffer_methods[] = {
     {"copy_from_host", vebuffer_copy_from_host, METH_O,
-     "copy_from_host(source)\n--\n\n"
+     "copy_from_host($self, source, /)\n--\n\n"
      "Copy a host buffer of the same size into VE memory (raw bytes, or\n"
      "items of the same dtype in any layout)."},
     {"to_host", vebuffer_to_host, METH_NOARGS,
-     "to_host()\n--\n\nA numpy array holding a copy of the contents."},
+     "to_host($self, /)\n--\n\nA numpy array holding a copy of the contents."},
     {"copy_from", vebuffer_copy_from, METH_O,
-     "copy_from(other)\n--\n\n"
+     "copy_from($self, other, /)\n--\n\n"
      "Copy another VEBuffer of the same dtype and size into this one\n"
      "(directly on one node, through host memory between nodes)."},
     {"close", vebuffer_close, METH_NOARGS,
-     "close()\n--\n\n"
+     "close($self, /)\n--\n\n"
      "Free the HMEM now.  BufferError while exported; closing twice is\n"
      "harmless."},
     {"__dlpack__", (PyCFunction)(void (*)(void))vebuffer_dlpack,
      METH_FASTCALL | METH_KEYWORDS,
-     "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, "
      "copy=None)\n--\n\n"
      "Always raises BufferError: DLPack has no VE device type."},
     {"__dlpack_device__", vebuffer_dlpack_device, METH_NOARGS,
-     "__dlpack_device__()\n--\n\n"
+     "__dlpack_device__($self, /)\n--\n\n"
      "Always raises BufferError: DLPack has no VE device type."},
     {"__enter__", vebuffer_enter, METH_NOARGS, NULL},
     {"__exit__", vebuffer_exit, METH_VARARGS, NULL},
