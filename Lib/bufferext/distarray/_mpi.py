@@ -35,6 +35,7 @@ How data move:
 from __future__ import annotations
 
 import os
+import weakref
 from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar,
                     Union)
 
@@ -776,7 +777,13 @@ def _plans(darr: Any) -> Dict[Any, _Plan]:
     plans = getattr(darr, "_mpi_plans", None)
     if plans is None:
         plans = darr._mpi_plans = {}
+        weakref.finalize(darr, _release_all, plans)
     return plans
+
+
+def _release_all(plans: Dict[Any, _Plan]) -> None:
+    for plan in plans.values():
+        _release(plan)
 
 
 def gather(darr: Any, root: int = 0) -> Optional[np.ndarray]:
@@ -994,7 +1001,19 @@ def _halo(darr: Any) -> _Halo:
     if halo is None:
         halo = darr._mpi_halo = _Halo(_layout(darr), _rank(darr.comm), darr.grid_shape,
                                       darr.local_shape)
+        weakref.finalize(darr, _release, halo)
     return halo
+
+
+def _release(obj: Any) -> None:
+    """Free a plan's MPI objects unless MPI is already finalized."""
+    try:
+        MPI = _mpi()
+        if MPI.Is_finalized():
+            return
+    except ImportError:
+        return
+    obj.free()
 
 
 def update_halos(darr: Any) -> None:
@@ -1010,3 +1029,45 @@ def update_halos(darr: Any) -> None:
         host = _host_array(darr)
         halo.run(comm, host, dtype, persistent=False)
         darr.buffer.copy_from_host(host)
+
+
+# -- the raw-MPI baseline of a halo exchange (demo, benchmarks) -------------
+
+def raw_halo_exchange(darr: Any) -> Tuple[Callable[[], None], int]:
+    """``(exchange, nbytes)``: a function moving the same bytes between the
+    same processes as ``darr.update_halos()`` with plain mpi4py calls on
+    contiguous numpy buffers (``Sendrecv`` where a stage has one peer each
+    way, ``Isend``/``Irecv`` otherwise), and the bytes this process sends."""
+    halo = _halo(darr)
+    comm = darr.comm
+    itemsize = darr.dtype.itemsize
+    stages = []
+    nbytes = 0
+
+    def count(sels: Tuple[Sel, ...]) -> int:
+        n = 1
+        for s in sels:
+            n *= s[1] if isinstance(s, tuple) else len(s)
+        return n
+
+    for sends, recvs, _ in halo.stages:
+        sb = [(peer, tag, np.zeros(count(sel) * itemsize, np.uint8))
+              for peer, tag, sel in sends]
+        rb = [(peer, tag, np.zeros(count(sel) * itemsize, np.uint8))
+              for peer, tag, sel in recvs]
+        nbytes += sum(b.size for _, _, b in sb)
+        stages.append((sb, rb))
+
+    def exchange() -> None:
+        if _size(comm) == 1:
+            return
+        MPI = _mpi()
+        for sb, rb in stages:
+            if len(sb) == 1 and len(rb) == 1 and sb[0][0] == rb[0][0]:
+                comm.Sendrecv(sb[0][2], sb[0][0], sb[0][1], rb[0][2], rb[0][0], rb[0][1])
+                continue
+            reqs = [comm.Irecv(b, peer, tag) for peer, tag, b in rb]
+            reqs += [comm.Isend(b, peer, tag) for peer, tag, b in sb]
+            MPI.Request.Waitall(reqs)
+
+    return exchange, nbytes
