@@ -508,8 +508,7 @@ def _hindexed(base: Any, lengths: np.ndarray, displs: np.ndarray,
               free: List[Any]) -> Any:
     """``base`` repeated at byte ``displs`` in runs of ``lengths``; more runs
     than the count limit become a struct of chunks (recursively)."""
-    MPI = _mpi()
-    limit = _COUNT_LIMIT
+    limit = max(_COUNT_LIMIT, 2)
     if lengths.size <= limit:
         t = base.Create_hindexed(lengths.tolist(), displs.tolist())
         free.append(t)
@@ -521,7 +520,7 @@ def _hindexed(base: Any, lengths: np.ndarray, displs: np.ndarray,
 
 def _struct(parts: List[Any], free: List[Any]) -> Any:
     MPI = _mpi()
-    limit = _COUNT_LIMIT
+    limit = max(_COUNT_LIMIT, 2)
     while len(parts) > limit:
         parts = [_struct(parts[i:i + limit], free) for i in range(0, len(parts), limit)]
     t = MPI.Datatype.Create_struct([1] * len(parts), [0] * len(parts), parts)
