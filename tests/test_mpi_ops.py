@@ -222,7 +222,7 @@ def planted(kind: str) -> dict:
     buf = data["buffer"]
     if kind in ("padding", "grid"):
         from bufferext import CPUBuffer
-        shape = tuple(x["stop"] - x["start"] for x in dd)
+        shape = tuple(x["stop"] - x["start"] if x else 9 for x in dd)
         buf = CPUBuffer(shape, "f8")
     return {"__version__": "0.10.0", "buffer": buf, "dim_data": tuple(dd)}
 
