@@ -676,12 +676,20 @@ class _Plan:
                            for s in self.sends],
                           [None if r is None else _datatype(r, self.tgt_shape, dtype)
                            for r in self.recvs])
+        me = comm.Get_rank()
         stypes = [t if t is not None else MPI.BYTE for t in self.types[0]]
         rtypes = [t if t is not None else MPI.BYTE for t in self.types[1]]
         scounts = [0 if t is None else 1 for t in self.types[0]]
         rcounts = [0 if t is None else 1 for t in self.types[1]]
+        local = (isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray)
+                 and self.sends[me] is not None and self.recvs[me] is not None)
+        if local:                   # our own piece: a numpy copy, overlapped
+            scounts[me] = rcounts[me] = 0
         zeros = [0] * nprocs
-        comm.Alltoallw([src, scounts, zeros, stypes], [tgt, rcounts, zeros, rtypes])
+        req = comm.Ialltoallw([src, scounts, zeros, stypes], [tgt, rcounts, zeros, rtypes])
+        if local:
+            tgt[_index(self.recvs[me])] = src[_index(self.sends[me])]
+        req.Wait()
 
 
 def _check_root(comm: Any, root: Any) -> int:
@@ -806,22 +814,26 @@ def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: An
     me = _rank(comm)
     device = darr.device if device is None else device
 
-    def prepare() -> Any:
-        producer_class(device)
-        return DistSpec(darr.global_shape, dist, grid_shape, block_size, padding,
-                        periodic, indices, split, _size(comm))
-
-    spec = agree(comm, prepare)
-    src_layout = _layout(darr)      # raises alike on every rank
-    key = ("redistribute", tuple(spec.letters), spec.grid, repr(block_size), spec.split,
-           repr(padding), repr(periodic), repr(indices) if indices is not None else None)
+    key = ("redistribute", repr(dist), repr(grid_shape), repr(block_size), split,
+           repr(padding), repr(periodic), repr(indices), device)
     plans = _plans(darr)
     entry = plans.get(key)
+    if _size(comm) > 1 and not comm.allreduce(entry is not None, op=_mpi().LAND):
+        entry = None                    # someone has no plan: all take the slow path
     if entry is None:
+        def prepare() -> Any:
+            producer_class(device)
+            return DistSpec(darr.global_shape, dist, grid_shape, block_size, padding,
+                            periodic, indices, split, _size(comm))
+
+        spec = agree(comm, prepare)
+        src_layout = _layout(darr)      # raises alike on every rank
         tgt_layout = _spec_layout(spec)
-        entry = plans[key] = _Plan(src_layout, tgt_layout, me, _size(comm))
+        entry = _Plan(src_layout, tgt_layout, me, _size(comm))
         entry.tgt_layout = tgt_layout  # type: ignore[attr-defined]
-    maps = spec.maps(me)
+        entry.maps = spec.maps(me)  # type: ignore[attr-defined]
+        plans[key] = entry              # same key on every rank: same path
+    maps = entry.maps  # type: ignore[attr-defined]
     dtype = darr.dtype
     shape = tuple(m.extent for m in maps)
     if device == "cuda" and darr.device == "cuda" and cuda_aware():
@@ -899,9 +911,9 @@ class _Halo:
 
     def free(self) -> None:
         if self.persistent is not None:
-            _, reqs, types = self.persistent
-            for stage in reqs:
-                for r in stage:
+            _, ops, types = self.persistent
+            for many, op, _ in ops:
+                for r in op if many else ():
                     r.Free()
             for t in types:
                 t.Free()
@@ -921,19 +933,34 @@ class _Halo:
                 self.free()
                 self.dtype = dtype
                 types: List[Any] = []
-                reqs = [[comm.Recv_init(self._spec(buf, sel, dtype, types), peer, tag)
-                         for peer, tag, sel in recvs] +
-                        [comm.Send_init(self._spec(buf, sel, dtype, types), peer, tag)
-                         for peer, tag, sel in sends]
-                        for sends, recvs, _ in self.stages]
-                self.persistent = (buf, reqs, types)
-            for (_, _, copies), stage in zip(self.stages, self.persistent[1]):
-                if stage:
-                    MPI.Prequest.Startall(stage)
+                ops: List[Any] = []
+                for sends, recvs, copies in self.stages:
+                    if (len(sends) == 1 and len(recvs) == 1
+                            and sends[0][0] == recvs[0][0]):
+                        (peer, stag, ssel), (_, rtag, rsel) = sends[0], recvs[0]
+                        ops.append((False, (self._spec(buf, ssel, dtype, types), peer,
+                                            stag, self._spec(buf, rsel, dtype, types),
+                                            peer, rtag), copies))
+                    else:
+                        reqs = [comm.Recv_init(self._spec(buf, sel, dtype, types),
+                                               peer, tag) for peer, tag, sel in recvs]
+                        reqs += [comm.Send_init(self._spec(buf, sel, dtype, types),
+                                                peer, tag) for peer, tag, sel in sends]
+                        ops.append((True, reqs, copies))
+                self.persistent = (buf, ops, types)
+            sendrecv = comm.Sendrecv
+            for many, op, copies in self.persistent[1]:
+                if not many:
+                    for src, dst in copies:
+                        buf[_index(dst)] = buf[_index(src)]
+                    sendrecv(*op)
+                    continue
+                if op:
+                    MPI.Prequest.Startall(op)
                 for src, dst in copies:
                     buf[_index(dst)] = buf[_index(src)]
-                if stage:
-                    MPI.Request.Waitall(stage)
+                if op:
+                    MPI.Request.Waitall(op)
             return
         types = []
         try:
