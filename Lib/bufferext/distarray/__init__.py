@@ -4,7 +4,12 @@
 ``__distarray__()``, import any exporter with ``DistArray.from_distarray``,
 cut a section out of a global array with ``DistArray.from_global``, and
 translate indices with its per-dimension ``maps``.  ``validate`` checks
-``__distarray__`` data against every rule one process can check.  The local
+``__distarray__`` data against every rule one process can check.
+
+Across processes (mpi4py, optional): ``comm=`` on ``from_global`` and
+``from_distarray``, ``DistArray.scatter``, ``gather``, ``allgather``,
+``redistribute``, ``update_halos`` and ``validate_collective``; with
+``comm=None`` they run on one process.  The local
 buffer may be device memory: consumers use the extended buffer protocol
 (``bufferext.get_buffer``) on ``'buffer'`` to find out.
 
@@ -16,7 +21,8 @@ buffer may be device memory: consumers use the extended buffer protocol
     >>> validate(d.__distarray__())
 """
 
-from ._array import DistArray, producer_class
+from ._array import DistArray, DistSpec, dims_create, producer_class
+from ._mpi import agree, cuda_aware, validate_collective
 from ._maps import BlockMap, CyclicMap, DimMap, UnstructuredMap, split_bounds
 from ._plot import plot_distribution
 from ._protocol import EXPORT_VERSION, ProtocolError, owned_count, validate
@@ -26,12 +32,17 @@ __all__ = [
     "CyclicMap",
     "DimMap",
     "DistArray",
+    "DistSpec",
     "EXPORT_VERSION",
     "ProtocolError",
     "UnstructuredMap",
+    "agree",
+    "cuda_aware",
+    "dims_create",
     "owned_count",
     "plot_distribution",
     "producer_class",
     "split_bounds",
     "validate",
+    "validate_collective",
 ]

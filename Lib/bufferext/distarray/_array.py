@@ -19,7 +19,7 @@ from ._maps import (BlockMap, CyclicMap, DimMap, UnstructuredMap, map_from_dim_d
                     split_bounds)
 from ._protocol import EXPORT_VERSION, check
 
-__all__ = ["DistArray"]
+__all__ = ["DistArray", "DistSpec", "dims_create"]
 
 _DEVICE_NAMES = {"bufferext.cuda": "cuda", "bufferext.ve": "ve"}
 _PRODUCERS = {"cpu": "CPUBuffer", "cuda": "CUDABuffer", "ve": "VEBuffer"}
@@ -138,6 +138,105 @@ def _unstructured(value: Any, size: int, grid: int, dim: int) -> List[np.ndarray
     return out
 
 
+def dims_create(nprocs: int, fixed: Sequence[Optional[int]]) -> Tuple[int, ...]:
+    """A process grid for ``nprocs`` processes, like ``MPI_Dims_create``.
+
+    ``fixed`` has one entry per dimension: an int fixes that dimension's
+    size, None leaves it free.  Free sizes are as close to each other as
+    the prime factors allow, in non-increasing order.
+    """
+    nprocs = operator.index(nprocs)
+    taken = 1
+    for f in fixed:
+        if f is not None:
+            if f < 1:
+                raise ValueError(f"grid size {f}: must be >= 1")
+            taken *= f
+    free = [i for i, f in enumerate(fixed) if f is None]
+    if nprocs < 1 or nprocs % taken or (not free and taken != nprocs):
+        raise ValueError(f"{nprocs} processes cannot fill a grid with fixed "
+                         f"sizes {tuple(fixed)}")
+    rest, primes, p = nprocs // taken, [], 2
+    while p * p <= rest:
+        while rest % p == 0:
+            primes.append(p)
+            rest //= p
+        p += 1
+    if rest > 1:
+        primes.append(rest)
+    sizes = [1] * len(free)
+    for prime in sorted(primes, reverse=True):
+        sizes[sizes.index(min(sizes))] *= prime
+    sizes.sort(reverse=True)
+    out = list(fixed)
+    for i, size in zip(free, sizes):
+        out[i] = size
+    return tuple(int(v) for v in out)  # type: ignore[arg-type]
+
+
+class DistSpec:
+    """A checked distribution request: global shape, ``dist`` letters,
+    process grid and per-dimension options, able to make the index map of
+    any grid process (``maps(rank)``, or one dimension's ``dim_map``)."""
+
+    def __init__(self, shape: Sequence[int], dist: Any, grid_shape: Any,
+                 block_size: Any = None, padding: Any = None, periodic: Any = None,
+                 indices: Any = None, split: Optional[str] = "balanced",
+                 nprocs: Optional[int] = None) -> None:
+        shape = tuple(int(n) for n in shape)
+        ndim = len(shape)
+        letters = list(dist) if isinstance(dist, str) else list(dist)
+        if len(letters) != ndim or not all(d in ("b", "c", "u", "n") for d in letters):
+            raise ValueError(f"dist={dist!r}: need one of 'b', 'c', 'u', 'n' per "
+                             f"dimension ({ndim})")
+        split = "balanced" if split is None else split
+        if split not in ("balanced", "ceil"):
+            raise ValueError(f"split={split!r}: must be 'balanced' or 'ceil'")
+        if ndim == 1 and padding is not None and len(padding) != 1:
+            padding = [padding]             # 1-D shorthand: the dimension's entry
+        if ndim == 1 and indices is not None and not _nested(indices, 2):
+            indices = [indices]
+        idx = _per_dim(indices, ndim, "indices") if indices is not None else [None] * ndim
+        if grid_shape is None:
+            fixed = [1 if d == "n" else (len(idx[i]) if d == "u" and idx[i] is not None
+                                         else None) for i, d in enumerate(letters)]
+            grid = dims_create(1 if nprocs is None else nprocs, fixed)
+        else:
+            grid = tuple(operator.index(p) for p in grid_shape)
+        if len(grid) != ndim or any(p < 1 for p in grid):
+            raise ValueError(f"grid_shape={grid_shape!r}: need one size >= 1 per "
+                             f"dimension ({ndim})")
+        self.nprocs = int(np.prod(grid, dtype=np.int64))
+        if nprocs is not None and self.nprocs != nprocs:
+            raise ValueError(f"grid_shape={grid}: holds {self.nprocs} processes, "
+                             f"the communicator has {nprocs}")
+        self.shape, self.letters, self.grid, self.split = shape, letters, grid, split
+        self.blocks = _per_dim(block_size, ndim, "block_size")
+        self.block_is_int = isinstance(block_size, int)
+        self.pads = padding if padding is None else _per_dim(padding, ndim, "padding")
+        self.periodic_all = isinstance(periodic, bool)
+        self.periods = _per_dim(periodic, ndim, "periodic")
+        self.indices = idx
+        for i in range(ndim):               # check every dimension up front
+            self.dim_map(i, 0)
+
+    def dim_map(self, dim: int, coord: int) -> DimMap:
+        """The map of grid coordinate ``coord`` along dimension ``dim``."""
+        letter = self.letters[dim]
+        return _make_map(letter, self.shape[dim], self.grid[dim], coord,
+                         self.blocks[dim] if letter == "c" or not self.block_is_int
+                         else None,
+                         None if self.pads is None else self.pads[dim],
+                         None if self.periodic_all and letter in "cu"
+                         else self.periods[dim],
+                         self.indices[dim], self.split, dim)
+
+    def maps(self, rank: int) -> List[DimMap]:
+        """The maps of process ``rank`` (grid coordinates in C order)."""
+        coords = np.unravel_index(rank, self.grid) if self.grid else ()
+        return [self.dim_map(i, int(c)) for i, c in enumerate(coords)]
+
+
 class DistArray:
     """One process's section of a distributed array (Distributed Array
     Protocol 0.10.0), over a CPU or device buffer.
@@ -163,16 +262,18 @@ class DistArray:
     # -- construction ------------------------------------------------------
     @classmethod
     def from_global(cls, array: Any, *, dist: Union[str, Sequence[str]],
-                    grid_shape: Sequence[int], rank: int = 0,
+                    grid_shape: Optional[Sequence[int]] = None, rank: int = 0,
                     block_size: Any = None, padding: Any = None, periodic: Any = None,
                     indices: Any = None, split: str = "balanced",
-                    device: str = "cpu") -> "DistArray":
+                    device: str = "cpu", comm: Any = None) -> "DistArray":
         """The section of grid process ``rank`` of the global ``array``.
 
         ``dist`` has one letter per dimension: ``'b'`` block, ``'c'``
         cyclic/block-cyclic, ``'u'`` unstructured, ``'n'`` undistributed
         (grid size 1, exported as ``{}``).  ``grid_shape`` is the process
-        grid (ranks in C order).  ``block_size``: an int for every cyclic
+        grid (ranks in C order); when omitted it is chosen like
+        ``MPI_Dims_create`` for the number of processes (1 for ``'n'``
+        dimensions).  ``block_size``: an int for every cyclic
         dimension or one entry per dimension.  ``padding`` (block and
         undistributed dimensions): per dimension None, one ``(lo, hi)`` for
         every rank, or one ``(lo, hi)`` per grid rank; edge padding is
@@ -181,41 +282,34 @@ class DistArray:
         ``indices`` (unstructured dimensions): per dimension, one index
         array per grid rank.  ``split``: ``"balanced"`` or ``"ceil"``.
         ``device``: ``"cpu"``, ``"cuda"`` or ``"ve"``.
+
+        ``comm``: an mpi4py communicator.  Every process passes the same
+        global ``array``; ``rank`` is then the communicator's rank, the
+        grid must hold exactly the communicator's processes, and argument
+        errors are raised on every process alike.  ``None``: one process
+        (``rank`` picks the section).
         """
+        if comm is None:
+            return cls._from_global(array, dist, grid_shape, rank, block_size,
+                                    padding, periodic, indices, split, device, None)
+        from . import _mpi
+        return _mpi.agree(comm, lambda: cls._from_global(
+            array, dist, grid_shape, comm.Get_rank(), block_size, padding,
+            periodic, indices, split, device, comm))
+
+    @classmethod
+    def _from_global(cls, array: Any, dist: Any, grid_shape: Any, rank: int,
+                     block_size: Any, padding: Any, periodic: Any, indices: Any,
+                     split: str, device: str, comm: Any) -> "DistArray":
         arr = np.asarray(array)
-        ndim = arr.ndim
-        letters = list(dist) if isinstance(dist, str) else list(dist)
-        if len(letters) != ndim or not all(d in ("b", "c", "u", "n") for d in letters):
-            raise ValueError(f"dist={dist!r}: need one of 'b', 'c', 'u', 'n' per "
-                             f"dimension ({ndim})")
-        grid = tuple(operator.index(p) for p in grid_shape)
-        if len(grid) != ndim or any(p < 1 for p in grid):
-            raise ValueError(f"grid_shape={grid_shape!r}: need one size >= 1 per "
-                             f"dimension ({ndim})")
-        nprocs = int(np.prod(grid, dtype=np.int64))
+        nprocs = 1 if comm is None else comm.Get_size()
+        spec = DistSpec(arr.shape, dist, grid_shape, block_size, padding, periodic,
+                        indices, split, nprocs if comm is not None or grid_shape is None
+                        else None)
         rank = operator.index(rank)
-        if not 0 <= rank < nprocs:
-            raise ValueError(f"rank={rank}: must be in [0, {nprocs})")
-        if split not in ("balanced", "ceil"):
-            raise ValueError(f"split={split!r}: must be 'balanced' or 'ceil'")
-        coords = tuple(int(c) for c in np.unravel_index(rank, grid)) if ndim else ()
-        blocks = _per_dim(block_size, ndim, "block_size")
-        if ndim == 1 and padding is not None and len(padding) != 1:
-            padding = [padding]             # 1-D shorthand: the dimension's entry
-        if ndim == 1 and indices is not None and not _nested(indices, 2):
-            indices = [indices]
-        pads = padding if padding is None else _per_dim(padding, ndim, "padding")
-        periods = _per_dim(periodic, ndim, "periodic")
-        idx = _per_dim(indices, ndim, "indices") if indices is not None else [None] * ndim
-        maps: List[DimMap] = []
-        for i, letter in enumerate(letters):
-            maps.append(_make_map(letter, arr.shape[i], grid[i], coords[i],
-                                  blocks[i] if letter == "c" or not isinstance(
-                                      block_size, int) else None,
-                                  None if pads is None else pads[i],
-                                  None if isinstance(periodic, bool)
-                                  and letter in "cu" else periods[i],
-                                  idx[i], split, i))
+        if not 0 <= rank < spec.nprocs:
+            raise ValueError(f"rank={rank}: must be in [0, {spec.nprocs})")
+        maps = spec.maps(rank)
         local = arr
         for i, m in enumerate(maps):
             if isinstance(m, BlockMap):
@@ -224,11 +318,17 @@ class DistArray:
             else:
                 local = np.take(local, m.owned_global(), axis=i)
         buffer = _make_buffer(device, np.ascontiguousarray(local))
-        return cls(buffer, maps, device=device, dtype=arr.dtype)
+        return cls(buffer, maps, device=device, dtype=arr.dtype, comm=comm)
 
     @classmethod
-    def from_distarray(cls, obj: Any) -> "DistArray":
+    def from_distarray(cls, obj: Any, comm: Any = None) -> "DistArray":
         """Import any ``__distarray__`` exporter (or its dict), zero-copy.
+
+        ``comm``: the mpi4py communicator the distributed array lives on
+        (None: one process).  With a communicator the import is collective:
+        a problem on any process is raised on every process, and the
+        collective rules are checked (:func:`validate_collective`), after
+        which the maps know every process's section.
 
         Reads 0.10.x and 0.9.x (``'n'`` dimensions become the empty-dict
         alias).  The data are validated first (:class:`ProtocolError`).
@@ -236,6 +336,9 @@ class DistArray:
         memory becomes a numpy view (:attr:`local`) without copying; device
         memory stays in the producer object (:attr:`buffer`).
         """
+        if comm is not None:
+            from . import _mpi
+            return _mpi.import_collective(cls, obj, comm)
         data = obj if type(obj) is dict else obj.__distarray__()
         _, shape, device, fmt, dims = check(data)
         self = cls.__new__(cls)
@@ -353,6 +456,57 @@ class DistArray:
         return (f"DistArray(global_shape={self.global_shape}, dist={dist!r}, "
                 f"grid_shape={self.grid_shape}, rank={self.rank}, "
                 f"local_shape={self.local_shape}, device={self.device!r})")
+
+    # -- the MPI layer (bufferext.distarray._mpi) -------------------------
+    @classmethod
+    def scatter(cls, array: Any, *, dist: Union[str, Sequence[str]],
+                grid_shape: Optional[Sequence[int]] = None, block_size: Any = None,
+                padding: Any = None, periodic: Any = None, indices: Any = None,
+                split: str = "balanced", device: str = "cpu", comm: Any = None,
+                root: int = 0) -> "DistArray":
+        """Distribute the global ``array`` held by process ``root`` (the
+        others pass None); every process gets its section, padding filled.
+
+        The other arguments are those of :meth:`from_global` and must be
+        the same on every process (``indices`` included).  Collective over
+        ``comm`` (None: one process).
+        """
+        from . import _mpi
+        return _mpi.scatter(cls, array, dist=dist, grid_shape=grid_shape,
+                            block_size=block_size, padding=padding, periodic=periodic,
+                            indices=indices, split=split, device=device, comm=comm,
+                            root=root)
+
+    def gather(self, root: int = 0) -> Optional[np.ndarray]:
+        """The global array (a numpy array) on process ``root``, None on the
+        others.  Collective over :attr:`comm`."""
+        from . import _mpi
+        return _mpi.gather(self, root)
+
+    def allgather(self) -> np.ndarray:
+        """The global array (a numpy array) on every process.  Collective."""
+        from . import _mpi
+        return _mpi.allgather(self)
+
+    def redistribute(self, *, dist: Union[str, Sequence[str]],
+                     grid_shape: Optional[Sequence[int]] = None, block_size: Any = None,
+                     split: Optional[str] = None, padding: Any = None,
+                     periodic: Any = None, indices: Any = None,
+                     device: Optional[str] = None) -> "DistArray":
+        """The same global array in another distribution (arguments as in
+        :meth:`from_global`; ``device`` defaults to this array's), moved
+        with one all-to-all exchange.  Collective over :attr:`comm`."""
+        from . import _mpi
+        return _mpi.redistribute(self, dist=dist, grid_shape=grid_shape,
+                                 block_size=block_size, split=split, padding=padding,
+                                 periodic=periodic, indices=indices, device=device)
+
+    def update_halos(self) -> None:
+        """Fill communication padding with the neighbours' owned values;
+        on periodic dimensions also fill the edge (boundary) padding from
+        the opposite end (wrap-around).  Collective over :attr:`comm`."""
+        from . import _mpi
+        _mpi.update_halos(self)
 
     # -- index maps --------------------------------------------------------
     def _split(self, index: Any, what: str) -> Tuple[Any, ...]:

@@ -1,0 +1,69 @@
+"""The heat-equation demo: distributed result equals the serial run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bufferext import _demo
+
+RUN = ("import sys, argparse; from bufferext import _demo; "
+       "p = argparse.ArgumentParser(); _demo.add_arguments(p); "
+       "sys.exit(_demo.run(p.parse_args(sys.argv[1:])))")
+
+
+def args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    _demo.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_single_process_equals_serial(capsys: pytest.CaptureFixture) -> None:
+    result, d, _, _ = _demo.simulate(20, 7, "cpu", None)
+    assert np.array_equal(result, _demo.serial(20, 7))
+    assert d.grid_shape == (1, 1)
+    assert _demo.run(args("--size", "16", "--steps", "3")) == 0
+    out = capsys.readouterr().out
+    assert "max abs error vs serial numpy: 0.000e+00 (OK" in out
+    assert "[0:18) pad 1,1" in out
+
+
+def test_serial_reference_diffuses() -> None:
+    g = _demo.serial(8, 30)
+    assert g[0].max() == 1.0 and 0 < g[1, 4] < 1 and g[-2, 4] < g[1, 4]
+
+
+def test_bad_arguments() -> None:
+    assert _demo.run(args("--size", "0")) == 2
+
+
+def _mpiexec() -> str:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip("mpi4py is not installed")
+    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or \
+        shutil.which("mpiexec")
+    if exe is None:
+        pytest.skip("mpiexec not found")
+    return exe
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_demo_under_mpiexec(n: int) -> None:
+    if "PMI_RANK" in os.environ or "PMI_SIZE" in os.environ:
+        pytest.skip("already under mpiexec")
+    exe = _mpiexec()
+    proc = subprocess.run([exe, "-n", str(n), sys.executable, "-c", RUN,
+                           "--size", "40", "--steps", "10"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{n} rank(s)" in proc.stdout
+    assert "(OK, tolerance" in proc.stdout
+    assert proc.stdout.count(" cpu ") == n

@@ -1,0 +1,72 @@
+"""The MPI layer on one process: comm=None paths (no mpi4py needed),
+dims_create, and datatype chunking with a small forced count limit
+(checked against numpy through MPI.COMM_SELF)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bufferext.distarray import DistArray, ProtocolError, _mpi, dims_create, \
+    validate_collective
+
+G = np.arange(6 * 8, dtype=np.float64).reshape(6, 8)
+
+
+def test_dims_create_like_mpi() -> None:
+    assert dims_create(4, [None, None]) == (2, 2)
+    assert dims_create(12, [None, None, None]) == (3, 2, 2)
+    assert dims_create(6, [None, 1]) == (6, 1)
+    assert dims_create(8, [2, None]) == (2, 4)
+    with pytest.raises(ValueError, match="cannot fill"):
+        dims_create(6, [4, None])
+
+
+def test_single_process_operations() -> None:
+    d = DistArray.scatter(G, dist="bc")
+    assert d.comm is None and d.grid_shape == (1, 1)
+    assert np.array_equal(d.gather(), G) and np.array_equal(d.allgather(), G)
+    e = d.redistribute(dist="cb", block_size=3)
+    assert np.array_equal(e.local, G)
+    validate_collective(d)
+    p = DistArray.from_global(G, dist="bb", padding=[(2, 1), None], periodic=[True, False])
+    p.local[:2] = -1
+    p.local[-1:] = -1
+    p.update_halos()                      # one process: periodic wrap is a local copy
+    assert np.array_equal(p.local[:2], G[3:5]) and np.array_equal(p.local[-1], G[2])
+
+
+def test_validate_collective_one_process_grid() -> None:
+    d = DistArray.from_global(G, dist="bb", grid_shape=(2, 1), rank=0)
+    with pytest.raises(ProtocolError, match="holds 2 processes"):
+        validate_collective(d)
+
+
+def test_agree_single_process_reraises() -> None:
+    with pytest.raises(KeyError):
+        _mpi.agree(None, lambda: {}["x"])
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 2**31 - 1])
+def test_datatype_chunking(monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
+    MPI = pytest.importorskip("mpi4py.MPI")
+    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", limit)
+    a = np.arange(5 * 7 * 4, dtype=np.int16).reshape(5, 7, 4)
+    sels = [(1, 4), np.array([6, 0, 1, 2, 4]), (0, 4)]
+    starts, lengths = _mpi._runs(np.array([0, 1, 2, 3, 4, 9]))
+    assert lengths.max() <= max(limit, 1) and lengths.sum() == 6
+    t = _mpi._datatype(sels, a.shape, a.dtype)
+    try:
+        out = np.zeros(4 * 5 * 4, a.dtype)
+        MPI.COMM_SELF.Sendrecv([a, 1, t], 0, 0, out, 0, 0)
+    finally:
+        t.Free()
+    expect = a[np.ix_(np.arange(1, 5), sels[1], np.arange(4))].ravel()
+    assert np.array_equal(out, expect)
+
+
+def test_cuda_aware_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", "1")
+    assert _mpi.cuda_aware()
+    monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", "0")
+    assert not _mpi.cuda_aware()

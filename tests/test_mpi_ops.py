@@ -1,0 +1,286 @@
+"""MPI operations on distributed arrays, run under ``mpiexec -n 2`` / ``-n 4``
+with pytest-mpi (``--with-mpi``); skipped in a single-process run."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, List, Optional
+
+import numpy as np
+import pytest
+
+MPI = pytest.importorskip("mpi4py.MPI")
+from bufferext.distarray import (DistArray, ProtocolError, _mpi,  # noqa: E402
+                                 validate_collective)
+
+COMM = MPI.COMM_WORLD
+SIZE, RANK = COMM.Get_size(), COMM.Get_rank()
+pytestmark = [pytest.mark.mpi(min_size=2),
+              pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")]
+
+G = np.arange(7 * 9, dtype=np.float64).reshape(7, 9) * 1.5 - 3
+
+
+def unstructured(n: int, size: int, seed: int = 1) -> List[np.ndarray]:
+    perm = np.random.default_rng(seed).permutation(size)
+    return [perm[i::n] for i in range(n)]
+
+
+def dists() -> List[dict]:
+    return [dict(dist="bb"), dict(dist="bc"), dict(dist="cb", block_size=2),
+            dict(dist="cc", block_size=[2, 3]), dict(dist="nb"), dict(dist="bn"),
+            dict(dist="bb", split="ceil"), dict(dist="nu", grid_shape=(1, SIZE),
+                                                 indices=[None, unstructured(SIZE, 9)]),
+            dict(dist="bb", grid_shape=(SIZE, 1), padding=[[(1, 1)] * SIZE, None])]
+
+
+def same_everywhere(text: str) -> bool:
+    return len(set(COMM.allgather(text))) == 1
+
+
+@pytest.mark.parametrize("kw", dists(), ids=lambda kw: repr(kw)[:40])
+def test_scatter_gather_round_trip(kw: dict) -> None:
+    root = SIZE - 1
+    d = DistArray.scatter(G if RANK == root else None, comm=COMM, root=root, **kw)
+    ref = DistArray.from_global(G, comm=COMM, **kw)
+    assert d.dim_data.__repr__() == ref.dim_data.__repr__()
+    assert np.array_equal(d.local, ref.local)         # padding filled as well
+    out = d.gather(root=root)
+    if RANK == root:
+        assert np.array_equal(out, G)
+    else:
+        assert out is None
+    assert np.array_equal(d.allgather(), G)
+
+
+def test_from_global_rank_and_grid_from_comm() -> None:
+    d = DistArray.from_global(G, dist="bn", comm=COMM)
+    assert d.rank == RANK and d.grid_shape == (SIZE, 1) and d.comm is COMM
+    e = DistArray.from_global(np.zeros((8, 8, 3)), dist="bbn", comm=COMM)
+    assert int(np.prod(e.grid_shape)) == SIZE and e.grid_shape[2] == 1
+    assert e.grid_shape[0] >= e.grid_shape[1]
+
+
+@pytest.mark.parametrize("src,dst", list(itertools.product(range(9), range(9))))
+def test_redistribute_every_pair(src: int, dst: int) -> None:
+    a, b = dists()[src], dists()[dst]
+    d = DistArray.from_global(G, comm=COMM, **a)
+    e = d.redistribute(**b)
+    ref = DistArray.from_global(G, comm=COMM, **b)
+    assert e.dim_data.__repr__() == ref.dim_data.__repr__()
+    assert np.array_equal(e.local, ref.local)
+    assert np.array_equal(e.allgather(), G)
+    again = d.redistribute(**b)                        # cached plan
+    assert np.array_equal(again.local, ref.local)
+
+
+def test_redistribute_chunked_datatypes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", 2)       # forces split runs + structs
+    big = np.arange(40 * 6, dtype=np.int32).reshape(40, 6)
+    d = DistArray.from_global(big, dist="bn", comm=COMM)
+    e = d.redistribute(dist="cb", block_size=3)
+    assert np.array_equal(e.local, DistArray.from_global(
+        big, dist="cb", block_size=3, comm=COMM).local)
+    out = e.gather(0)
+    assert out is None if RANK else np.array_equal(out, big)
+
+
+def expected_halos(arr: np.ndarray, d: DistArray) -> np.ndarray:
+    """Global values with periodic wrap applied dimension by dimension, cut
+    to this process's section."""
+    w = arr.copy()
+    pads_lo = COMM.allgather([m.padding[0] if m.grid_rank == 0 else -1 for m in d.maps])
+    pads_hi = COMM.allgather([m.padding[1] if m.grid_rank == m.grid_size - 1 else -1
+                              for m in d.maps])
+    for k, m in enumerate(d.maps):
+        if not m.periodic:
+            continue
+        lo = max(p[k] for p in pads_lo)
+        hi = max(p[k] for p in pads_hi)
+        n = m.size
+        w = np.moveaxis(w, k, 0)
+        if lo:
+            w[:lo] = w[n - hi - lo:n - hi]
+        if hi:
+            w[n - hi:] = w[lo:lo + hi]
+        w = np.moveaxis(w, 0, k)
+    return w[tuple(slice(m.start, m.stop) for m in d.maps)]
+
+
+def spoil(d: DistArray) -> None:
+    """Overwrite every cell update_halos must fill with -1."""
+    keep = []
+    for m in d.maps:
+        sl = m.owned_slice
+        lo, hi = sl.start, sl.stop
+        if m.periodic and m.grid_rank == 0:
+            lo += m.padding[0]
+        if m.periodic and m.grid_rank == m.grid_size - 1:
+            hi -= m.padding[1]
+        keep.append(slice(lo, hi))
+    saved = d.local[tuple(keep)].copy()
+    d.local[...] = -1
+    d.local[tuple(keep)] = saved
+
+
+def grid2() -> tuple:
+    return (2, SIZE // 2) if SIZE % 2 == 0 else (SIZE, 1)
+
+
+def edge_pads(p: int, lo: int, mid: int, hi: int) -> list:
+    """Per-grid-rank padding: boundary ``lo``/``hi`` at the edges, ``mid``
+    between ranks (padding widths differ per edge)."""
+    if p == 1:
+        return [(lo, hi)]
+    return [(lo, mid)] + [(mid, mid)] * (p - 2) + [(mid, hi)]
+
+
+@pytest.mark.parametrize("periodic", [False, True, (True, False)])
+def test_halos_2d(periodic: Any) -> None:
+    arr = np.arange(14 * 16, dtype=np.float64).reshape(14, 16)
+    g = grid2()
+    d = DistArray.from_global(arr, dist="bb", grid_shape=g, comm=COMM,
+                              padding=[edge_pads(g[0], 2, 1, 3), edge_pads(g[1], 1, 2, 1)],
+                              periodic=periodic)
+    spoil(d)
+    d.update_halos()
+    assert np.array_equal(d.local, expected_halos(arr, d))
+    spoil(d)
+    d.update_halos()                                  # persistent requests reused
+    assert np.array_equal(d.local, expected_halos(arr, d))
+
+
+def test_halos_empty_ranks() -> None:
+    arr = np.arange(5 * 4, dtype=np.int64).reshape(5, 4)
+    # ceil split of 5 over SIZE ranks: trailing ranks own nothing
+    from bufferext.distarray import split_bounds
+    owned = np.diff(split_bounds(5, SIZE, "ceil"))
+    pads = []
+    for r in range(SIZE):
+        left = 1 if r > 0 and owned[r] and owned[r - 1] else 0
+        right = 1 if r < SIZE - 1 and owned[r] and owned[r + 1] else 0
+        pads.append((left, right))
+    d = DistArray.from_global(arr, dist="bn", grid_shape=(SIZE, 1), split="ceil",
+                              padding=[pads, None], comm=COMM)
+    spoil(d)
+    d.update_halos()
+    assert np.array_equal(d.local, expected_halos(arr, d))
+
+
+def test_halos_periodic_1d_chunked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", 1)
+    arr = np.arange(SIZE * 6 + 2, dtype=np.float32)
+    d = DistArray.from_global(arr, dist="b", comm=COMM, periodic=True,
+                              padding=[edge_pads(SIZE, 1, 2, 1)])
+    spoil(d)
+    d.update_halos()
+    assert np.array_equal(d.local, expected_halos(arr, d))
+
+
+def test_import_fills_other_ranks_layout() -> None:
+    src = DistArray.from_global(G, dist="bu", comm=COMM,
+                                indices=[None, unstructured(1, 9)], grid_shape=(SIZE, 1))
+    d = DistArray.from_distarray(src.__distarray__(), comm=COMM)
+    assert d.comm is COMM
+    owners = d.owner((np.arange(7), np.zeros(7, int)))   # every row, also remote ones
+    assert list(owners) == list(src.owner((np.arange(7), np.zeros(7, int))))
+    assert np.array_equal(d.allgather(), G)
+
+
+def test_validate_collective_accepts_valid() -> None:
+    d = DistArray.from_global(G, dist="bc", comm=COMM, padding=[[(1, 1)] * grid2()[0]
+                              if False else None, None])
+    validate_collective(d, COMM)
+    validate_collective(d.__distarray__(), COMM)
+
+
+def planted(kind: str) -> dict:
+    """A valid export on every rank except rank 1, where ``kind`` is broken."""
+    d = DistArray.from_global(G, dist="bn", grid_shape=(SIZE, 1), comm=COMM,
+                              padding=[[(1, 1)] * SIZE, None])
+    data = d.__distarray__()
+    if RANK != 1:
+        return data
+    dd = [dict(x) for x in data["dim_data"]]
+    if kind == "size":
+        dd[1] = {"dist_type": "b", "size": 9, "proc_grid_size": 1, "proc_grid_rank": 0,
+                 "start": 0, "stop": 9, "padding": (0, 0), "periodic": True}
+    elif kind == "coords":
+        dd[0]["proc_grid_rank"] = 0
+        m = d.maps[0]
+        dd[0].update(start=0, stop=m.stop - m.start, padding=(0, 1))
+    elif kind == "padding":
+        p = dd[0]["padding"]
+        dd[0]["padding"] = (p[0], 0) if RANK < SIZE - 1 else (0, p[1])
+        dd[0]["start"] += dd[0]["padding"][0] - p[0]
+        dd[0]["stop"] -= p[1] - dd[0]["padding"][1]
+    elif kind == "grid":
+        dd[1] = {"dist_type": "b", "size": 9, "proc_grid_size": 2, "proc_grid_rank": 0,
+                 "start": 0, "stop": 5, "padding": (0, 0), "periodic": False}
+    elif kind == "local":
+        dd[0]["start"] = -1
+    buf = data["buffer"]
+    if kind in ("padding", "grid"):
+        from bufferext import CPUBuffer
+        shape = tuple(x["stop"] - x["start"] if x else 9 for x in dd)
+        buf = CPUBuffer(shape, "f8")
+    return {"__version__": "0.10.0", "buffer": buf, "dim_data": tuple(dd)}
+
+
+@pytest.mark.parametrize("kind", ["size", "coords", "padding", "grid", "local"])
+def test_validate_collective_catches_planted_mismatch(kind: str) -> None:
+    data = planted(kind)
+    with pytest.raises(ProtocolError) as info:
+        validate_collective(data, COMM)
+    assert same_everywhere(str(info.value))
+
+
+def test_validate_collective_one_to_one_claim() -> None:
+    idx = unstructured(SIZE, 9)
+    if RANK == 0:
+        idx = [i.copy() for i in idx]
+        idx[0] = np.concatenate([idx[0][:-1], idx[1][:1]])   # one index twice, one lost
+    d = DistArray.from_global(G, dist="nu", grid_shape=(1, SIZE), indices=[None, idx])
+    data = d.__distarray__()
+    dd = list(data["dim_data"])
+    dd[1] = dict(dd[1], proc_grid_rank=RANK, one_to_one=True)
+    data = dict(data, dim_data=tuple(dd))
+    if RANK != 0:
+        data = DistArray.from_global(G, dist="nu", grid_shape=(1, SIZE), rank=RANK,
+                                     indices=[None, idx]).__distarray__()
+        dd = list(data["dim_data"])
+        dd[1] = dict(dd[1], one_to_one=True)
+        data = dict(data, dim_data=tuple(dd))
+    with pytest.raises(ProtocolError, match="one_to_one") as info:
+        validate_collective(data, COMM)
+    assert same_everywhere(str(info.value))
+
+
+def test_error_on_one_rank_is_raised_everywhere() -> None:
+    dist = "bb" if RANK != 1 else "bq"
+    with pytest.raises(ValueError, match=r"rank 1 of \d+: dist='bq'") as info:
+        DistArray.scatter(G if RANK == 0 else None, dist=dist, comm=COMM)
+    assert same_everywhere(str(info.value))
+    with pytest.raises(ValueError, match="array=None on the root") as info:
+        DistArray.scatter(None, dist="bb", comm=COMM)
+    assert same_everywhere(str(info.value))
+    d = DistArray.from_global(G, dist="bb", comm=COMM)
+    with pytest.raises(ValueError, match="root=") as info:
+        d.gather(root=SIZE if RANK == 0 else 0)
+    assert same_everywhere(str(info.value))
+    with pytest.raises(ValueError, match="grid_shape") as info:
+        d.redistribute(dist="bb", grid_shape=(SIZE + 1, 1) if RANK == SIZE - 1 else None)
+    assert same_everywhere(str(info.value))
+    COMM.Barrier()                                     # nobody is stuck
+
+
+def test_periodic_padding_wider_than_interior() -> None:
+    arr = np.zeros((SIZE * 2,))
+    pads = edge_pads(SIZE, 2, 1, 1) if SIZE > 1 else [(2, 1)]
+    try:
+        d = DistArray.from_global(arr, dist="b", comm=COMM, periodic=True, padding=[pads])
+    except ValueError:
+        pytest.skip("layout refused up front")
+    if SIZE * 2 - 3 >= 2:
+        d.update_halos()                               # fits: no error
+    COMM.Barrier()
