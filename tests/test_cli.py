@@ -87,9 +87,10 @@ def test_info_reports_where_it_looked():
 
 
 @pytest.mark.parametrize("args", [("bogus",), ("info", "--bogus"),
-                                  ("--bogus",), ("check",), ("demo",)],
+                                  ("--bogus",), ("check",),
+                                  ("demo", "--device", "tpu")],
                          ids=["subcommand", "info-option", "option",
-                              "check-without-target", "demo-not-yet"])
+                              "check-without-target", "demo-bad-device"])
 def test_usage_errors_exit_2(args):
     proc = run_cli(*args)
     assert proc.returncode == 2

@@ -1,11 +1,13 @@
-"""Command line of bufferext: ``python -m bufferext [info|check] ...``.
+"""Command line of bufferext: ``python -m bufferext [info|check|demo] ...``.
 
 ``info`` (the default) reports the installed version, the directory of the
 C headers, the request-flag values, the Python and numpy versions, the
 platform, and what was found of each device library (where it looked and
 why it failed).  ``check MODULE:ATTR`` is a conformance report for any
-producer (see :mod:`bufferext._check`).  The same entry point is installed
-as the ``bufferext`` console script.
+producer (see :mod:`bufferext._check`).  ``demo`` runs a 2-D heat equation
+on a distributed array with halo exchange (one process, or ``mpiexec -n N``),
+checked against a serial run (see :mod:`bufferext._demo`).  The same entry
+point is installed as the ``bufferext`` console script.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import json
 import platform
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
+
+from . import _demo
 
 __all__ = ["collect_info", "format_info", "main"]
 
@@ -138,6 +142,11 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true",
                        help="print the report as JSON")
     check.set_defaults(handler=_cmd_check)
+    demo = commands.add_parser(
+        "demo", help="2-D heat equation on a distributed array with halo "
+                     "exchange, checked against a serial run")
+    _demo.add_arguments(demo)
+    demo.set_defaults(handler=lambda args, out: _demo.run(args))
     return parser
 
 
