@@ -360,16 +360,11 @@ cudabuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
     if (!self->open) {
         return bufferext_refuse(op, "buffer is closed");
     }
-    /* Device memory: only for consumers that asked for PyBUF_DEVICE. */
-    if (BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_CUDA,
+    /* Device memory: only for consumers that asked for PyBUF_DEVICE.
+     * Nothing is committed before both steps succeed. */
+    if (bufferext_fill_request(op, view, flags, &self->layout) < 0 ||
+        BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_CUDA,
                             &self->info) < 0) {
-        return -1;
-    }
-    if (bufferext_fill_request(op, view, flags, &self->layout) < 0) {
-        Py_buffer_extended *ext = (Py_buffer_extended *)view;
-        ext->flags = 0;
-        ext->device = NULL;
-        ext->device_info = NULL;
         return -1;
     }
     self->exports++;

@@ -343,16 +343,13 @@ vebuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
     if (self->node == NULL) {
         return bufferext_refuse(op, "buffer is closed");
     }
-    /* VE memory: only consumers that asked for PyBUF_DEVICE get it. */
-    if (!(flags & PyBUF_DEVICE)) {
-        return BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_VE,
-                                   &self->info);
-    }
-    if (bufferext_fill_request(op, view, flags, &self->layout) < 0) {
+    /* VE memory: only consumers that asked for PyBUF_DEVICE get it.
+     * Nothing is committed before both steps succeed. */
+    if (bufferext_fill_request(op, view, flags, &self->layout) < 0 ||
+        BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_VE,
+                            &self->info) < 0) {
         return -1;
     }
-    (void)BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_VE,
-                              &self->info);
     self->exports++;
     view->obj = Py_NewRef(op);
     return 0;
