@@ -224,16 +224,26 @@ def _policy(protocol: str, source_readonly: bool,
     return source_readonly if readonly is None else readonly
 
 
-def _from_cai(obj: Any, interface: Any,
-              readonly: Optional[bool]) -> BufferAdapter:
-    protocol = "__cuda_array_interface__"
+def _common(protocol: str, interface: Any, low: int, high: int
+            ) -> Tuple[Dict[str, Any], Tuple[int, ...], Tuple[int, ...], str,
+                       int]:
+    """What every interface dict has: (dict, shape, strides, format,
+    itemsize), with the version in [low, high] and no mask."""
     d = _get_dict(protocol, interface)
-    _version(protocol, d, 0, _CAI_MAX_VERSION)
+    _version(protocol, d, low, high)
     shape = _shape(protocol, d)
     fmt, itemsize = _typestr(protocol, d)
     strides = _strides(protocol, d, shape, itemsize)
-    ptr, ro = _data_pair(protocol, d)
     _no_mask(protocol, d)
+    return d, shape, strides, fmt, itemsize
+
+
+def _from_cai(obj: Any, interface: Any,
+              readonly: Optional[bool]) -> BufferAdapter:
+    protocol = "__cuda_array_interface__"
+    d, shape, strides, fmt, itemsize = _common(protocol, interface, 0,
+                                               _CAI_MAX_VERSION)
+    ptr, ro = _data_pair(protocol, d)
     stream = d.get("stream")
     if stream is not None and not _is_int(stream, 1, _POINTER_LIMIT - 1):
         raise _fail(protocol, "stream", stream,
@@ -246,13 +256,9 @@ def _from_cai(obj: Any, interface: Any,
 def _from_vai(obj: Any, interface: Any,
               readonly: Optional[bool]) -> BufferAdapter:
     protocol = "__ve_array_interface__"
-    d = _get_dict(protocol, interface)
-    _version(protocol, d, _VAI_VERSION, _VAI_VERSION)
-    shape = _shape(protocol, d)
-    fmt, itemsize = _typestr(protocol, d)
-    strides = _strides(protocol, d, shape, itemsize)
+    d, shape, strides, fmt, itemsize = _common(protocol, interface,
+                                               _VAI_VERSION, _VAI_VERSION)
     ptr, ro = _data_pair(protocol, d)
-    _no_mask(protocol, d)
     ctxt = d.get("veo_ctxt")
     if ctxt is not None and not _is_int(ctxt, 0, _POINTER_LIMIT - 1):
         raise _fail(protocol, "veo_ctxt", ctxt, "None or an int >= 0")
@@ -264,12 +270,9 @@ def _from_vai(obj: Any, interface: Any,
 def _from_array_interface(obj: Any, interface: Any,
                           readonly: Optional[bool]) -> BufferAdapter:
     protocol = "__array_interface__"
-    d = _get_dict(protocol, interface)
-    _version(protocol, d, _ARRAY_INTERFACE_VERSION, _ARRAY_INTERFACE_VERSION)
-    shape = _shape(protocol, d)
-    fmt, itemsize = _typestr(protocol, d)
-    strides = _strides(protocol, d, shape, itemsize)
-    _no_mask(protocol, d)
+    d, shape, strides, fmt, itemsize = _common(
+        protocol, interface, _ARRAY_INTERFACE_VERSION,
+        _ARRAY_INTERFACE_VERSION)
     offset = d.get("offset", 0)
     if not _is_int(offset, 0):
         raise _fail(protocol, "offset", offset, "an int >= 0")
