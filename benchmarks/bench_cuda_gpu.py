@@ -1,0 +1,183 @@
+"""Benchmark on a real GPU: the extended exchange against today's protocols,
+and host<->device copy bandwidth against CuPy.
+
+Targets (issue 3), ratios measured in one run:
+
+* the extended exchange of a ``CUDABuffer`` (C ``BufferExt_GetBuffer`` +
+  ``BufferExt_Release`` with ``RECORDS_RO | DEVICE``, as a C consumer does
+  it) is >= 10x faster than ``torch.from_dlpack(tensor)`` and >= 30x faster
+  than reading and parsing a CuPy array's ``__cuda_array_interface__``;
+* ``CUDABuffer.copy_from_host`` / ``to_host`` bandwidth is >= 0.9x CuPy's
+  (``cupy.ndarray.set`` / ``get``) for the same sizes, from pageable (numpy)
+  and pinned (``cupyx.empty_pinned``) host memory.
+
+Needs the real CUDA driver and a GPU, plus torch (CUDA build) and CuPy for
+their rows; what is missing is reported as skipped.  Usage::
+
+    python benchmarks/bench_cuda_gpu.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import tempfile
+import time
+import timeit
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+import bufferext
+from bufferext import BufferFlags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cuda import HELPER, _compile  # noqa: E402
+
+EXCHANGE_VS_TORCH = 10.0
+EXCHANGE_VS_CAI = 30.0
+BANDWIDTH = 0.9
+
+
+def gpu_available() -> Optional[str]:
+    """None when a real CUDA device can be used, else why not."""
+    status = next(d for d in bufferext.devices()
+                  if d["device"] == "bufferext.cuda")
+    if not status["loaded"]:
+        return status["error"]
+    if "standin" in str(status["path"]):
+        return "the stand-in driver is loaded, not a real one"
+    if not status.get("devices"):
+        return status.get("error") or "no CUDA device"
+    return None
+
+
+def python_ns(func: Callable[[], Any], number: int) -> float:
+    best = min(timeit.repeat(func, number=number, repeat=7))
+    return best / number * 1e9
+
+
+def exchange_rows(quick: bool) -> List[Dict[str, Any]]:
+    rows: List[Dict[str, Any]] = []
+    n = 20000 if quick else 200000
+    with tempfile.TemporaryDirectory(prefix="bench_cuda_gpu_") as tmp:
+        path = os.path.join(tmp, "_bench_cuda.so")
+        _compile(HELPER, path, python_includes=True)
+        helper = ctypes.PyDLL(path)
+        helper.bench_extended.restype = ctypes.c_double
+        helper.bench_extended.argtypes = [ctypes.py_object, ctypes.c_long,
+                                          ctypes.c_int]
+        buf = bufferext.CUDABuffer((256, 256), "float32")
+        buf.synchronize()
+        flags = int(BufferFlags.RECORDS_RO | BufferFlags.DEVICE)
+        ours = min(helper.bench_extended(buf, n, flags) for _ in range(7))
+    rows.append({"name": "extended exchange of a CUDABuffer (C)",
+                 "value": ours, "unit": "ns"})
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            raise ImportError("torch without CUDA")
+        tensor = torch.zeros((256, 256), device="cuda")
+        theirs = python_ns(lambda: torch.from_dlpack(tensor), n // 10)
+        rows.append(_ratio_row("torch.from_dlpack(tensor) / ours", theirs,
+                               ours, EXCHANGE_VS_TORCH))
+    except ImportError as exc:
+        rows.append({"name": "vs torch.from_dlpack", "skipped": str(exc)})
+    try:
+        import cupy
+        array = cupy.zeros((256, 256), dtype=cupy.float32)
+
+        def read_cai() -> Any:
+            cai = array.__cuda_array_interface__
+            ptr, readonly = cai["data"]
+            shape, typestr = tuple(cai["shape"]), np.dtype(cai["typestr"])
+            return ptr, readonly, shape, typestr, cai.get("strides"), \
+                cai.get("stream")
+
+        theirs = python_ns(read_cai, n // 10)
+        rows.append(_ratio_row("CuPy __cuda_array_interface__ read+parse "
+                               "/ ours", theirs, ours, EXCHANGE_VS_CAI))
+    except ImportError as exc:
+        rows.append({"name": "vs CuPy CAI", "skipped": str(exc)})
+    return rows
+
+
+def _ratio_row(name: str, theirs: float, ours: float,
+               target: float) -> Dict[str, Any]:
+    ratio = theirs / ours
+    return {"name": name, "value": ratio, "unit": "x faster",
+            "target": f">= {target}", "ok": ratio >= target,
+            "note": f"{theirs:.0f} ns vs {ours:.1f} ns"}
+
+
+def _bandwidth(copy: Callable[[], Any], nbytes: int, sync: Callable[[], Any],
+               repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        copy()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best / 1e9
+
+
+def bandwidth_rows(quick: bool) -> List[Dict[str, Any]]:
+    try:
+        import cupy
+        import cupyx
+    except ImportError as exc:
+        return [{"name": "copy bandwidth vs CuPy", "skipped": str(exc)}]
+    rows: List[Dict[str, Any]] = []
+    sizes = [1 << 20, 64 << 20] if quick else [1 << 20, 16 << 20, 256 << 20]
+    repeats = 5 if quick else 15
+    sync = cupy.cuda.runtime.deviceSynchronize
+    for nbytes in sizes:
+        count = nbytes // 4
+        hosts = {"pageable": np.ones(count, np.float32),
+                 "pinned": cupyx.empty_pinned((count,), np.float32)}
+        ours_buf = bufferext.CUDABuffer(count, "float32")
+        theirs_arr = cupy.empty(count, cupy.float32)
+        for kind, host in hosts.items():
+            host[...] = 1
+            cases = [
+                ("host->device", lambda: ours_buf.copy_from_host(host),
+                 lambda: theirs_arr.set(host)),
+                ("device->host", lambda: ours_buf.to_host(),
+                 lambda: theirs_arr.get()),
+            ]
+            for direction, ours, theirs in cases:
+                a = _bandwidth(ours, nbytes, sync, repeats)
+                b = _bandwidth(theirs, nbytes, sync, repeats)
+                rows.append({
+                    "name": f"{direction} {nbytes >> 20} MiB {kind}: "
+                            "ours / CuPy",
+                    "value": a / b, "unit": "x", "target": f">= {BANDWIDTH}",
+                    "ok": a / b >= BANDWIDTH,
+                    "note": f"{a:.2f} vs {b:.2f} GB/s"})
+    return rows
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    why = gpu_available()
+    if why is not None:
+        print(f"skipped: no real GPU ({why})")
+        return 0
+    rows = exchange_rows(args.quick) + bandwidth_rows(args.quick)
+    for row in rows:
+        if "skipped" in row:
+            print(f"{row['name']:55s} skipped: {row['skipped']}")
+            continue
+        verdict = "" if "ok" not in row else ("ok" if row["ok"] else "MISSED")
+        print(f"{row['name']:55s} {row['value']:10.2f} {row['unit']:9s} "
+              f"{row.get('target', ''):8s} {verdict:6s} {row.get('note', '')}")
+    return 0 if all(row.get("ok", True) for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
