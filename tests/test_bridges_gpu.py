@@ -1,0 +1,76 @@
+"""The bridges with real GPU clients: CuPy, PyTorch (CUDA) and numba-cuda,
+both directions, zero-copy (marked ``cuda``; skipped without a GPU and
+per client without that client)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+import pytest
+
+import bufferext
+from bufferext import CUDABuffer
+
+
+def _cuda_status() -> Dict[str, Any]:
+    return next(d for d in bufferext.devices()
+                if d["device"] == "bufferext.cuda")
+
+
+_STATUS = _cuda_status()
+_REAL = (_STATUS["loaded"] and bool(_STATUS.get("devices"))
+         and "standin" not in str(_STATUS.get("path") or ""))
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not _REAL, reason="no real CUDA driver/GPU: "
+                                 f"{_STATUS.get('error') or 'stand-in'}")]
+
+
+def _filled(shape: Any = (32, 8)) -> CUDABuffer:
+    buf = CUDABuffer(shape, "float32")
+    buf.copy_from_host(np.arange(np.prod(shape), dtype=np.float32)
+                       .reshape(shape))
+    return buf
+
+
+def test_cupy_both_ways() -> None:
+    cupy = pytest.importorskip("cupy")
+    buf = _filled()
+    through_cai = cupy.asarray(buf)                   # CAI v3
+    assert through_cai.data.ptr == buf.ptr
+    through_dlpack = cupy.from_dlpack(buf)
+    assert through_dlpack.data.ptr == buf.ptr
+    np.testing.assert_array_equal(cupy.asnumpy(through_cai), buf.to_host())
+    array = cupy.arange(24, dtype=cupy.float64).reshape(4, 6)
+    adapter = bufferext.as_buffer(array)              # DLPack, device (2, n)
+    assert adapter.device == "bufferext.cuda" and adapter.ptr == array.data.ptr
+    with bufferext.get_buffer(adapter) as view:
+        assert view.device_info.device == array.device.id
+
+
+def test_torch_cuda_both_ways() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    buf = _filled()
+    tensor = torch.from_dlpack(buf)
+    assert tensor.is_cuda and tensor.data_ptr() == buf.ptr
+    t = torch.ones((5, 3), device="cuda").t()
+    adapter = bufferext.as_buffer(t)
+    assert adapter.ptr == t.data_ptr() and adapter.device == "bufferext.cuda"
+    assert adapter.strides == tuple(4 * s for s in t.stride())
+    back = torch.from_dlpack(adapter)
+    assert back.data_ptr() == t.data_ptr()
+
+
+def test_numba_cuda_both_ways() -> None:
+    cuda = pytest.importorskip("numba.cuda")
+    buf = _filled()
+    device_array = cuda.as_cuda_array(buf)            # CAI v3
+    assert device_array.__cuda_array_interface__["data"][0] == buf.ptr
+    np.testing.assert_array_equal(device_array.copy_to_host(), buf.to_host())
+    source = cuda.to_device(np.arange(10, dtype=np.int32))
+    adapter = bufferext.as_buffer(source)
+    assert adapter.protocol in ("cuda_array_interface", "dlpack")
+    assert adapter.ptr == source.__cuda_array_interface__["data"][0]
