@@ -342,25 +342,26 @@ cpubuffer_exit(PyObject *op, PyObject *args)
 
 static PyMethodDef cpubuffer_methods[] = {
     {"copy_from_host", cpubuffer_copy_from_host, METH_O,
-     "copy_from_host(source)\n--\n\n"
+     "copy_from_host($self, source, /)\n--\n\n"
      "Copy any buffer of the same size into this one (raw bytes, or items of\n"
      "the same dtype in any layout)."},
     {"to_host", cpubuffer_to_host, METH_NOARGS,
-     "to_host()\n--\n\nA numpy array holding a copy of the contents."},
+     "to_host($self, /)\n--\n\nA numpy array holding a copy of the contents."},
     {"close", cpubuffer_close, METH_NOARGS,
-     "close()\n--\n\n"
+     "close($self, /)\n--\n\n"
      "Free the memory now.  BufferError while exported; closing twice is\n"
      "harmless."},
     {"resize", cpubuffer_resize, METH_O,
-     "resize(shape)\n--\n\n"
+     "resize($self, shape, /)\n--\n\n"
      "Change the shape in place, keeping the leading bytes.  BufferError\n"
      "while exported."},
     {"__dlpack__", (PyCFunction)(void (*)(void))cpubuffer_dlpack,
      METH_FASTCALL | METH_KEYWORDS,
-     "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
-     "copy=None)\n--\n\nExport as a DLPack capsule (zero-copy)."},
+     "__dlpack__($self, /, *, stream=None, max_version=None, "
+     "dl_device=None, copy=None)\n--\n\n"
+     "Export as a DLPack capsule (zero-copy)."},
     {"__dlpack_device__", cpubuffer_dlpack_device, METH_NOARGS,
-     "__dlpack_device__()\n--\n\n(1, 0): kDLCPU."},
+     "__dlpack_device__($self, /)\n--\n\n(1, 0): kDLCPU."},
     {"__enter__", cpubuffer_enter, METH_NOARGS, NULL},
     {"__exit__", cpubuffer_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
