@@ -15,14 +15,15 @@ from typing import Any, Dict
 
 import pytest
 
-_COUNTS: Dict[str, int] = {}
+_KEYS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Remember the outcome counts the terminal summary shows."""
-    for key in ("passed", "failed", "error", "skipped", "xfailed",
-                "xpassed"):
-        _COUNTS[key] = len(terminalreporter.stats.get(key, []))
+def _counts(session: pytest.Session) -> Dict[str, int]:
+    """Outcome counts so far, as the terminal summary will show them."""
+    reporter: Any = session.config.pluginmanager.get_plugin(
+        "terminalreporter")
+    stats = getattr(reporter, "stats", {})
+    return {key: len(stats.get(key, [])) for key in _KEYS}
 
 
 @pytest.hookimpl(trylast=True)
@@ -42,6 +43,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "bufferext": getattr(module, "__file__", None),
         "rank": os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK")),
     }
-    record.update(_COUNTS)
+    record.update(_counts(session))
     with open(path, "a", encoding="utf-8") as stream:
         stream.write(json.dumps(record) + "\n")
