@@ -44,8 +44,9 @@ def main() -> int:
     elif passed == 0:
         problems.append("no test passed")
     keys = ("passed", "failed", "error", "skipped", "xfailed")
-    summary = ", ".join(f"{sum(s.get(k, 0) for s in sessions)} {k}"
-                        for k in keys)
+    totals = {k: sum(s.get(k, 0) for s in sessions) for k in keys}
+    summary = ", ".join(f"{n} {k}" for k, n in totals.items()
+                        if n or k == "passed")
     print(f"{len(sessions)} session(s): {summary}")
     for problem in dict.fromkeys(problems):
         print(f"FAIL: {problem}")
