@@ -38,7 +38,7 @@ _ORDERS: Dict[str, Literal["=", "<", ">"]] = {
 }
 
 
-def _from_struct(fmt: str) -> np.dtype:
+def _from_struct(fmt: str) -> np.dtype[Any]:
     match = _STRUCT_FORMAT.match(fmt)
     if match is None:
         raise TypeError(f"dtype {fmt!r} is neither a numpy dtype nor a "
@@ -54,7 +54,7 @@ def _from_struct(fmt: str) -> np.dtype:
     return np.dtype(f"{kind}{size}").newbyteorder(_ORDERS[order])
 
 
-def resolve(dtype: Any) -> Tuple[str, int, np.dtype, str]:
+def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
     """``(struct format, itemsize, numpy dtype, typestr)`` of ``dtype``.
 
     Raises TypeError naming the value for anything that is not a supported
