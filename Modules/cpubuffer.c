@@ -341,8 +341,9 @@ static PyMethodDef cpubuffer_methods[] = {
      "while exported."},
     {"__dlpack__", (PyCFunction)(void (*)(void))cpubuffer_dlpack,
      METH_FASTCALL | METH_KEYWORDS,
-     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, "
-     "copy=None)\n--\n\nExport as a DLPack capsule (zero-copy)."},
+     "__dlpack__($self, /, *, stream=None, max_version=None, "
+     "dl_device=None, copy=None)\n--\n\n"
+     "Export as a DLPack capsule (zero-copy)."},
     {"__dlpack_device__", cpubuffer_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(1, 0): kDLCPU."},
     {"__enter__", cpubuffer_enter, METH_NOARGS, NULL},

@@ -164,18 +164,18 @@ device_libraries(PyObject *module, PyObject *unused)
 static PyMethodDef module_methods[] = {
     {"check_buffer_supports", (PyCFunction)(void (*)(void))check_buffer_supports,
      METH_FASTCALL | METH_KEYWORDS,
-     "check_buffer_supports(obj, flags=0)\n--\n\n"
+     "check_buffer_supports($module, obj, /, flags=0)\n--\n\n"
      "True if obj exports buffers and declares support for every request\n"
      "flag in flags.  Never raises for any obj."},
     {"supported_flags", supported_flags, METH_O,
-     "supported_flags(obj)\n--\n\n"
+     "supported_flags($module, obj, /)\n--\n\n"
      "The mask of request flags obj honours (declared 0 and -1 translated)."},
     {"get_buffer", (PyCFunction)(void (*)(void))bufferext_get_buffer,
      METH_FASTCALL | METH_KEYWORDS,
-     "get_buffer(obj, flags=FULL_RO|DEVICE)\n--\n\n"
+     "get_buffer($module, obj, /, flags=FULL_RO|DEVICE)\n--\n\n"
      "Acquire an extended buffer of obj as a BufferView."},
     {"_device_libraries", device_libraries, METH_NOARGS,
-     "_device_libraries()\n--\n\n"
+     "_device_libraries($module, /)\n--\n\n"
      "One dict per device library: what was looked for and found."},
     {NULL, NULL, 0, NULL},
 };

@@ -346,13 +346,16 @@ static PyMethodDef view_methods[] = {
      "Release the buffer now.  Releasing twice is harmless; BufferError\n"
      "while this view is itself exported."},
     {"tobytes", view_tobytes, METH_NOARGS,
-     "tobytes($self, /)\n--\n\nA copy of the contents in C order (CPU memory only)."},
+     "tobytes($self, /)\n--\n\n"
+     "A copy of the contents in C order (CPU memory only)."},
     {"memoryview", view_memoryview, METH_NOARGS,
-     "memoryview($self, /)\n--\n\nA memoryview of the memory (CPU memory only)."},
+     "memoryview($self, /)\n--\n\n"
+     "A memoryview of the memory (CPU memory only)."},
     {"__dlpack__", (PyCFunction)(void (*)(void))view_dlpack,
      METH_FASTCALL | METH_KEYWORDS,
-     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, "
-     "copy=None)\n--\n\nExport as a DLPack capsule (zero-copy)."},
+     "__dlpack__($self, /, *, stream=None, max_version=None, "
+     "dl_device=None, copy=None)\n--\n\n"
+     "Export as a DLPack capsule (zero-copy)."},
     {"__dlpack_device__", view_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id)."},
     {"__enter__", view_enter, METH_NOARGS, NULL},

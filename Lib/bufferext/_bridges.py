@@ -140,9 +140,9 @@ _POINTER_LIMIT = 2**64 if np.intp(0).itemsize == 8 else 2**32
 
 
 def _is_int(value: Any, low: int = -_SSIZE_MAX, high: int = _SSIZE_MAX) -> bool:
-    return (isinstance(value, (int, np.integer))
-            and not isinstance(value, (bool, np.bool_))
-            and low <= value <= high)
+    return bool(isinstance(value, (int, np.integer))
+                and not isinstance(value, (bool, np.bool_))
+                and low <= value <= high)
 
 
 def _shape(protocol: str, d: Dict[str, Any]) -> Tuple[int, ...]:
@@ -170,7 +170,7 @@ def _typestr(protocol: str, d: Dict[str, Any]) -> Tuple[str, int]:
         fmt = resolve(dtype)[0]
     except TypeError:
         # Structured and other types: NumPy's own PEP 3118 format.
-        fmt = memoryview(np.empty((0,), dtype)).format
+        fmt = np.empty((0,), dtype).data.format
     return fmt, dtype.itemsize
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import struct
 import sys
-from typing import Any, Tuple
+from typing import Any, Dict, Literal, Tuple
 
 import numpy as np
 
@@ -32,9 +32,13 @@ _CODES = {
 
 _STRUCT_FORMAT = re.compile(r"^([@=<>!]?)(\?|[bBhHiIlLqQnNefd]|Z[efd])$")
 _NATIVE = "<" if sys.byteorder == "little" else ">"
+# struct byte-order prefix -> numpy byte order
+_ORDERS: Dict[str, Literal["=", "<", ">"]] = {
+    "": "=", "@": "=", "=": "=", "!": ">", "<": "<", ">": ">",
+}
 
 
-def _from_struct(fmt: str) -> np.dtype:
+def _from_struct(fmt: str) -> np.dtype[Any]:
     match = _STRUCT_FORMAT.match(fmt)
     if match is None:
         raise TypeError(f"dtype {fmt!r} is neither a numpy dtype nor a "
@@ -47,11 +51,10 @@ def _from_struct(fmt: str) -> np.dtype:
         size = struct.calcsize((order or "@") + code)
         kind = ("b" if code == "?" else "f" if code in "efd"
                 else "u" if code.isupper() else "i")
-    byteorder = {"": "=", "@": "=", "=": "=", "!": ">"}.get(order, order)
-    return np.dtype(f"{kind}{size}").newbyteorder(byteorder)
+    return np.dtype(f"{kind}{size}").newbyteorder(_ORDERS[order])
 
 
-def resolve(dtype: Any) -> Tuple[str, int, np.dtype, str]:
+def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
     """``(struct format, itemsize, numpy dtype, typestr)`` of ``dtype``.
 
     Raises TypeError naming the value for anything that is not a supported

@@ -198,8 +198,9 @@ class DistSpec:
             indices = [indices]
         idx = _per_dim(indices, ndim, "indices") if indices is not None else [None] * ndim
         if grid_shape is None:
-            fixed = [1 if d == "n" else (len(idx[i]) if d == "u" and idx[i] is not None
-                                         else None) for i, d in enumerate(letters)]
+            fixed = [1 if d == "n" else (len(ix) if d == "u" and ix is not None
+                                         else None)
+                     for d, ix in zip(letters, idx)]
             grid = dims_create(1 if nprocs is None else nprocs, fixed)
         else:
             grid = tuple(operator.index(p) for p in grid_shape)
@@ -338,7 +339,8 @@ class DistArray:
         """
         if comm is not None:
             from . import _mpi
-            return _mpi.import_collective(cls, obj, comm)
+            imported: DistArray = _mpi.import_collective(cls, obj, comm)
+            return imported
         data = obj if type(obj) is dict else obj.__distarray__()
         _, shape, device, fmt, dims = check(data)
         self = cls.__new__(cls)
@@ -472,10 +474,11 @@ class DistArray:
         ``comm`` (None: one process).
         """
         from . import _mpi
-        return _mpi.scatter(cls, array, dist=dist, grid_shape=grid_shape,
+        scattered: DistArray = _mpi.scatter(cls, array, dist=dist, grid_shape=grid_shape,
                             block_size=block_size, padding=padding, periodic=periodic,
                             indices=indices, split=split, device=device, comm=comm,
                             root=root)
+        return scattered
 
     def gather(self, root: int = 0) -> Optional[np.ndarray]:
         """The global array (a numpy array) on process ``root``, None on the
@@ -497,9 +500,10 @@ class DistArray:
         :meth:`from_global`; ``device`` defaults to this array's), moved
         with one all-to-all exchange.  Collective over :attr:`comm`."""
         from . import _mpi
-        return _mpi.redistribute(self, dist=dist, grid_shape=grid_shape,
+        moved: DistArray = _mpi.redistribute(self, dist=dist, grid_shape=grid_shape,
                                  block_size=block_size, split=split, padding=padding,
                                  periodic=periodic, indices=indices, device=device)
+        return moved
 
     def update_halos(self) -> None:
         """Fill communication padding with the neighbours' owned values;

@@ -201,7 +201,7 @@ def _dim_layout(dds: Sequence[Dict[str, Any]]) -> _DimLayout:
     pads: List[Tuple[int, int]] = []
     if dist == "b":
         for c, dd in enumerate(dds):
-            pads.append(tuple(dd["padding"]))  # type: ignore[arg-type]
+            pads.append(tuple(dd["padding"]))
             start, stop, (pl, pr) = dd["start"], dd["stop"], dd["padding"]
             lc = pl if c > 0 else 0
             rc = pr if c < grid - 1 else 0
@@ -455,7 +455,7 @@ def _full_maps(darr: Any, everyone: Sequence[Sequence[Dict[str, Any]]]) -> None:
 def _layout(darr: Any) -> _Layout:
     """The layout of a DistArray (collective the first time: everyone's
     dim_data are gathered and checked; cached afterwards)."""
-    cached = getattr(darr, "_mpi_layout", None)
+    cached: Optional[_Layout] = getattr(darr, "_mpi_layout", None)
     if cached is not None:
         return cached
     comm = darr.comm
@@ -605,7 +605,7 @@ def _host_array(darr: Any) -> np.ndarray:
     """A C-contiguous host array of the local buffer: a view for CPU memory,
     a staged copy for device memory."""
     if darr.device == "cpu":
-        arr = darr.local
+        arr: np.ndarray = darr.local
         if not arr.flags.c_contiguous:
             raise BufferError("DistArray: the local buffer is not C-contiguous")
         return arr
@@ -697,7 +697,7 @@ def _check_root(comm: Any, root: Any) -> int:
     root = operator.index(root)
     if not 0 <= root < _size(comm):
         raise ValueError(f"root={root}: must be in [0, {_size(comm)})")
-    return root
+    return int(root)
 
 
 def _new_buffer(device: str, host: np.ndarray) -> Any:
@@ -885,8 +885,8 @@ class _Halo:
                     hit = _intersect(owned, need)
                     if hit is None:
                         continue
-                    (s0, n), (t0, _) = hit  # type: ignore[misc]
-                    t0 = t0 - need.base + dst           # type: ignore[operator]
+                    (s0, n), (t0, _) = hit
+                    t0 = t0 - need.base + dst
                     tag = 2 * d + side
                     if x == mine and c == mine:
                         copies.append((slab((s0, n)), slab((t0, n))))

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._bufferext import get_buffer  # type: ignore[import-not-found]
+from .._bufferext import get_buffer
 from .._flags import BufferFlags
 
 __all__ = ["ProtocolError", "validate", "EXPORT_VERSION", "owned_count"]
