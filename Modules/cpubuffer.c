@@ -4,7 +4,6 @@
  * refuses to be closed or resized while exported.  No allocation per
  * export: shape and strides point into the object. */
 #include "producer.h"
-#include "export.h"
 
 #define CPU_ALIGNMENT 64
 
@@ -103,27 +102,8 @@ cpubuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static int
 cpubuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
-    bufferext_producer *self = BufferExtProducer_CAST(op);
-
-    view->obj = NULL;
-    if (!self->open) {
-        return bufferext_refuse(op, "buffer is closed");
-    }
-    if (bufferext_fill_request(op, view, flags, &self->layout) < 0) {
-        return -1;
-    }
     /* CPU memory: answers a PyBUF_DEVICE request with device == NULL. */
-    (void)BufferExt_SetDevice(op, view, flags, NULL, NULL);
-    self->exports++;
-    view->obj = Py_NewRef(op);
-    return 0;
-}
-
-static void
-cpubuffer_releasebuffer(PyObject *op, Py_buffer *view)
-{
-    (void)view;
-    BufferExtProducer_CAST(op)->exports--;
+    return bufferext_producer_export(op, view, flags, NULL, NULL);
 }
 
 /* ---- methods ---------------------------------------------------------- */
@@ -316,7 +296,7 @@ static PyType_Slot cpubuffer_slots[] = {
     {Py_tp_getset, cpubuffer_getset},
     {Py_tp_members, bufferext_producer_members},
     {Py_bf_getbuffer, cpubuffer_getbuffer},
-    {Py_bf_releasebuffer, cpubuffer_releasebuffer},
+    {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
     {Py_tp_doc,
      "CPUBuffer(shape, dtype='float64', *, readonly=False)\n--\n\n"
      "Zero-filled CPU memory, 64-byte aligned, exported through the extended\n"

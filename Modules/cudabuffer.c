@@ -5,7 +5,6 @@
  * exports (NULL once the stream has been synchronised).  Specification:
  * docs/cuda.rst. */
 #include "cuda_driver.h"
-#include "export.h"
 #include "producer.h"
 
 /* ---- the object -------------------------------------------------------- */
@@ -295,29 +294,9 @@ cudabuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static int
 cudabuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
-    CUDABufferObject *self = CUDABuffer_CAST(op);
-
-    view->obj = NULL;
-    if (!self->head.open) {
-        return bufferext_refuse(op, "buffer is closed");
-    }
-    /* Device memory: only for consumers that asked for PyBUF_DEVICE.
-     * Nothing is committed before both steps succeed. */
-    if (bufferext_fill_request(op, view, flags, &self->head.layout) < 0 ||
-        BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_CUDA,
-                            &self->info) < 0) {
-        return -1;
-    }
-    self->head.exports++;
-    view->obj = Py_NewRef(op);
-    return 0;
-}
-
-static void
-cudabuffer_releasebuffer(PyObject *op, Py_buffer *view)
-{
-    (void)view;
-    CUDABuffer_CAST(op)->head.exports--;
+    /* Device memory: only for consumers that asked for PyBUF_DEVICE. */
+    return bufferext_producer_export(op, view, flags, BUFFEREXT_DEVICE_CUDA,
+                                     &CUDABuffer_CAST(op)->info);
 }
 
 /* ---- copies ------------------------------------------------------------ */
@@ -464,12 +443,14 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
                      src->head.layout.len, self->head.layout.len);
         return NULL;
     }
-    same = PyObject_RichCompareBool(src->head.dt.dtype, self->head.dt.dtype, Py_EQ);
+    same = PyObject_RichCompareBool(src->head.dt.dtype, self->head.dt.dtype,
+                                    Py_EQ);
     if (same <= 0) {
         if (same == 0) {
             PyErr_Format(PyExc_ValueError,
                          "%s: source dtype %R does not match the buffer's "
-                         "dtype %R", who, src->head.dt.dtype, self->head.dt.dtype);
+                         "dtype %R", who, src->head.dt.dtype,
+                         self->head.dt.dtype);
         }
         return NULL;
     }
@@ -545,7 +526,8 @@ fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
         }
         goto done;
     }
-    item = PyObject_CallMethod(numpy, "array", "OO", value, self->head.dt.dtype);
+    item = PyObject_CallMethod(numpy, "array", "OO", value,
+                               self->head.dt.dtype);
     bytes = item == NULL ? NULL : PyObject_CallMethod(item, "tobytes", NULL);
     if (bytes != NULL && PyBytes_Check(bytes) &&
         PyBytes_GET_SIZE(bytes) == self->head.dt.itemsize) {
@@ -852,7 +834,7 @@ static PyType_Slot cudabuffer_slots[] = {
     {Py_tp_getset, cudabuffer_getset},
     {Py_tp_members, bufferext_producer_members},
     {Py_bf_getbuffer, cudabuffer_getbuffer},
-    {Py_bf_releasebuffer, cudabuffer_releasebuffer},
+    {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
     {Py_tp_doc,
      "CUDABuffer(shape, dtype='float64', *, device=0, readonly=False)\n--\n\n"
      "Zero-filled memory on a CUDA device, allocated in its primary context\n"

@@ -184,6 +184,13 @@ bufferext_producer_repr(PyObject *op, const char *extra, const char *closed,
     return result;
 }
 
+void
+bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view)
+{
+    (void)view;
+    BufferExtProducer_CAST(op)->exports--;
+}
+
 int
 bufferext_producer_traverse(PyObject *op, visitproc visit, void *arg)
 {

@@ -6,6 +6,7 @@
 #ifndef BUFFEREXT_MODULES_PRODUCER_H
 #define BUFFEREXT_MODULES_PRODUCER_H
 #include "parts.h"
+#include "export.h"
 
 /* What differs between the producers where shared code needs it. */
 typedef struct {
@@ -32,6 +33,31 @@ typedef struct {
 } bufferext_producer;
 
 #define BufferExtProducer_CAST(op) ((bufferext_producer *)(op))
+
+/* The body of every producer's getbuffer (inline: the hot path calls
+ * nothing more than before): refuse a closed buffer, fill the request, say
+ * where the memory is (`device` NULL: CPU memory), count the export.  Each
+ * type calls it with its constant device, so the compiler drops what that
+ * device does not need.  0 or -1 with BufferError. */
+static inline int
+bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
+                          const char *device, void *device_info)
+{
+    bufferext_producer *p = (bufferext_producer *)op;
+
+    view->obj = NULL;
+    if (!p->open) {
+        return bufferext_refuse(op, "buffer is closed");
+    }
+    /* Nothing is committed before both steps succeed. */
+    if (bufferext_fill_request(op, view, flags, &p->layout) < 0 ||
+        BufferExt_SetDevice(op, view, flags, device, device_info) < 0) {
+        return -1;
+    }
+    p->exports++;
+    view->obj = Py_NewRef(op);
+    return 0;
+}
 
 /* The dtype/shape part of tp_new: set p->kind, resolve `dtype` (NULL:
  * float64), parse `shape` (messages name kind->name) and set the layout
@@ -78,6 +104,7 @@ PyObject *bufferext_producer_repr(PyObject *op, const char *extra,
                                   const char *closed, const char *after);
 
 /* Slots and methods every producer uses as they are. */
+void bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view);
 int bufferext_producer_traverse(PyObject *op, visitproc visit, void *arg);
 void bufferext_producer_dealloc(PyObject *op);
 PyObject *bufferext_producer_enter(PyObject *op, PyObject *unused);

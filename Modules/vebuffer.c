@@ -13,7 +13,6 @@
  * so an export allocates nothing) and the VE Array Interface v1.  DLPack
  * has no VE device type, so __dlpack__ refuses (see docs/ve.rst). */
 #include "producer.h"
-#include "export.h"
 
 /* ---- the VEO table ----------------------------------------------------- */
 
@@ -276,29 +275,9 @@ vebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static int
 vebuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
-    VEBufferObject *self = VEBuffer_CAST(op);
-
-    view->obj = NULL;
-    if (!self->head.open) {
-        return bufferext_refuse(op, "buffer is closed");
-    }
-    /* VE memory: only consumers that asked for PyBUF_DEVICE get it.
-     * Nothing is committed before both steps succeed. */
-    if (bufferext_fill_request(op, view, flags, &self->head.layout) < 0 ||
-        BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_VE,
-                            &self->info) < 0) {
-        return -1;
-    }
-    self->head.exports++;
-    view->obj = Py_NewRef(op);
-    return 0;
-}
-
-static void
-vebuffer_releasebuffer(PyObject *op, Py_buffer *view)
-{
-    (void)view;
-    VEBuffer_CAST(op)->head.exports--;
+    /* VE memory: only consumers that asked for PyBUF_DEVICE get it. */
+    return bufferext_producer_export(op, view, flags, BUFFEREXT_DEVICE_VE,
+                                     &VEBuffer_CAST(op)->info);
 }
 
 /* ---- copies ----------------------------------------------------------- */
@@ -590,7 +569,7 @@ static PyType_Slot vebuffer_slots[] = {
     {Py_tp_getset, vebuffer_getset},
     {Py_tp_members, bufferext_producer_members},
     {Py_bf_getbuffer, vebuffer_getbuffer},
-    {Py_bf_releasebuffer, vebuffer_releasebuffer},
+    {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
     {Py_tp_doc,
      "VEBuffer(shape, dtype='float64', *, node=0, readonly=False)\n--\n\n"
      "Memory on NEC SX-Aurora VE node `node`, allocated as VEO HMEM\n"
