@@ -315,15 +315,7 @@ static PyType_Spec cpubuffer_spec = {
 int
 bufferext_init_cpubuffer(PyObject *module)
 {
-    bufferext_state *st = bufferext_get_state(module);
-
-    st->CPUBuffer_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &cpubuffer_spec, NULL);
-    if (st->CPUBuffer_Type == NULL ||
-        BufferExt_SetSupportedFlags(st->CPUBuffer_Type,
-                                    CPUBUFFER_SUPPORTED_FLAGS) < 0) {
-        return -1;
-    }
-    return PyModule_AddObject(module, "CPUBuffer",
-                              Py_NewRef(st->CPUBuffer_Type));
+    return bufferext_add_type(module, &cpubuffer_spec,
+                              CPUBUFFER_SUPPORTED_FLAGS,
+                              &bufferext_get_state(module)->CPUBuffer_Type);
 }

@@ -855,15 +855,7 @@ static PyType_Spec cudabuffer_spec = {
 int
 bufferext_init_cuda(PyObject *module)
 {
-    bufferext_state *st = bufferext_get_state(module);
-
-    st->CUDABuffer_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &cudabuffer_spec, NULL);
-    if (st->CUDABuffer_Type == NULL ||
-        BufferExt_SetSupportedFlags(st->CUDABuffer_Type,
-                                    CUDABUFFER_SUPPORTED_FLAGS) < 0) {
-        return -1;
-    }
-    return PyModule_AddObject(module, "CUDABuffer",
-                              Py_NewRef(st->CUDABuffer_Type));
+    return bufferext_add_type(module, &cudabuffer_spec,
+                              CUDABUFFER_SUPPORTED_FLAGS,
+                              &bufferext_get_state(module)->CUDABuffer_Type);
 }

@@ -648,13 +648,6 @@ bufferext_init_ve(PyObject *module)
         }
         ve_atexit_registered = 1;
     }
-    st->VEBuffer_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &vebuffer_spec, NULL);
-    if (st->VEBuffer_Type == NULL ||
-        BufferExt_SetSupportedFlags(st->VEBuffer_Type,
-                                    VEBUFFER_SUPPORTED_FLAGS) < 0) {
-        return -1;
-    }
-    return PyModule_AddObject(module, "VEBuffer",
-                              Py_NewRef(st->VEBuffer_Type));
+    return bufferext_add_type(module, &vebuffer_spec,
+                              VEBUFFER_SUPPORTED_FLAGS, &st->VEBuffer_Type);
 }
