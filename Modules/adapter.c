@@ -833,15 +833,10 @@ bufferext_init_adapter(PyObject *module)
 {
     bufferext_state *st = bufferext_get_state(module);
 
-    st->BufferAdapter_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &adapter_spec, NULL);
-    if (st->BufferAdapter_Type == NULL ||
-        BufferExt_SetSupportedFlags(st->BufferAdapter_Type,
-                                    BUFFEREXT_LEGACY_FLAGS |
-                                        PyBUF_DEVICE) < 0 ||
-        PyModule_AddFunctions(module, adapter_functions) < 0) {
+    if (PyModule_AddFunctions(module, adapter_functions) < 0) {
         return -1;
     }
-    return PyModule_AddObject(module, "BufferAdapter",
-                              Py_NewRef(st->BufferAdapter_Type));
+    return bufferext_add_type(module, &adapter_spec,
+                              BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE,
+                              &st->BufferAdapter_Type);
 }

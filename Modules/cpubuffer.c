@@ -3,8 +3,7 @@
  * answers PyBUF_DEVICE explicitly with CPU memory, counts its exports and
  * refuses to be closed or resized while exported.  No allocation per
  * export: shape and strides point into the object. */
-#include "parts.h"
-#include "export.h"
+#include "producer.h"
 
 #define CPU_ALIGNMENT 64
 
@@ -12,80 +11,56 @@
 #define CPUBUFFER_SUPPORTED_FLAGS (BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE)
 
 typedef struct {
-    PyObject_HEAD
+    bufferext_producer head;    /* open: data != NULL */
     char *data;                 /* CPU_ALIGNMENT-aligned; NULL once closed */
     void *allocation;           /* what was allocated (data lies inside) */
-    bufferext_export_layout layout;
-    Py_ssize_t *dims;           /* shape then strides, 2 * ndim entries */
-    Py_ssize_t exports;
-    bufferext_dtype dt;
-    PyObject *weakreflist;
 } CPUBufferObject;
 
 #define CPUBuffer_CAST(op) ((CPUBufferObject *)(op))
 
-static int
-check_open(CPUBufferObject *self)
+static PyObject *cpubuffer_close(PyObject *op, PyObject *unused);
+
+static void
+cpubuffer_free_memory(PyObject *op)
 {
-    if (self->data == NULL) {
-        PyErr_SetString(PyExc_ValueError, "operation on a closed CPUBuffer");
-        return -1;
-    }
-    return 0;
+    PyMem_RawFree(CPUBuffer_CAST(op)->allocation);
 }
 
-static int
-check_not_exported(CPUBufferObject *self, const char *what)
-{
-    if (self->exports > 0) {
-        PyErr_Format(PyExc_BufferError,
-                     "CPUBuffer: cannot %s while %zd export(s) are alive "
-                     "(release the views and DLPack capsules first)",
-                     what, self->exports);
-        return -1;
-    }
-    return 0;
-}
+static const bufferext_producer_kind cpubuffer_kind = {
+    "CPUBuffer", "release the views and DLPack capsules first",
+    cpubuffer_free_memory, cpubuffer_close,
+};
 
-/* Allocate zeroed memory for `layout`; on success the object owns it. */
-static int
-cpubuffer_allocate(CPUBufferObject *self, const bufferext_layout *layout)
+/* Zeroed memory for `nbytes` bytes: the block to free, its aligned start
+ * in *data.  NULL with ValueError or MemoryError. */
+static void *
+cpubuffer_calloc(Py_ssize_t nbytes, char **data)
 {
-    size_t size = (size_t)layout->nbytes + CPU_ALIGNMENT;
-    Py_ssize_t *dims;
-    int64_t *items;
     void *allocation;
-    int ndim = layout->ndim;
 
-    if ((size_t)layout->nbytes > (size_t)PY_SSIZE_T_MAX - CPU_ALIGNMENT) {
+    if ((size_t)nbytes > (size_t)PY_SSIZE_T_MAX - CPU_ALIGNMENT) {
         PyErr_SetString(PyExc_ValueError, "CPUBuffer: size is too large");
-        return -1;
+        return NULL;
     }
-    allocation = PyMem_RawCalloc(1, size);
-    dims = bufferext_dims_alloc(ndim, &items);
-    if (allocation == NULL || dims == NULL) {
-        PyMem_RawFree(allocation);
-        PyMem_Free(dims);
+    allocation = PyMem_RawCalloc(1, (size_t)nbytes + CPU_ALIGNMENT);
+    if (allocation == NULL) {
         PyErr_Format(PyExc_MemoryError,
-                     "CPUBuffer: cannot allocate %zd bytes", layout->nbytes);
-        return -1;
+                     "CPUBuffer: cannot allocate %zd bytes", nbytes);
+        return NULL;
     }
-    memcpy(dims, layout->shape, sizeof(Py_ssize_t) * (size_t)ndim);
-    memcpy(dims + ndim, layout->strides, sizeof(Py_ssize_t) * (size_t)ndim);
-    PyMem_RawFree(self->allocation);
-    PyMem_Free(self->dims);
+    *data = (char *)(((uintptr_t)allocation + CPU_ALIGNMENT - 1) &
+                     ~(uintptr_t)(CPU_ALIGNMENT - 1));
+    return allocation;
+}
+
+/* The object owns `allocation` from here on. */
+static void
+cpubuffer_install(CPUBufferObject *self, void *allocation, char *data)
+{
     self->allocation = allocation;
-    self->dims = dims;
-    self->data = (char *)(((uintptr_t)allocation + CPU_ALIGNMENT - 1) &
-                          ~(uintptr_t)(CPU_ALIGNMENT - 1));
-    self->layout.buf = self->data;
-    self->layout.len = layout->nbytes;
-    self->layout.ndim = ndim;
-    self->layout.shape = dims;
-    self->layout.strides = dims + ndim;
-    bufferext_layout_contiguity(&self->layout);
-    bufferext_layout_dlpack(&self->layout, items);
-    return 0;
+    self->data = data;
+    self->head.layout.buf = data;
+    self->head.open = 1;
 }
 
 static PyObject *
@@ -95,8 +70,9 @@ cpubuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     PyObject *shape, *dtype = NULL;
     int readonly = 0;
     bufferext_state *st;
-    bufferext_layout layout;
     CPUBufferObject *self;
+    void *allocation;
+    char *data;
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$p:CPUBuffer",
                                      keywords, &shape, &dtype, &readonly)) {
@@ -110,56 +86,15 @@ cpubuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    if (dtype == NULL) {
-        dtype = PyUnicode_FromString("float64");
+    if (bufferext_producer_init(&self->head, &cpubuffer_kind, st, shape,
+                                dtype, readonly) < 0 ||
+        (allocation = cpubuffer_calloc(self->head.layout.len,
+                                       &data)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
     }
-    else {
-        Py_INCREF(dtype);
-    }
-    if (dtype == NULL ||
-        bufferext_dtype_resolve(st, dtype, &self->dt) < 0) {
-        goto error;
-    }
-    /* The item layout first: allocation computes contiguity from it. */
-    self->layout.itemsize = self->dt.itemsize;
-    self->layout.format = self->dt.format;
-    self->layout.readonly = readonly;
-    if (bufferext_layout_parse("CPUBuffer", shape, self->dt.itemsize,
-                               &layout) < 0 ||
-        cpubuffer_allocate(self, &layout) < 0) {
-        goto error;
-    }
-    Py_DECREF(dtype);
+    cpubuffer_install(self, allocation, data);
     return (PyObject *)self;
-error:
-    Py_XDECREF(dtype);
-    Py_DECREF(self);
-    return NULL;
-}
-
-static int
-cpubuffer_traverse(PyObject *op, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(op));
-    Py_VISIT(CPUBuffer_CAST(op)->dt.dtype);
-    return 0;
-}
-
-static void
-cpubuffer_dealloc(PyObject *op)
-{
-    CPUBufferObject *self = CPUBuffer_CAST(op);
-    PyTypeObject *type = Py_TYPE(op);
-
-    PyObject_GC_UnTrack(op);
-    if (self->weakreflist != NULL) {
-        PyObject_ClearWeakRefs(op);
-    }
-    PyMem_RawFree(self->allocation);
-    PyMem_Free(self->dims);
-    bufferext_dtype_clear(&self->dt);
-    type->tp_free(op);
-    Py_DECREF(type);
 }
 
 /* ---- the buffer protocol ---------------------------------------------- */
@@ -167,27 +102,8 @@ cpubuffer_dealloc(PyObject *op)
 static int
 cpubuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
-    CPUBufferObject *self = CPUBuffer_CAST(op);
-
-    view->obj = NULL;
-    if (self->data == NULL) {
-        return bufferext_refuse(op, "buffer is closed");
-    }
-    if (bufferext_fill_request(op, view, flags, &self->layout) < 0) {
-        return -1;
-    }
     /* CPU memory: answers a PyBUF_DEVICE request with device == NULL. */
-    (void)BufferExt_SetDevice(op, view, flags, NULL, NULL);
-    self->exports++;
-    view->obj = Py_NewRef(op);
-    return 0;
-}
-
-static void
-cpubuffer_releasebuffer(PyObject *op, Py_buffer *view)
-{
-    (void)view;
-    CPUBuffer_CAST(op)->exports--;
+    return bufferext_producer_export(op, view, flags, NULL, NULL);
 }
 
 /* ---- methods ---------------------------------------------------------- */
@@ -195,38 +111,20 @@ cpubuffer_releasebuffer(PyObject *op, Py_buffer *view)
 static PyObject *
 cpubuffer_copy_from_host(PyObject *op, PyObject *source)
 {
+    const char *who = "CPUBuffer.copy_from_host";
     CPUBufferObject *self = CPUBuffer_CAST(op);
     bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
     Py_buffer view;
+    int rc;
 
-    if (st == NULL || check_open(self) < 0) {
+    if (st == NULL || bufferext_producer_check_writable(&self->head) < 0 ||
+        bufferext_producer_get_source(&self->head, st, who, source,
+                                      &view) < 0) {
         return NULL;
     }
-    if (self->layout.readonly &&
-        check_not_exported(self, "be written while read-only") < 0) {
-        return NULL;
-    }
-    if (PyObject_GetBuffer(source, &view, PyBUF_FULL_RO) < 0) {
-        return NULL;
-    }
-    if (view.len != self->layout.len) {
-        PyErr_Format(PyExc_ValueError,
-                     "CPUBuffer.copy_from_host: source has %zd bytes, the "
-                     "buffer %zd", view.len, self->layout.len);
-        goto error;
-    }
-    if (bufferext_check_source_format(st, "CPUBuffer.copy_from_host", &view,
-                                      self->dt.dtype) < 0) {
-        goto error;
-    }
-    if (PyBuffer_ToContiguous(self->data, &view, view.len, 'C') < 0) {
-        goto error;
-    }
+    rc = PyBuffer_ToContiguous(self->data, &view, view.len, 'C');
     PyBuffer_Release(&view);
-    Py_RETURN_NONE;
-error:
-    PyBuffer_Release(&view);
-    return NULL;
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 static PyObject *
@@ -235,7 +133,7 @@ cpubuffer_to_host(PyObject *op, PyObject *unused)
     PyObject *numpy, *array;
     (void)unused;
 
-    if (check_open(CPUBuffer_CAST(op)) < 0) {
+    if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
         return NULL;
     }
     numpy = PyImport_ImportModule("numpy");
@@ -254,16 +152,17 @@ cpubuffer_close(PyObject *op, PyObject *unused)
     CPUBufferObject *self = CPUBuffer_CAST(op);
     (void)unused;
 
-    if (self->data == NULL) {
+    if (!self->head.open) {
         Py_RETURN_NONE;
     }
-    if (check_not_exported(self, "close") < 0) {
+    if (bufferext_producer_check_not_exported(&self->head, "close") < 0) {
         return NULL;
     }
     PyMem_RawFree(self->allocation);
     self->allocation = NULL;
     self->data = NULL;
-    self->layout.buf = NULL;
+    self->head.layout.buf = NULL;
+    self->head.open = 0;
     Py_RETURN_NONE;
 }
 
@@ -272,23 +171,27 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
     bufferext_layout layout;
-    char *old_data = self->data;
-    void *old_allocation = self->allocation;
-    Py_ssize_t old_len = self->layout.len;
+    Py_ssize_t old_len = self->head.layout.len;
+    void *allocation;
+    char *data;
 
-    if (check_open(self) < 0 || check_not_exported(self, "resize") < 0 ||
+    if (bufferext_producer_check_open(&self->head) < 0 ||
+        bufferext_producer_check_not_exported(&self->head, "resize") < 0 ||
         bufferext_layout_parse("CPUBuffer.resize", shape,
-                               self->layout.itemsize, &layout) < 0) {
+                               self->head.layout.itemsize, &layout) < 0 ||
+        (allocation = cpubuffer_calloc(layout.nbytes, &data)) == NULL) {
         return NULL;
     }
-    self->allocation = NULL;   /* keep the old block for the copy */
-    if (cpubuffer_allocate(self, &layout) < 0) {
-        self->allocation = old_allocation;
+    if (bufferext_producer_set_layout(&self->head, &layout) < 0) {
+        PyMem_RawFree(allocation);
+        PyErr_Format(PyExc_MemoryError,
+                     "CPUBuffer: cannot allocate %zd bytes", layout.nbytes);
         return NULL;
     }
-    memcpy(self->data, old_data,
+    memcpy(data, self->data,
            (size_t)(old_len < layout.nbytes ? old_len : layout.nbytes));
-    PyMem_RawFree(old_allocation);
+    PyMem_RawFree(self->allocation);
+    cpubuffer_install(self, allocation, data);
     Py_RETURN_NONE;
 }
 
@@ -296,7 +199,7 @@ static PyObject *
 cpubuffer_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
                  PyObject *kwnames)
 {
-    if (check_open(CPUBuffer_CAST(op)) < 0) {
+    if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
         return NULL;
     }
     return bufferext_dlpack(op, args, nargs, kwnames);
@@ -308,20 +211,6 @@ cpubuffer_dlpack_device(PyObject *op, PyObject *unused)
     (void)op;
     (void)unused;
     return Py_BuildValue("(ii)", 1, 0);   /* kDLCPU, device 0 */
-}
-
-static PyObject *
-cpubuffer_enter(PyObject *op, PyObject *unused)
-{
-    (void)unused;
-    return Py_NewRef(op);
-}
-
-static PyObject *
-cpubuffer_exit(PyObject *op, PyObject *args)
-{
-    (void)args;
-    return cpubuffer_close(op, NULL);
 }
 
 static PyMethodDef cpubuffer_methods[] = {
@@ -346,92 +235,19 @@ static PyMethodDef cpubuffer_methods[] = {
      "Export as a DLPack capsule (zero-copy)."},
     {"__dlpack_device__", cpubuffer_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(1, 0): kDLCPU."},
-    {"__enter__", cpubuffer_enter, METH_NOARGS, NULL},
-    {"__exit__", cpubuffer_exit, METH_VARARGS, NULL},
+    {"__enter__", bufferext_producer_enter, METH_NOARGS, NULL},
+    {"__exit__", bufferext_producer_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
 /* ---- attributes ------------------------------------------------------- */
 
 static PyObject *
-get_shape(PyObject *op, void *closure)
-{
-    CPUBufferObject *self = CPUBuffer_CAST(op);
-    (void)closure;
-    return bufferext_tuple_from_ssize(self->layout.ndim, self->layout.shape);
-}
-
-static PyObject *
-get_strides(PyObject *op, void *closure)
-{
-    CPUBufferObject *self = CPUBuffer_CAST(op);
-    (void)closure;
-    return bufferext_tuple_from_ssize(self->layout.ndim,
-                                      self->layout.strides);
-}
-
-static PyObject *
-get_ndim(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyLong_FromLong(CPUBuffer_CAST(op)->layout.ndim);
-}
-
-static PyObject *
-get_nbytes(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyLong_FromSsize_t(CPUBuffer_CAST(op)->layout.len);
-}
-
-static PyObject *
-get_itemsize(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyLong_FromSsize_t(CPUBuffer_CAST(op)->layout.itemsize);
-}
-
-static PyObject *
-get_dtype(PyObject *op, void *closure)
-{
-    (void)closure;
-    return Py_NewRef(CPUBuffer_CAST(op)->dt.dtype);
-}
-
-static PyObject *
-get_format(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyUnicode_FromString(CPUBuffer_CAST(op)->dt.format);
-}
-
-static PyObject *
-get_readonly(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyBool_FromLong(CPUBuffer_CAST(op)->layout.readonly);
-}
-
-static PyObject *
-get_exports(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyLong_FromSsize_t(CPUBuffer_CAST(op)->exports);
-}
-
-static PyObject *
-get_closed(PyObject *op, void *closure)
-{
-    (void)closure;
-    return PyBool_FromLong(CPUBuffer_CAST(op)->data == NULL);
-}
-
-static PyObject *
 get_ptr(PyObject *op, void *closure)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
     (void)closure;
-    if (check_open(self) < 0) {
+    if (bufferext_producer_check_open(&self->head) < 0) {
         return NULL;
     }
     return PyLong_FromVoidPtr(self->data);
@@ -441,37 +257,24 @@ static PyObject *
 get_array_interface(PyObject *op, void *closure)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
-    PyObject *shape, *result;
+    PyObject *shape;
     (void)closure;
 
-    if (check_open(self) < 0) {
-        return NULL;
-    }
-    shape = get_shape(op, NULL);
-    if (shape == NULL) {
+    if (bufferext_producer_check_open(&self->head) < 0 ||
+        (shape = bufferext_producer_get_shape(op, NULL)) == NULL) {
         return NULL;
     }
     /* NumPy's array interface v3; strides None: C-contiguous. */
-    result = Py_BuildValue("{s:N,s:O,s:[(s,O)],s:(NO),s:O,s:i}",
-                           "shape", shape, "typestr", self->dt.typestr,
-                           "descr", "", self->dt.typestr,
-                           "data", PyLong_FromVoidPtr(self->data),
-                           self->layout.readonly ? Py_True : Py_False,
-                           "strides", Py_None, "version", 3);
-    return result;
+    return Py_BuildValue("{s:N,s:O,s:[(s,O)],s:(NO),s:O,s:i}",
+                         "shape", shape, "typestr", self->head.dt.typestr,
+                         "descr", "", self->head.dt.typestr,
+                         "data", PyLong_FromVoidPtr(self->data),
+                         self->head.layout.readonly ? Py_True : Py_False,
+                         "strides", Py_None, "version", 3);
 }
 
 static PyGetSetDef cpubuffer_getset[] = {
-    {"shape", get_shape, NULL, "Shape, a tuple of ints.", NULL},
-    {"strides", get_strides, NULL, "Strides in bytes (C order).", NULL},
-    {"ndim", get_ndim, NULL, "Number of dimensions.", NULL},
-    {"nbytes", get_nbytes, NULL, "Size in bytes.", NULL},
-    {"itemsize", get_itemsize, NULL, "Bytes per item.", NULL},
-    {"dtype", get_dtype, NULL, "Element type, a numpy.dtype.", NULL},
-    {"format", get_format, NULL, "Element type as a struct format.", NULL},
-    {"readonly", get_readonly, NULL, "True if exports are read-only.", NULL},
-    {"exports", get_exports, NULL, "Number of live exports.", NULL},
-    {"closed", get_closed, NULL, "True once close() freed the memory.", NULL},
+    BUFFEREXT_PRODUCER_GETSET
     {"ptr", get_ptr, NULL, "Address of the first byte (64-byte aligned).",
      NULL},
     {"__array_interface__", get_array_interface, NULL,
@@ -482,37 +285,19 @@ static PyGetSetDef cpubuffer_getset[] = {
 static PyObject *
 cpubuffer_repr(PyObject *op)
 {
-    CPUBufferObject *self = CPUBuffer_CAST(op);
-    PyObject *shape = get_shape(op, NULL), *result;
-
-    if (shape == NULL) {
-        return NULL;
-    }
-    result = PyUnicode_FromFormat("CPUBuffer(%R, dtype='%S'%s%s)", shape,
-                                  self->dt.dtype,
-                                  self->layout.readonly ? ", readonly=True"
-                                                        : "",
-                                  self->data == NULL ? ", closed" : "");
-    Py_DECREF(shape);
-    return result;
+    return bufferext_producer_repr(op, "", ", closed", "");
 }
-
-static PyMemberDef cpubuffer_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET,
-     offsetof(CPUBufferObject, weakreflist), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
 
 static PyType_Slot cpubuffer_slots[] = {
     {Py_tp_new, cpubuffer_new},
-    {Py_tp_dealloc, cpubuffer_dealloc},
-    {Py_tp_traverse, cpubuffer_traverse},
+    {Py_tp_dealloc, bufferext_producer_dealloc},
+    {Py_tp_traverse, bufferext_producer_traverse},
     {Py_tp_repr, cpubuffer_repr},
     {Py_tp_methods, cpubuffer_methods},
     {Py_tp_getset, cpubuffer_getset},
-    {Py_tp_members, cpubuffer_members},
+    {Py_tp_members, bufferext_producer_members},
     {Py_bf_getbuffer, cpubuffer_getbuffer},
-    {Py_bf_releasebuffer, cpubuffer_releasebuffer},
+    {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
     {Py_tp_doc,
      "CPUBuffer(shape, dtype='float64', *, readonly=False)\n--\n\n"
      "Zero-filled CPU memory, 64-byte aligned, exported through the extended\n"
@@ -531,15 +316,7 @@ static PyType_Spec cpubuffer_spec = {
 int
 bufferext_init_cpubuffer(PyObject *module)
 {
-    bufferext_state *st = bufferext_get_state(module);
-
-    st->CPUBuffer_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &cpubuffer_spec, NULL);
-    if (st->CPUBuffer_Type == NULL ||
-        BufferExt_SetSupportedFlags(st->CPUBuffer_Type,
-                                    CPUBUFFER_SUPPORTED_FLAGS) < 0) {
-        return -1;
-    }
-    return PyModule_AddObject(module, "CPUBuffer",
-                              Py_NewRef(st->CPUBuffer_Type));
+    return bufferext_add_type(module, &cpubuffer_spec,
+                              CPUBUFFER_SUPPORTED_FLAGS,
+                              &bufferext_get_state(module)->CPUBuffer_Type);
 }

@@ -5,7 +5,7 @@
  * exports (NULL once the stream has been synchronised).  Specification:
  * docs/cuda.rst. */
 #include "cuda_driver.h"
-#include "export.h"
+#include "producer.h"
 
 /* ---- the object -------------------------------------------------------- */
 
@@ -14,8 +14,7 @@
 #define CUDABUFFER_SUPPORTED_FLAGS (BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE)
 
 typedef struct {
-    PyObject_HEAD
-    int open;                   /* 0 once closed (or never set up) */
+    bufferext_producer head;
     int pending;                /* work queued since the last sync */
     int busy;                   /* driver calls running without the GIL */
     CUdevice device;
@@ -24,33 +23,37 @@ typedef struct {
     CUevent event;              /* recorded after asynchronous work */
     CUdeviceptr ptr;            /* 0 for zero bytes */
     BufferExt_CUDADeviceInfo info;  /* what exports point to */
-    bufferext_export_layout layout;
-    Py_ssize_t *dims;           /* shape then strides */
-    Py_ssize_t exports;
-    bufferext_dtype dt;
-    PyObject *weakreflist;
 } CUDABufferObject;
 
 #define CUDABuffer_CAST(op) ((CUDABufferObject *)(op))
 
+static PyObject *cudabuffer_close(PyObject *op, PyObject *unused);
+static CUresult tear_down(CUDABufferObject *self, const char **call);
+
+static void
+cudabuffer_free_memory(PyObject *op)
+{
+    const char *call = NULL;
+    /* nobody to report a failure to */
+    (void)tear_down((CUDABufferObject *)op, &call);
+}
+
+static const bufferext_producer_kind cudabuffer_kind = {
+    "CUDABuffer", "release the views and DLPack capsules first",
+    cudabuffer_free_memory, cudabuffer_close,
+};
+
 static int
 check_open(CUDABufferObject *self)
 {
-    if (!self->open) {
-        PyErr_SetString(PyExc_ValueError, "operation on a closed CUDABuffer");
-        return -1;
-    }
-    return 0;
+    return bufferext_producer_check_open(&self->head);
 }
 
+/* Also refused while another thread copies without the GIL. */
 static int
 check_not_exported(CUDABufferObject *self, const char *what)
 {
-    if (self->exports > 0) {
-        PyErr_Format(PyExc_BufferError,
-                     "CUDABuffer: cannot %s while %zd export(s) are alive "
-                     "(release the views and DLPack capsules first)",
-                     what, self->exports);
+    if (bufferext_producer_check_not_exported(&self->head, what) < 0) {
         return -1;
     }
     if (self->busy > 0) {
@@ -70,7 +73,7 @@ check_writable(CUDABufferObject *self)
     if (check_open(self) < 0) {
         return -1;
     }
-    if (self->layout.readonly &&
+    if (self->head.layout.readonly &&
         check_not_exported(self, "be written while read-only") < 0) {
         return -1;
     }
@@ -137,7 +140,7 @@ tear_down(CUDABufferObject *self, const char **call)
         }                                                                   \
     } while (0)
 
-    self->open = 0;
+    self->head.open = 0;
     if (self->context == NULL) {
         return first;
     }
@@ -209,7 +212,7 @@ set_up(CUDABufferObject *self, int ordinal, Py_ssize_t nbytes)
                           (self->ptr, 0, (size_t)nbytes, self->stream));
         }
     }
-    self->open = 1;
+    self->head.open = 1;
     if (rc == 0 && nbytes > 0) {
         rc = record_event(self, who);
     }
@@ -248,38 +251,6 @@ parse_ordinal(PyObject *device, int *ordinal)
     return 0;
 }
 
-/* Shape, strides and everything about the layout but the pointer. */
-static int
-set_layout(CUDABufferObject *self, PyObject *shape, int readonly)
-{
-    bufferext_layout layout;
-    int64_t *items;
-    int ndim;
-
-    if (bufferext_layout_parse("CUDABuffer", shape, self->dt.itemsize,
-                               &layout) < 0) {
-        return -1;
-    }
-    ndim = layout.ndim;
-    self->dims = bufferext_dims_alloc(ndim, &items);
-    if (self->dims == NULL) {
-        return -1;
-    }
-    memcpy(self->dims, layout.shape, sizeof(Py_ssize_t) * (size_t)ndim);
-    memcpy(self->dims + ndim, layout.strides,
-           sizeof(Py_ssize_t) * (size_t)ndim);
-    self->layout.len = layout.nbytes;
-    self->layout.ndim = ndim;
-    self->layout.shape = self->dims;
-    self->layout.strides = self->dims + ndim;
-    self->layout.itemsize = self->dt.itemsize;
-    self->layout.format = self->dt.format;
-    self->layout.readonly = readonly;
-    bufferext_layout_contiguity(&self->layout);
-    bufferext_layout_dlpack(&self->layout, items);
-    return 0;
-}
-
 static PyObject *
 cudabuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -305,48 +276,17 @@ cudabuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    dtype = dtype == NULL ? PyUnicode_FromString("float64")
-                          : Py_NewRef(dtype);
-    if (dtype == NULL ||
-        bufferext_dtype_resolve(st, dtype, &self->dt) < 0 ||
-        set_layout(self, shape, readonly) < 0 ||
-        set_up(self, ordinal, self->layout.len) < 0) {
-        Py_XDECREF(dtype);
+    if (bufferext_producer_init(&self->head, &cudabuffer_kind, st, shape,
+                                dtype, readonly) < 0 ||
+        set_up(self, ordinal, self->head.layout.len) < 0) {
         Py_DECREF(self);        /* dealloc tears down what was set up */
         return NULL;
     }
-    Py_DECREF(dtype);
-    self->layout.buf = (void *)(uintptr_t)self->ptr;
+    self->head.layout.buf = (void *)(uintptr_t)self->ptr;
     self->info.version = BUFFEREXT_CUDA_INFO_VERSION;
     self->info.device = ordinal;
     self->info.context = self->context;
     return (PyObject *)self;
-}
-
-static int
-cudabuffer_traverse(PyObject *op, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(op));
-    Py_VISIT(CUDABuffer_CAST(op)->dt.dtype);
-    return 0;
-}
-
-static void
-cudabuffer_dealloc(PyObject *op)
-{
-    CUDABufferObject *self = CUDABuffer_CAST(op);
-    PyTypeObject *type = Py_TYPE(op);
-    const char *call = NULL;
-
-    PyObject_GC_UnTrack(op);
-    if (self->weakreflist != NULL) {
-        PyObject_ClearWeakRefs(op);
-    }
-    (void)tear_down(self, &call);   /* nobody to report a failure to */
-    PyMem_Free(self->dims);
-    bufferext_dtype_clear(&self->dt);
-    type->tp_free(op);
-    Py_DECREF(type);
 }
 
 /* ---- the buffer protocol ---------------------------------------------- */
@@ -354,29 +294,9 @@ cudabuffer_dealloc(PyObject *op)
 static int
 cudabuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
-    CUDABufferObject *self = CUDABuffer_CAST(op);
-
-    view->obj = NULL;
-    if (!self->open) {
-        return bufferext_refuse(op, "buffer is closed");
-    }
-    /* Device memory: only for consumers that asked for PyBUF_DEVICE.
-     * Nothing is committed before both steps succeed. */
-    if (bufferext_fill_request(op, view, flags, &self->layout) < 0 ||
-        BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_CUDA,
-                            &self->info) < 0) {
-        return -1;
-    }
-    self->exports++;
-    view->obj = Py_NewRef(op);
-    return 0;
-}
-
-static void
-cudabuffer_releasebuffer(PyObject *op, Py_buffer *view)
-{
-    (void)view;
-    CUDABuffer_CAST(op)->exports--;
+    /* Device memory: only for consumers that asked for PyBUF_DEVICE. */
+    return bufferext_producer_export(op, view, flags, BUFFEREXT_DEVICE_CUDA,
+                                     &CUDABuffer_CAST(op)->info);
 }
 
 /* ---- copies ------------------------------------------------------------ */
@@ -413,45 +333,23 @@ cudabuffer_copy_from_host(PyObject *op, PyObject *source)
     const char *who = "CUDABuffer.copy_from_host";
     CUDABufferObject *self = CUDABuffer_CAST(op);
     bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
-    void *staged = NULL;
+    void *staged;
     const void *src;
     Py_buffer view;
+    int rc = -1;
 
     if (st == NULL || check_writable(self) < 0 ||
-        PyObject_GetBuffer(source, &view, PyBUF_FULL_RO) < 0) {
+        bufferext_producer_get_source(&self->head, st, who, source,
+                                      &view) < 0) {
         return NULL;
     }
-    if (view.len != self->layout.len) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: source has %zd bytes, the buffer %zd", who,
-                     view.len, self->layout.len);
-        goto error;
-    }
-    if (bufferext_check_source_format(st, who, &view, self->dt.dtype) < 0) {
-        goto error;
-    }
-    src = view.buf;
-    if (!PyBuffer_IsContiguous(&view, 'C')) {
-        staged = PyMem_RawMalloc(view.len ? (size_t)view.len : 1);
-        if (staged == NULL) {
-            PyErr_NoMemory();
-            goto error;
-        }
-        if (PyBuffer_ToContiguous(staged, &view, view.len, 'C') < 0) {
-            goto error;
-        }
-        src = staged;
-    }
-    if (copy_in(self, who, src, view.len) < 0) {
-        goto error;
+    src = bufferext_contiguous_bytes(&view, &staged);
+    if (src != NULL) {
+        rc = copy_in(self, who, src, view.len);
     }
     PyMem_RawFree(staged);
     PyBuffer_Release(&view);
-    Py_RETURN_NONE;
-error:
-    PyMem_RawFree(staged);
-    PyBuffer_Release(&view);
-    return NULL;
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 static PyObject *
@@ -459,48 +357,33 @@ cudabuffer_to_host(PyObject *op, PyObject *unused)
 {
     const char *who = "CUDABuffer.to_host";
     CUDABufferObject *self = CUDABuffer_CAST(op);
-    PyObject *numpy, *shape, *array = NULL;
+    PyObject *array;
     Py_buffer view;
     CUresult res;
-    int rc;
+    int rc = 0;
     (void)unused;
 
-    if (check_open(self) < 0 || (numpy = PyImport_ImportModule("numpy"))
-                                    == NULL) {
+    array = bufferext_producer_host_array(&self->head, &view);
+    if (array == NULL) {
         return NULL;
     }
-    shape = bufferext_tuple_from_ssize(self->layout.ndim, self->layout.shape);
-    if (shape != NULL) {
-        array = PyObject_CallMethod(numpy, "empty", "OO", shape,
-                                    self->dt.dtype);
+    if (self->head.layout.len > 0) {
+        rc = ctx_push(self, who);
     }
-    Py_DECREF(numpy);
-    Py_XDECREF(shape);
-    if (array == NULL || self->layout.len == 0) {
-        return array;
+    if (rc == 0 && self->head.layout.len > 0) {
+        res = bufferext_cuda.cuMemcpyDtoHAsync_v2(
+            view.buf, self->ptr, (size_t)self->head.layout.len,
+            self->stream);
+        rc = res != CUDA_SUCCESS
+                 ? bufferext_cuda_error(res, who, "cuMemcpyDtoHAsync_v2")
+                 : stream_sync(self, who);
+        ctx_pop();
     }
-    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS |
-                                             PyBUF_WRITABLE) < 0) {
-        Py_DECREF(array);
-        return NULL;
-    }
-    if (ctx_push(self, who) < 0) {
-        goto error;
-    }
-    res = bufferext_cuda.cuMemcpyDtoHAsync_v2(view.buf, self->ptr,
-                                   (size_t)self->layout.len, self->stream);
-    rc = res != CUDA_SUCCESS ? bufferext_cuda_error(res, who, "cuMemcpyDtoHAsync_v2")
-                             : stream_sync(self, who);
-    ctx_pop();
+    PyBuffer_Release(&view);
     if (rc < 0) {
-        goto error;
+        Py_CLEAR(array);
     }
-    PyBuffer_Release(&view);
     return array;
-error:
-    PyBuffer_Release(&view);
-    Py_DECREF(array);
-    return NULL;
 }
 
 /* Queue a device-to-device copy from `src`: our stream first waits for the
@@ -519,7 +402,7 @@ copy_device(CUDABufferObject *self, CUDABufferObject *src, const char *who)
     }
     if (rc == 0) {
         rc = CU_CHECK(who, cuMemcpyDtoDAsync_v2,
-                      (self->ptr, src->ptr, (size_t)self->layout.len,
+                      (self->ptr, src->ptr, (size_t)self->head.layout.len,
                        self->stream));
     }
     if (rc == 0) {
@@ -554,22 +437,24 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
     if (check_writable(self) < 0 || check_open(src) < 0) {
         return NULL;
     }
-    if (src->layout.len != self->layout.len) {
+    if (src->head.layout.len != self->head.layout.len) {
         PyErr_Format(PyExc_ValueError,
                      "%s: source has %zd bytes, the buffer %zd", who,
-                     src->layout.len, self->layout.len);
+                     src->head.layout.len, self->head.layout.len);
         return NULL;
     }
-    same = PyObject_RichCompareBool(src->dt.dtype, self->dt.dtype, Py_EQ);
+    same = PyObject_RichCompareBool(src->head.dt.dtype, self->head.dt.dtype,
+                                    Py_EQ);
     if (same <= 0) {
         if (same == 0) {
             PyErr_Format(PyExc_ValueError,
                          "%s: source dtype %R does not match the buffer's "
-                         "dtype %R", who, src->dt.dtype, self->dt.dtype);
+                         "dtype %R", who, src->head.dt.dtype,
+                         self->head.dt.dtype);
         }
         return NULL;
     }
-    if (src == self || self->layout.len == 0) {
+    if (src == self || self->head.layout.len == 0) {
         Py_RETURN_NONE;
     }
     if (copy_device(self, src, who) < 0) {
@@ -634,18 +519,19 @@ fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
         }
         goto done;
     }
-    if (kind_fits(kind, self->dt.dtype) != 1) {
+    if (kind_fits(kind, self->head.dt.dtype) != 1) {
         if (!PyErr_Occurred()) {
             PyErr_Format(PyExc_ValueError, "%s: value %R (%S) is not a %S "
-                         "scalar", who, value, kind, self->dt.dtype);
+                         "scalar", who, value, kind, self->head.dt.dtype);
         }
         goto done;
     }
-    item = PyObject_CallMethod(numpy, "array", "OO", value, self->dt.dtype);
+    item = PyObject_CallMethod(numpy, "array", "OO", value,
+                               self->head.dt.dtype);
     bytes = item == NULL ? NULL : PyObject_CallMethod(item, "tobytes", NULL);
     if (bytes != NULL && PyBytes_Check(bytes) &&
-        PyBytes_GET_SIZE(bytes) == self->dt.itemsize) {
-        memcpy(out, PyBytes_AS_STRING(bytes), (size_t)self->dt.itemsize);
+        PyBytes_GET_SIZE(bytes) == self->head.dt.itemsize) {
+        memcpy(out, PyBytes_AS_STRING(bytes), (size_t)self->head.dt.itemsize);
         rc = 0;
     }
     else if (bytes != NULL) {
@@ -690,7 +576,7 @@ static int
 fill_memset(CUDABufferObject *self, const char *pattern, int width,
             const char *who)
 {
-    size_t n = (size_t)self->layout.len / (size_t)width;
+    size_t n = (size_t)self->head.layout.len / (size_t)width;
     unsigned short u16;
     unsigned int u32;
     int rc;
@@ -725,14 +611,14 @@ cudabuffer_fill(PyObject *op, PyObject *value)
 {
     const char *who = "CUDABuffer.fill";
     CUDABufferObject *self = CUDABuffer_CAST(op);
-    Py_ssize_t i, itemsize = self->dt.itemsize;
+    Py_ssize_t i, itemsize = self->head.dt.itemsize;
     char pattern[32], *staged;
     int width, rc;
 
     if (check_writable(self) < 0 || fill_pattern(self, value, pattern) < 0) {
         return NULL;
     }
-    if (self->layout.len == 0) {
+    if (self->head.layout.len == 0) {
         Py_RETURN_NONE;
     }
     width = memset_width(pattern, itemsize);
@@ -741,14 +627,14 @@ cudabuffer_fill(PyObject *op, PyObject *value)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
     }
     /* No memset writes this pattern: stage it on the host. */
-    staged = PyMem_RawMalloc((size_t)self->layout.len);
+    staged = PyMem_RawMalloc((size_t)self->head.layout.len);
     if (staged == NULL) {
         return PyErr_NoMemory();
     }
-    for (i = 0; i < self->layout.len; i += itemsize) {
+    for (i = 0; i < self->head.layout.len; i += itemsize) {
         memcpy(staged + i, pattern, (size_t)itemsize);
     }
-    rc = copy_in(self, who, staged, self->layout.len);
+    rc = copy_in(self, who, staged, self->head.layout.len);
     PyMem_RawFree(staged);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
@@ -779,14 +665,14 @@ cudabuffer_close(PyObject *op, PyObject *unused)
     CUresult rc;
     (void)unused;
 
-    if (!self->open) {
+    if (!self->head.open) {
         Py_RETURN_NONE;
     }
     if (check_not_exported(self, "close") < 0) {
         return NULL;
     }
     rc = tear_down(self, &call);
-    self->layout.buf = NULL;
+    self->head.layout.buf = NULL;
     if (rc != CUDA_SUCCESS) {
         bufferext_cuda_error(rc, "CUDABuffer.close", call);
         return NULL;
@@ -834,13 +720,6 @@ cudabuffer_enter(PyObject *op, PyObject *unused)
     return Py_NewRef(op);
 }
 
-static PyObject *
-cudabuffer_exit(PyObject *op, PyObject *args)
-{
-    (void)args;
-    return cudabuffer_close(op, NULL);
-}
-
 static PyMethodDef cudabuffer_methods[] = {
     {"copy_from_host", cudabuffer_copy_from_host, METH_O,
      "copy_from_host($self, source, /)\n--\n\n"
@@ -878,36 +757,29 @@ static PyMethodDef cudabuffer_methods[] = {
      "__array__($self, dtype=None, copy=None)\n--\n\n"
      "Refuses: device memory is not CPU memory (use to_host())."},
     {"__enter__", cudabuffer_enter, METH_NOARGS, NULL},
-    {"__exit__", cudabuffer_exit, METH_VARARGS, NULL},
+    {"__exit__", bufferext_producer_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
 /* ---- attributes ------------------------------------------------------- */
 
-#define GETTER(name, expr)                                                  \
-    static PyObject *get_##name(PyObject *op, void *closure)                \
-    {                                                                       \
-        CUDABufferObject *self = CUDABuffer_CAST(op);                       \
-        (void)closure;                                                      \
-        (void)self;                                                         \
-        return (expr);                                                      \
-    }
+static PyObject *
+get_device(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(CUDABuffer_CAST(op)->info.device);
+}
 
-GETTER(shape, bufferext_tuple_from_ssize(self->layout.ndim,
-                                         self->layout.shape))
-GETTER(strides, bufferext_tuple_from_ssize(self->layout.ndim,
-                                           self->layout.strides))
-GETTER(ndim, PyLong_FromLong(self->layout.ndim))
-GETTER(nbytes, PyLong_FromSsize_t(self->layout.len))
-GETTER(itemsize, PyLong_FromSsize_t(self->layout.itemsize))
-GETTER(dtype, Py_NewRef(self->dt.dtype))
-GETTER(format, PyUnicode_FromString(self->dt.format))
-GETTER(device, PyLong_FromLong(self->info.device))
-GETTER(readonly, PyBool_FromLong(self->layout.readonly))
-GETTER(exports, PyLong_FromSsize_t(self->exports))
-GETTER(closed, PyBool_FromLong(!self->open))
-GETTER(ptr, check_open(self) < 0 ? NULL
-                                 : PyLong_FromUnsignedLongLong(self->ptr))
+static PyObject *
+get_ptr(PyObject *op, void *closure)
+{
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    (void)closure;
+    if (check_open(self) < 0) {
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(self->ptr);
+}
 
 /* CUDA Array Interface v3.  `stream` is this buffer's own stream while work
  * is pending on it (its event was recorded there, so synchronising with it
@@ -919,35 +791,23 @@ get_cuda_array_interface(PyObject *op, void *closure)
     PyObject *shape, *stream;
     (void)closure;
 
-    if (check_open(self) < 0) {
-        return NULL;
-    }
-    shape = get_shape(op, NULL);
-    if (shape == NULL) {
+    if (check_open(self) < 0 ||
+        (shape = bufferext_producer_get_shape(op, NULL)) == NULL) {
         return NULL;
     }
     stream = self->pending ? PyLong_FromVoidPtr(self->stream)
                            : Py_NewRef(Py_None);
     return Py_BuildValue("{s:N,s:O,s:(NO),s:O,s:i,s:N}",
-                         "shape", shape, "typestr", self->dt.typestr,
+                         "shape", shape, "typestr", self->head.dt.typestr,
                          "data", PyLong_FromUnsignedLongLong(self->ptr),
-                         self->layout.readonly ? Py_True : Py_False,
+                         self->head.layout.readonly ? Py_True : Py_False,
                          "strides", Py_None, "version", 3,
                          "stream", stream);
 }
 
 static PyGetSetDef cudabuffer_getset[] = {
-    {"shape", get_shape, NULL, "Shape, a tuple of ints.", NULL},
-    {"strides", get_strides, NULL, "Strides in bytes (C order).", NULL},
-    {"ndim", get_ndim, NULL, "Number of dimensions.", NULL},
-    {"nbytes", get_nbytes, NULL, "Size in bytes.", NULL},
-    {"itemsize", get_itemsize, NULL, "Bytes per item.", NULL},
-    {"dtype", get_dtype, NULL, "Element type, a numpy.dtype.", NULL},
-    {"format", get_format, NULL, "Element type as a struct format.", NULL},
+    BUFFEREXT_PRODUCER_GETSET
     {"device", get_device, NULL, "CUDA device ordinal.", NULL},
-    {"readonly", get_readonly, NULL, "True if exports are read-only.", NULL},
-    {"exports", get_exports, NULL, "Number of live exports.", NULL},
-    {"closed", get_closed, NULL, "True once close() freed the memory.", NULL},
     {"ptr", get_ptr, NULL, "Device address (CUdeviceptr) of the first byte; "
                            "0 for zero bytes.", NULL},
     {"__cuda_array_interface__", get_cuda_array_interface, NULL,
@@ -958,37 +818,23 @@ static PyGetSetDef cudabuffer_getset[] = {
 static PyObject *
 cudabuffer_repr(PyObject *op)
 {
-    CUDABufferObject *self = CUDABuffer_CAST(op);
-    PyObject *shape = get_shape(op, NULL), *result;
+    char extra[32];
 
-    if (shape == NULL) {
-        return NULL;
-    }
-    result = PyUnicode_FromFormat(
-        "CUDABuffer(%R, dtype='%S', device=%d%s)%s", shape, self->dt.dtype,
-        (int)self->info.device,
-        self->layout.readonly ? ", readonly=True" : "",
-        self->open ? "" : " (closed)");
-    Py_DECREF(shape);
-    return result;
+    PyOS_snprintf(extra, sizeof(extra), ", device=%d",
+                  (int)CUDABuffer_CAST(op)->info.device);
+    return bufferext_producer_repr(op, extra, "", " (closed)");
 }
-
-static PyMemberDef cudabuffer_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET,
-     offsetof(CUDABufferObject, weakreflist), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
 
 static PyType_Slot cudabuffer_slots[] = {
     {Py_tp_new, cudabuffer_new},
-    {Py_tp_dealloc, cudabuffer_dealloc},
-    {Py_tp_traverse, cudabuffer_traverse},
+    {Py_tp_dealloc, bufferext_producer_dealloc},
+    {Py_tp_traverse, bufferext_producer_traverse},
     {Py_tp_repr, cudabuffer_repr},
     {Py_tp_methods, cudabuffer_methods},
     {Py_tp_getset, cudabuffer_getset},
-    {Py_tp_members, cudabuffer_members},
+    {Py_tp_members, bufferext_producer_members},
     {Py_bf_getbuffer, cudabuffer_getbuffer},
-    {Py_bf_releasebuffer, cudabuffer_releasebuffer},
+    {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
     {Py_tp_doc,
      "CUDABuffer(shape, dtype='float64', *, device=0, readonly=False)\n--\n\n"
      "Zero-filled memory on a CUDA device, allocated in its primary context\n"
@@ -1009,15 +855,7 @@ static PyType_Spec cudabuffer_spec = {
 int
 bufferext_init_cuda(PyObject *module)
 {
-    bufferext_state *st = bufferext_get_state(module);
-
-    st->CUDABuffer_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &cudabuffer_spec, NULL);
-    if (st->CUDABuffer_Type == NULL ||
-        BufferExt_SetSupportedFlags(st->CUDABuffer_Type,
-                                    CUDABUFFER_SUPPORTED_FLAGS) < 0) {
-        return -1;
-    }
-    return PyModule_AddObject(module, "CUDABuffer",
-                              Py_NewRef(st->CUDABuffer_Type));
+    return bufferext_add_type(module, &cudabuffer_spec,
+                              CUDABUFFER_SUPPORTED_FLAGS,
+                              &bufferext_get_state(module)->CUDABuffer_Type);
 }

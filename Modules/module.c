@@ -37,6 +37,21 @@ bufferext_state_from_type(PyTypeObject *type)
 #endif
 }
 
+int
+bufferext_add_type(PyObject *module, PyType_Spec *spec, int supported_flags,
+                   PyTypeObject **slot)
+{
+    const char *name = strrchr(spec->name, '.');
+
+    *slot = (PyTypeObject *)PyType_FromModuleAndSpec(module, spec, NULL);
+    if (*slot == NULL ||
+        BufferExt_SetSupportedFlags(*slot, supported_flags) < 0) {
+        return -1;
+    }
+    return PyModule_AddObject(module, name != NULL ? name + 1 : spec->name,
+                              Py_NewRef(*slot));
+}
+
 /* flags: a Python int that fits a C int (BufferFlags members included). */
 static int
 parse_flags(PyObject *obj, int *out)

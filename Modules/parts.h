@@ -26,6 +26,12 @@ bufferext_state *bufferext_get_state(PyObject *module);
 /* The state of the module that defined `type` (or a base of it). */
 bufferext_state *bufferext_state_from_type(PyTypeObject *type);
 
+/* Make a heap type of `module` from `spec`, store it in *slot, declare its
+ * supported request flags and add it to the module under the last part of
+ * spec->name.  0 or -1 with an exception. */
+int bufferext_add_type(PyObject *module, PyType_Spec *spec,
+                       int supported_flags, PyTypeObject **slot);
+
 /* One init per file; each returns 0 or -1 with an exception. */
 int bufferext_init_view(PyObject *module);       /* view.c */
 int bufferext_init_cpubuffer(PyObject *module);  /* cpubuffer.c */

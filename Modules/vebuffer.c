@@ -12,8 +12,7 @@
  * "bufferext.ve", device_info a BufferExt_VEDeviceInfo held in the object,
  * so an export allocates nothing) and the VE Array Interface v1.  DLPack
  * has no VE device type, so __dlpack__ refuses (see docs/ve.rst). */
-#include "parts.h"
-#include "export.h"
+#include "producer.h"
 
 /* ---- the VEO table ----------------------------------------------------- */
 
@@ -154,40 +153,27 @@ node_release(ve_node *node)
 #define VEBUFFER_SUPPORTED_FLAGS (BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE)
 
 typedef struct {
-    PyObject_HEAD
+    bufferext_producer head;    /* open: node != NULL */
     void *hmem;                 /* HMEM address; NULL when zero-size */
     ve_node *node;              /* NULL once closed */
     int number;                 /* the node number */
-    bufferext_export_layout layout;
-    Py_ssize_t dims[2 * PyBUF_MAX_NDIM];  /* shape then strides */
-    Py_ssize_t exports;
-    bufferext_dtype dt;
     BufferExt_VEDeviceInfo info;          /* handed out by every export */
-    PyObject *weakreflist;
 } VEBufferObject;
 
 #define VEBuffer_CAST(op) ((VEBufferObject *)(op))
 
+static PyObject *vebuffer_close(PyObject *op, PyObject *unused);
+static void vebuffer_free_memory(PyObject *op);
+
+static const bufferext_producer_kind vebuffer_kind = {
+    "VEBuffer", "release the views first", vebuffer_free_memory,
+    vebuffer_close,
+};
+
 static int
 check_open(VEBufferObject *self)
 {
-    if (self->node == NULL) {
-        PyErr_SetString(PyExc_ValueError, "operation on a closed VEBuffer");
-        return -1;
-    }
-    return 0;
-}
-
-static int
-check_not_exported(VEBufferObject *self, const char *what)
-{
-    if (self->exports > 0) {
-        PyErr_Format(PyExc_BufferError,
-                     "VEBuffer: cannot %s while %zd export(s) are alive "
-                     "(release the views first)", what, self->exports);
-        return -1;
-    }
-    return 0;
+    return bufferext_producer_check_open(&self->head);
 }
 
 /* Free the HMEM and leave the node; the object reads as closed after. */
@@ -201,29 +187,16 @@ vebuffer_free(VEBufferObject *self)
         (void)VEO(veo_free_hmem)(self->hmem);
         self->hmem = NULL;
     }
-    self->layout.buf = NULL;
+    self->head.layout.buf = NULL;
+    self->head.open = 0;
     node_release(self->node);
     self->node = NULL;
 }
 
 static void
-vebuffer_set_layout(VEBufferObject *self, const bufferext_layout *layout,
-                    int readonly)
+vebuffer_free_memory(PyObject *op)
 {
-    int ndim = layout->ndim;
-
-    memcpy(self->dims, layout->shape, sizeof(Py_ssize_t) * (size_t)ndim);
-    memcpy(self->dims + ndim, layout->strides,
-           sizeof(Py_ssize_t) * (size_t)ndim);
-    self->layout.len = layout->nbytes;
-    self->layout.ndim = ndim;
-    self->layout.shape = self->dims;
-    self->layout.strides = self->dims + ndim;
-    self->layout.itemsize = self->dt.itemsize;
-    self->layout.format = self->dt.format;
-    self->layout.readonly = readonly;
-    self->layout.suboffsets = NULL;
-    bufferext_layout_contiguity(&self->layout);
+    vebuffer_free(VEBuffer_CAST(op));
 }
 
 /* Join node `number` and allocate the HMEM.  ValueError for a bad node,
@@ -244,19 +217,20 @@ vebuffer_allocate(bufferext_state *st, VEBufferObject *self, int number)
     if (node == NULL) {
         return -1;
     }
-    if (self->layout.len > 0 &&
+    if (self->head.layout.len > 0 &&
         (VEO(veo_alloc_hmem)(node->proc, &hmem,
-                             (size_t)self->layout.len) != 0 ||
+                             (size_t)self->head.layout.len) != 0 ||
          hmem == NULL)) {
         node_release(node);
         PyErr_Format(PyExc_MemoryError,
                      "VEBuffer: cannot allocate %zd bytes of HMEM on VE "
-                     "node %d", self->layout.len, number);
+                     "node %d", self->head.layout.len, number);
         return -1;
     }
     self->hmem = hmem;
-    self->layout.buf = hmem;
+    self->head.layout.buf = hmem;
     self->node = node;
+    self->head.open = 1;
     self->number = number;
     self->info.version = BUFFEREXT_VE_INFO_VERSION;
     self->info.node = number;
@@ -272,7 +246,6 @@ vebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     PyObject *shape, *dtype = NULL;
     int number = 0, readonly = 0;
     bufferext_state *st;
-    bufferext_layout layout;
     VEBufferObject *self;
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$ip:VEBuffer",
@@ -288,48 +261,13 @@ vebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    dtype = dtype == NULL ? PyUnicode_FromString("float64")
-                          : Py_NewRef(dtype);
-    if (dtype == NULL ||
-        bufferext_dtype_resolve(st, dtype, &self->dt) < 0 ||
-        bufferext_layout_parse("VEBuffer", shape, self->dt.itemsize,
-                               &layout) < 0) {
-        goto error;
+    if (bufferext_producer_init(&self->head, &vebuffer_kind, st, shape,
+                                dtype, readonly) < 0 ||
+        vebuffer_allocate(st, self, number) < 0) {
+        Py_DECREF(self);
+        return NULL;
     }
-    vebuffer_set_layout(self, &layout, readonly);
-    if (vebuffer_allocate(st, self, number) < 0) {
-        goto error;
-    }
-    Py_DECREF(dtype);
     return (PyObject *)self;
-error:
-    Py_XDECREF(dtype);
-    Py_DECREF(self);
-    return NULL;
-}
-
-static int
-vebuffer_traverse(PyObject *op, visitproc visit, void *arg)
-{
-    Py_VISIT(Py_TYPE(op));
-    Py_VISIT(VEBuffer_CAST(op)->dt.dtype);
-    return 0;
-}
-
-static void
-vebuffer_dealloc(PyObject *op)
-{
-    VEBufferObject *self = VEBuffer_CAST(op);
-    PyTypeObject *type = Py_TYPE(op);
-
-    PyObject_GC_UnTrack(op);
-    if (self->weakreflist != NULL) {
-        PyObject_ClearWeakRefs(op);
-    }
-    vebuffer_free(self);
-    bufferext_dtype_clear(&self->dt);
-    type->tp_free(op);
-    Py_DECREF(type);
 }
 
 /* ---- the buffer protocol ---------------------------------------------- */
@@ -337,29 +275,9 @@ vebuffer_dealloc(PyObject *op)
 static int
 vebuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
-    VEBufferObject *self = VEBuffer_CAST(op);
-
-    view->obj = NULL;
-    if (self->node == NULL) {
-        return bufferext_refuse(op, "buffer is closed");
-    }
-    /* VE memory: only consumers that asked for PyBUF_DEVICE get it.
-     * Nothing is committed before both steps succeed. */
-    if (bufferext_fill_request(op, view, flags, &self->layout) < 0 ||
-        BufferExt_SetDevice(op, view, flags, BUFFEREXT_DEVICE_VE,
-                            &self->info) < 0) {
-        return -1;
-    }
-    self->exports++;
-    view->obj = Py_NewRef(op);
-    return 0;
-}
-
-static void
-vebuffer_releasebuffer(PyObject *op, Py_buffer *view)
-{
-    (void)view;
-    VEBuffer_CAST(op)->exports--;
+    /* VE memory: only consumers that asked for PyBUF_DEVICE get it. */
+    return bufferext_producer_export(op, view, flags, BUFFEREXT_DEVICE_VE,
+                                     &VEBuffer_CAST(op)->info);
 }
 
 /* ---- copies ----------------------------------------------------------- */
@@ -389,85 +307,46 @@ hmemcpy(const char *who, void *dst, const void *src, Py_ssize_t size)
 static PyObject *
 vebuffer_copy_from_host(PyObject *op, PyObject *source)
 {
+    const char *who = "VEBuffer.copy_from_host";
     VEBufferObject *self = VEBuffer_CAST(op);
     bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
     Py_buffer view;
-    void *staging = NULL;
+    void *staged;
     const void *src;
     int rc = -1;
 
-    if (st == NULL || check_open(self) < 0 ||
-        (self->layout.readonly &&
-         check_not_exported(self, "be written while read-only") < 0) ||
-        PyObject_GetBuffer(source, &view, PyBUF_FULL_RO) < 0) {
+    if (st == NULL || bufferext_producer_check_writable(&self->head) < 0 ||
+        bufferext_producer_get_source(&self->head, st, who, source,
+                                      &view) < 0) {
         return NULL;
     }
-    if (view.len != self->layout.len) {
-        PyErr_Format(PyExc_ValueError,
-                     "VEBuffer.copy_from_host: source has %zd bytes, the "
-                     "buffer %zd", view.len, self->layout.len);
-        goto done;
+    src = bufferext_contiguous_bytes(&view, &staged);
+    if (src != NULL) {
+        self->head.exports++;
+        rc = hmemcpy(who, self->hmem, src, view.len);
+        self->head.exports--;
     }
-    if (bufferext_check_source_format(st, "VEBuffer.copy_from_host", &view,
-                                      self->dt.dtype) < 0) {
-        goto done;
-    }
-    src = view.buf;
-    if (!PyBuffer_IsContiguous(&view, 'C')) {
-        staging = PyMem_RawMalloc((size_t)view.len);
-        if (staging == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        if (PyBuffer_ToContiguous(staging, &view, view.len, 'C') < 0) {
-            goto done;
-        }
-        src = staging;
-    }
-    self->exports++;
-    rc = hmemcpy("VEBuffer.copy_from_host", self->hmem, src, view.len);
-    self->exports--;
-done:
-    PyMem_RawFree(staging);
+    PyMem_RawFree(staged);
     PyBuffer_Release(&view);
-    if (rc < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 static PyObject *
 vebuffer_to_host(PyObject *op, PyObject *unused)
 {
     VEBufferObject *self = VEBuffer_CAST(op);
-    PyObject *numpy, *shape = NULL, *array = NULL;
+    PyObject *array;
     Py_buffer view;
     int rc;
     (void)unused;
 
-    if (check_open(self) < 0 ||
-        (numpy = PyImport_ImportModule("numpy")) == NULL) {
-        return NULL;
-    }
-    shape = bufferext_tuple_from_ssize(self->layout.ndim,
-                                       self->layout.shape);
-    if (shape != NULL) {
-        array = PyObject_CallMethod(numpy, "empty", "OO", shape,
-                                    self->dt.dtype);
-    }
-    Py_DECREF(numpy);
-    Py_XDECREF(shape);
+    array = bufferext_producer_host_array(&self->head, &view);
     if (array == NULL) {
         return NULL;
     }
-    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS |
-                                             PyBUF_WRITABLE) < 0) {
-        Py_DECREF(array);
-        return NULL;
-    }
-    self->exports++;
+    self->head.exports++;
     rc = hmemcpy("VEBuffer.to_host", view.buf, self->hmem, view.len);
-    self->exports--;
+    self->head.exports--;
     PyBuffer_Release(&view);
     if (rc < 0) {
         Py_CLEAR(array);
@@ -479,7 +358,7 @@ vebuffer_to_host(PyObject *op, PyObject *unused)
 static int
 copy_staged(VEBufferObject *self, VEBufferObject *other)
 {
-    void *staging = PyMem_RawMalloc((size_t)self->layout.len);
+    void *staging = PyMem_RawMalloc((size_t)self->head.layout.len);
     int rc;
 
     if (staging == NULL) {
@@ -487,10 +366,10 @@ copy_staged(VEBufferObject *self, VEBufferObject *other)
         return -1;
     }
     rc = hmemcpy("VEBuffer.copy_from", staging, other->hmem,
-                 self->layout.len);
+                 self->head.layout.len);
     if (rc == 0) {
         rc = hmemcpy("VEBuffer.copy_from", self->hmem, staging,
-                     self->layout.len);
+                     self->head.layout.len);
     }
     PyMem_RawFree(staging);
     return rc;
@@ -515,32 +394,33 @@ vebuffer_copy_from(PyObject *op, PyObject *arg)
     }
     other = VEBuffer_CAST(arg);
     if (check_open(self) < 0 || check_open(other) < 0 ||
-        (self->layout.readonly &&
-         check_not_exported(self, "be written while read-only") < 0)) {
+        bufferext_producer_check_writable(&self->head) < 0) {
         return NULL;
     }
-    same = PyObject_RichCompareBool(other->dt.dtype, self->dt.dtype, Py_EQ);
+    same = PyObject_RichCompareBool(other->head.dt.dtype,
+                                    self->head.dt.dtype, Py_EQ);
     if (same < 0) {
         return NULL;
     }
-    if (!same || other->layout.len != self->layout.len) {
+    if (!same || other->head.layout.len != self->head.layout.len) {
         PyErr_Format(PyExc_ValueError,
                      "VEBuffer.copy_from: other holds %zd bytes of %R, "
-                     "this buffer %zd bytes of %R", other->layout.len,
-                     other->dt.dtype, self->layout.len, self->dt.dtype);
+                     "this buffer %zd bytes of %R", other->head.layout.len,
+                     other->head.dt.dtype, self->head.layout.len,
+                     self->head.dt.dtype);
         return NULL;
     }
     if (other == self) {
         Py_RETURN_NONE;
     }
-    self->exports++;
-    other->exports++;
+    self->head.exports++;
+    other->head.exports++;
     rc = self->node == other->node
              ? hmemcpy("VEBuffer.copy_from", self->hmem, other->hmem,
-                       self->layout.len)
+                       self->head.layout.len)
              : copy_staged(self, other);
-    self->exports--;
-    other->exports--;
+    self->head.exports--;
+    other->head.exports--;
     if (rc < 0) {
         return NULL;
     }
@@ -553,10 +433,10 @@ vebuffer_close(PyObject *op, PyObject *unused)
     VEBufferObject *self = VEBuffer_CAST(op);
     (void)unused;
 
-    if (self->node == NULL) {
+    if (!self->head.open) {
         Py_RETURN_NONE;
     }
-    if (check_not_exported(self, "close") < 0) {
+    if (bufferext_producer_check_not_exported(&self->head, "close") < 0) {
         return NULL;
     }
     vebuffer_free(self);
@@ -595,20 +475,6 @@ vebuffer_dlpack_device(PyObject *op, PyObject *unused)
     return refuse_dlpack(op);
 }
 
-static PyObject *
-vebuffer_enter(PyObject *op, PyObject *unused)
-{
-    (void)unused;
-    return Py_NewRef(op);
-}
-
-static PyObject *
-vebuffer_exit(PyObject *op, PyObject *args)
-{
-    (void)args;
-    return vebuffer_close(op, NULL);
-}
-
 static PyMethodDef vebuffer_methods[] = {
     {"copy_from_host", vebuffer_copy_from_host, METH_O,
      "copy_from_host($self, source, /)\n--\n\n"
@@ -632,29 +498,12 @@ static PyMethodDef vebuffer_methods[] = {
     {"__dlpack_device__", vebuffer_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n"
      "Always raises BufferError: DLPack has no VE device type."},
-    {"__enter__", vebuffer_enter, METH_NOARGS, NULL},
-    {"__exit__", vebuffer_exit, METH_VARARGS, NULL},
+    {"__enter__", bufferext_producer_enter, METH_NOARGS, NULL},
+    {"__exit__", bufferext_producer_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
 /* ---- attributes ------------------------------------------------------- */
-
-static PyObject *
-get_shape(PyObject *op, void *closure)
-{
-    VEBufferObject *self = VEBuffer_CAST(op);
-    (void)closure;
-    return bufferext_tuple_from_ssize(self->layout.ndim, self->layout.shape);
-}
-
-static PyObject *
-get_strides(PyObject *op, void *closure)
-{
-    VEBufferObject *self = VEBuffer_CAST(op);
-    (void)closure;
-    return bufferext_tuple_from_ssize(self->layout.ndim,
-                                      self->layout.strides);
-}
 
 #define VE_GETTER(name, expr)                                     \
     static PyObject *get_##name(PyObject *op, void *closure)      \
@@ -664,14 +513,6 @@ get_strides(PyObject *op, void *closure)
         return expr;                                              \
     }
 
-VE_GETTER(ndim, PyLong_FromLong(self->layout.ndim))
-VE_GETTER(nbytes, PyLong_FromSsize_t(self->layout.len))
-VE_GETTER(itemsize, PyLong_FromSsize_t(self->layout.itemsize))
-VE_GETTER(dtype, Py_NewRef(self->dt.dtype))
-VE_GETTER(format, PyUnicode_FromString(self->dt.format))
-VE_GETTER(readonly, PyBool_FromLong(self->layout.readonly))
-VE_GETTER(exports, PyLong_FromSsize_t(self->exports))
-VE_GETTER(closed, PyBool_FromLong(self->node == NULL))
 VE_GETTER(node, PyLong_FromLong(self->number))
 VE_GETTER(ptr, check_open(self) < 0 ? NULL
                                     : PyLong_FromVoidPtr(self->hmem))
@@ -684,15 +525,16 @@ get_ve_array_interface(PyObject *op, void *closure)
     PyObject *shape;
     (void)closure;
 
-    if (check_open(self) < 0 || (shape = get_shape(op, NULL)) == NULL) {
+    if (check_open(self) < 0 ||
+        (shape = bufferext_producer_get_shape(op, NULL)) == NULL) {
         return NULL;
     }
     /* data: the HMEM address, 0 for zero-size; strides None: C order. */
     return Py_BuildValue("{s:N,s:O,s:[(s,O)],s:(NO),s:i,s:O,s:N}",
-                         "shape", shape, "typestr", self->dt.typestr,
-                         "descr", "", self->dt.typestr,
+                         "shape", shape, "typestr", self->head.dt.typestr,
+                         "descr", "", self->head.dt.typestr,
                          "data", PyLong_FromVoidPtr(self->hmem),
-                         self->layout.readonly ? Py_True : Py_False,
+                         self->head.layout.readonly ? Py_True : Py_False,
                          "version", 1, "strides", Py_None,
                          "veo_ctxt", PyLong_FromVoidPtr(self->info.context));
 }
@@ -700,16 +542,7 @@ get_ve_array_interface(PyObject *op, void *closure)
 #define VE_ATTR(name, doc) {#name, get_##name, NULL, doc, NULL}
 
 static PyGetSetDef vebuffer_getset[] = {
-    VE_ATTR(shape, "Shape, a tuple of ints."),
-    VE_ATTR(strides, "Strides in bytes (C order)."),
-    VE_ATTR(ndim, "Number of dimensions."),
-    VE_ATTR(nbytes, "Size in bytes."),
-    VE_ATTR(itemsize, "Bytes per item."),
-    VE_ATTR(dtype, "Element type, a numpy.dtype."),
-    VE_ATTR(format, "Element type as a struct format."),
-    VE_ATTR(readonly, "True if exports are read-only."),
-    VE_ATTR(exports, "Number of live exports."),
-    VE_ATTR(closed, "True once close() freed the memory."),
+    BUFFEREXT_PRODUCER_GETSET
     VE_ATTR(node, "VE node number."),
     VE_ATTR(ptr, "HMEM address of the first byte (0 when zero-size)."),
     {"__ve_array_interface__", get_ve_array_interface, NULL,
@@ -720,37 +553,23 @@ static PyGetSetDef vebuffer_getset[] = {
 static PyObject *
 vebuffer_repr(PyObject *op)
 {
-    VEBufferObject *self = VEBuffer_CAST(op);
-    PyObject *shape = get_shape(op, NULL), *result;
+    char extra[32];
 
-    if (shape == NULL) {
-        return NULL;
-    }
-    result = PyUnicode_FromFormat("VEBuffer(%R, dtype='%S', node=%d%s%s)",
-                                  shape, self->dt.dtype, self->number,
-                                  self->layout.readonly ? ", readonly=True"
-                                                        : "",
-                                  self->node == NULL ? ", closed" : "");
-    Py_DECREF(shape);
-    return result;
+    PyOS_snprintf(extra, sizeof(extra), ", node=%d",
+                  VEBuffer_CAST(op)->number);
+    return bufferext_producer_repr(op, extra, ", closed", "");
 }
-
-static PyMemberDef vebuffer_members[] = {
-    {"__weaklistoffset__", T_PYSSIZET,
-     offsetof(VEBufferObject, weakreflist), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
 
 static PyType_Slot vebuffer_slots[] = {
     {Py_tp_new, vebuffer_new},
-    {Py_tp_dealloc, vebuffer_dealloc},
-    {Py_tp_traverse, vebuffer_traverse},
+    {Py_tp_dealloc, bufferext_producer_dealloc},
+    {Py_tp_traverse, bufferext_producer_traverse},
     {Py_tp_repr, vebuffer_repr},
     {Py_tp_methods, vebuffer_methods},
     {Py_tp_getset, vebuffer_getset},
-    {Py_tp_members, vebuffer_members},
+    {Py_tp_members, bufferext_producer_members},
     {Py_bf_getbuffer, vebuffer_getbuffer},
-    {Py_bf_releasebuffer, vebuffer_releasebuffer},
+    {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
     {Py_tp_doc,
      "VEBuffer(shape, dtype='float64', *, node=0, readonly=False)\n--\n\n"
      "Memory on NEC SX-Aurora VE node `node`, allocated as VEO HMEM\n"
@@ -829,13 +648,6 @@ bufferext_init_ve(PyObject *module)
         }
         ve_atexit_registered = 1;
     }
-    st->VEBuffer_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
-        module, &vebuffer_spec, NULL);
-    if (st->VEBuffer_Type == NULL ||
-        BufferExt_SetSupportedFlags(st->VEBuffer_Type,
-                                    VEBUFFER_SUPPORTED_FLAGS) < 0) {
-        return -1;
-    }
-    return PyModule_AddObject(module, "VEBuffer",
-                              Py_NewRef(st->VEBuffer_Type));
+    return bufferext_add_type(module, &vebuffer_spec,
+                              VEBUFFER_SUPPORTED_FLAGS, &st->VEBuffer_Type);
 }

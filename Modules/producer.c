@@ -1,0 +1,263 @@
+/* producer.c -- what the sample producers share (see producer.h): setting
+ * up the head, the common checks, attributes and slots. */
+#include "producer.h"
+
+/* ---- setting up -------------------------------------------------------- */
+
+int
+bufferext_producer_init(bufferext_producer *p,
+                        const bufferext_producer_kind *kind,
+                        bufferext_state *st, PyObject *shape,
+                        PyObject *dtype, int readonly)
+{
+    bufferext_layout layout;
+    int rc;
+
+    p->kind = kind;
+    dtype = dtype == NULL ? PyUnicode_FromString("float64")
+                          : Py_NewRef(dtype);
+    if (dtype == NULL) {
+        return -1;
+    }
+    rc = bufferext_dtype_resolve(st, dtype, &p->dt);
+    Py_DECREF(dtype);
+    if (rc < 0 || bufferext_layout_parse(kind->name, shape, p->dt.itemsize,
+                                         &layout) < 0) {
+        return -1;
+    }
+    p->layout.itemsize = p->dt.itemsize;
+    p->layout.format = p->dt.format;
+    p->layout.readonly = readonly;
+    return bufferext_producer_set_layout(p, &layout);
+}
+
+int
+bufferext_producer_set_layout(bufferext_producer *p,
+                              const bufferext_layout *layout)
+{
+    int ndim = layout->ndim;
+    int64_t *items;
+    Py_ssize_t *dims = bufferext_dims_alloc(ndim, &items);
+
+    if (dims == NULL) {
+        return -1;
+    }
+    memcpy(dims, layout->shape, sizeof(Py_ssize_t) * (size_t)ndim);
+    memcpy(dims + ndim, layout->strides, sizeof(Py_ssize_t) * (size_t)ndim);
+    PyMem_Free(p->dims);
+    p->dims = dims;
+    p->layout.len = layout->nbytes;
+    p->layout.ndim = ndim;
+    p->layout.shape = dims;
+    p->layout.strides = dims + ndim;
+    bufferext_layout_contiguity(&p->layout);
+    bufferext_layout_dlpack(&p->layout, items);
+    return 0;
+}
+
+/* ---- checks ------------------------------------------------------------ */
+
+int
+bufferext_producer_check_open(bufferext_producer *p)
+{
+    if (!p->open) {
+        PyErr_Format(PyExc_ValueError, "operation on a closed %s",
+                     p->kind->name);
+        return -1;
+    }
+    return 0;
+}
+
+int
+bufferext_producer_check_not_exported(bufferext_producer *p,
+                                      const char *what)
+{
+    if (p->exports > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: cannot %s while %zd export(s) are alive (%s)",
+                     p->kind->name, what, p->exports,
+                     p->kind->release_hint);
+        return -1;
+    }
+    return 0;
+}
+
+int
+bufferext_producer_check_writable(bufferext_producer *p)
+{
+    if (bufferext_producer_check_open(p) < 0) {
+        return -1;
+    }
+    if (p->layout.readonly &&
+        bufferext_producer_check_not_exported(
+            p, "be written while read-only") < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- copies to and from the host --------------------------------------- */
+
+PyObject *
+bufferext_producer_host_array(bufferext_producer *p, Py_buffer *view)
+{
+    PyObject *numpy, *shape, *array = NULL;
+
+    if (bufferext_producer_check_open(p) < 0 ||
+        (numpy = PyImport_ImportModule("numpy")) == NULL) {
+        return NULL;
+    }
+    shape = bufferext_tuple_from_ssize(p->layout.ndim, p->layout.shape);
+    if (shape != NULL) {
+        array = PyObject_CallMethod(numpy, "empty", "OO", shape,
+                                    p->dt.dtype);
+    }
+    Py_DECREF(numpy);
+    Py_XDECREF(shape);
+    if (array != NULL &&
+        PyObject_GetBuffer(array, view,
+                           PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        Py_CLEAR(array);
+    }
+    return array;
+}
+
+int
+bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
+                              const char *who, PyObject *source,
+                              Py_buffer *view)
+{
+    if (PyObject_GetBuffer(source, view, PyBUF_FULL_RO) < 0) {
+        return -1;
+    }
+    if (view->len != p->layout.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: source has %zd bytes, the buffer %zd", who,
+                     view->len, p->layout.len);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (bufferext_check_source_format(st, who, view, p->dt.dtype) < 0) {
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+const void *
+bufferext_contiguous_bytes(Py_buffer *view, void **staged)
+{
+    *staged = NULL;
+    if (PyBuffer_IsContiguous(view, 'C')) {
+        return view->buf;
+    }
+    *staged = PyMem_RawMalloc(view->len ? (size_t)view->len : 1);
+    if (*staged == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (PyBuffer_ToContiguous(*staged, view, view->len, 'C') < 0) {
+        PyMem_RawFree(*staged);
+        *staged = NULL;
+        return NULL;
+    }
+    return *staged;
+}
+
+/* ---- slots and methods ------------------------------------------------- */
+
+PyObject *
+bufferext_producer_repr(PyObject *op, const char *extra, const char *closed,
+                        const char *after)
+{
+    bufferext_producer *p = BufferExtProducer_CAST(op);
+    PyObject *shape = bufferext_producer_get_shape(op, NULL), *result;
+
+    if (shape == NULL) {
+        return NULL;
+    }
+    result = PyUnicode_FromFormat(
+        "%s(%R, dtype='%S'%s%s%s)%s", p->kind->name, shape, p->dt.dtype,
+        extra, p->layout.readonly ? ", readonly=True" : "",
+        p->open ? "" : closed, p->open ? "" : after);
+    Py_DECREF(shape);
+    return result;
+}
+
+void
+bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view)
+{
+    (void)view;
+    BufferExtProducer_CAST(op)->exports--;
+}
+
+int
+bufferext_producer_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(BufferExtProducer_CAST(op)->dt.dtype);
+    return 0;
+}
+
+void
+bufferext_producer_dealloc(PyObject *op)
+{
+    bufferext_producer *p = BufferExtProducer_CAST(op);
+    PyTypeObject *type = Py_TYPE(op);
+
+    PyObject_GC_UnTrack(op);
+    if (p->weakreflist != NULL) {
+        PyObject_ClearWeakRefs(op);
+    }
+    if (p->kind != NULL) {
+        p->kind->free_memory(op);
+    }
+    PyMem_Free(p->dims);
+    bufferext_dtype_clear(&p->dt);
+    type->tp_free(op);
+    Py_DECREF(type);
+}
+
+PyObject *
+bufferext_producer_enter(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    return Py_NewRef(op);
+}
+
+PyObject *
+bufferext_producer_exit(PyObject *op, PyObject *args)
+{
+    (void)args;
+    return BufferExtProducer_CAST(op)->kind->close(op, NULL);
+}
+
+PyMemberDef bufferext_producer_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET,
+     offsetof(bufferext_producer, weakreflist), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+/* ---- attributes -------------------------------------------------------- */
+
+#define PRODUCER_GETTER(name, expr)                                         \
+    PyObject *                                                              \
+    bufferext_producer_get_##name(PyObject *op, void *closure)              \
+    {                                                                       \
+        bufferext_producer *p = BufferExtProducer_CAST(op);                 \
+        (void)closure;                                                      \
+        return (expr);                                                      \
+    }
+
+PRODUCER_GETTER(shape, bufferext_tuple_from_ssize(p->layout.ndim,
+                                                  p->layout.shape))
+PRODUCER_GETTER(strides, bufferext_tuple_from_ssize(p->layout.ndim,
+                                                    p->layout.strides))
+PRODUCER_GETTER(ndim, PyLong_FromLong(p->layout.ndim))
+PRODUCER_GETTER(nbytes, PyLong_FromSsize_t(p->layout.len))
+PRODUCER_GETTER(itemsize, PyLong_FromSsize_t(p->layout.itemsize))
+PRODUCER_GETTER(dtype, Py_NewRef(p->dt.dtype))
+PRODUCER_GETTER(format, PyUnicode_FromString(p->dt.format))
+PRODUCER_GETTER(readonly, PyBool_FromLong(p->layout.readonly))
+PRODUCER_GETTER(exports, PyLong_FromSsize_t(p->exports))
+PRODUCER_GETTER(closed, PyBool_FromLong(!p->open))

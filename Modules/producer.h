@@ -1,0 +1,145 @@
+/* producer.h -- what the sample producers (CPUBuffer, CUDABuffer, VEBuffer)
+ * share: the head every producer object starts with, the dtype/shape part
+ * of tp_new, the common attributes, checks and slots.  The buffer protocol
+ * itself (getbuffer/releasebuffer) stays in each type: it reads the head's
+ * fields directly, with no call in between. */
+#ifndef BUFFEREXT_MODULES_PRODUCER_H
+#define BUFFEREXT_MODULES_PRODUCER_H
+#include "parts.h"
+#include "export.h"
+
+/* What differs between the producers where shared code needs it. */
+typedef struct {
+    const char *name;           /* "CPUBuffer": messages and repr */
+    const char *release_hint;   /* check_not_exported's advice, e.g.
+                                   "release the views first" */
+    /* Free the memory (dealloc; must be harmless when never set up). */
+    void (*free_memory)(PyObject *op);
+    /* The type's close() (called by __exit__). */
+    PyObject *(*close)(PyObject *op, PyObject *unused);
+} bufferext_producer_kind;
+
+/* The head of every producer object (its first member). */
+typedef struct {
+    PyObject_HEAD
+    const bufferext_producer_kind *kind;
+    int open;                   /* 0 once closed (or never set up) */
+    bufferext_export_layout layout;
+    Py_ssize_t *dims;           /* bufferext_dims_alloc: shape, strides,
+                                   then the item strides */
+    Py_ssize_t exports;
+    bufferext_dtype dt;
+    PyObject *weakreflist;
+} bufferext_producer;
+
+#define BufferExtProducer_CAST(op) ((bufferext_producer *)(op))
+
+/* The body of every producer's getbuffer (inline: the hot path calls
+ * nothing more than before): refuse a closed buffer, fill the request, say
+ * where the memory is (`device` NULL: CPU memory), count the export.  Each
+ * type calls it with its constant device, so the compiler drops what that
+ * device does not need.  0 or -1 with BufferError. */
+static inline int
+bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
+                          const char *device, void *device_info)
+{
+    bufferext_producer *p = (bufferext_producer *)op;
+
+    view->obj = NULL;
+    if (!p->open) {
+        return bufferext_refuse(op, "buffer is closed");
+    }
+    /* Nothing is committed before both steps succeed. */
+    if (bufferext_fill_request(op, view, flags, &p->layout) < 0 ||
+        BufferExt_SetDevice(op, view, flags, device, device_info) < 0) {
+        return -1;
+    }
+    p->exports++;
+    view->obj = Py_NewRef(op);
+    return 0;
+}
+
+/* The dtype/shape part of tp_new: set p->kind, resolve `dtype` (NULL:
+ * float64), parse `shape` (messages name kind->name) and set the layout
+ * (everything but buf).  0, or -1 with an exception (the caller drops the
+ * object; dealloc frees what was set). */
+int bufferext_producer_init(bufferext_producer *p,
+                            const bufferext_producer_kind *kind,
+                            bufferext_state *st, PyObject *shape,
+                            PyObject *dtype, int readonly);
+/* Replace shape and strides by those of `layout` (same itemsize): new
+ * dims, length, contiguity and DLPack's view.  0, or -1 with MemoryError
+ * and nothing changed. */
+int bufferext_producer_set_layout(bufferext_producer *p,
+                                  const bufferext_layout *layout);
+
+/* ValueError "operation on a closed Name" when closed.  0 or -1. */
+int bufferext_producer_check_open(bufferext_producer *p);
+/* BufferError "Name: cannot <what> while N export(s) are alive (<hint>)".
+ * 0 or -1. */
+int bufferext_producer_check_not_exported(bufferext_producer *p,
+                                          const char *what);
+/* Open, and not a read-only buffer that is exported (its consumers hold
+ * it as read-only memory).  0 or -1. */
+int bufferext_producer_check_writable(bufferext_producer *p);
+
+/* numpy.empty(shape, dtype) and a writable C-contiguous export of it in
+ * `view` (when `view` is not NULL): where to_host() copies to. */
+PyObject *bufferext_producer_host_array(bufferext_producer *p,
+                                        Py_buffer *view);
+/* Export `source` (PyBUF_FULL_RO) into `view` for copy_from_host: the
+ * same number of bytes, raw bytes or items of the dtype, else ValueError
+ * naming `who`.  0, or -1 with `view` released. */
+int bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
+                                  const char *who, PyObject *source,
+                                  Py_buffer *view);
+/* The bytes of `view` in C order: view->buf when contiguous, else a copy
+ * in *staged (PyMem_RawFree it; NULL when none was made).  NULL with an
+ * exception. */
+const void *bufferext_contiguous_bytes(Py_buffer *view, void **staged);
+
+/* "Name(shape, dtype='...'<extra>[, readonly=True]<closed>)<after>":
+ * `closed` and `after` are shown only when the buffer is closed. */
+PyObject *bufferext_producer_repr(PyObject *op, const char *extra,
+                                  const char *closed, const char *after);
+
+/* Slots and methods every producer uses as they are. */
+void bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view);
+int bufferext_producer_traverse(PyObject *op, visitproc visit, void *arg);
+void bufferext_producer_dealloc(PyObject *op);
+PyObject *bufferext_producer_enter(PyObject *op, PyObject *unused);
+PyObject *bufferext_producer_exit(PyObject *op, PyObject *args);
+extern PyMemberDef bufferext_producer_members[];   /* __weaklistoffset__ */
+
+/* The shared attributes. */
+PyObject *bufferext_producer_get_shape(PyObject *op, void *closure);
+PyObject *bufferext_producer_get_strides(PyObject *op, void *closure);
+PyObject *bufferext_producer_get_ndim(PyObject *op, void *closure);
+PyObject *bufferext_producer_get_nbytes(PyObject *op, void *closure);
+PyObject *bufferext_producer_get_itemsize(PyObject *op, void *closure);
+PyObject *bufferext_producer_get_dtype(PyObject *op, void *closure);
+PyObject *bufferext_producer_get_format(PyObject *op, void *closure);
+PyObject *bufferext_producer_get_readonly(PyObject *op, void *closure);
+PyObject *bufferext_producer_get_exports(PyObject *op, void *closure);
+PyObject *bufferext_producer_get_closed(PyObject *op, void *closure);
+
+/* Their PyGetSetDef entries, for the start of each type's getset array
+ * (a heap type takes one array): name, doc. */
+#define BUFFEREXT_PRODUCER_ATTRS(X)                                        \
+    X(shape, "Shape, a tuple of ints.")                                    \
+    X(strides, "Strides in bytes (C order).")                              \
+    X(ndim, "Number of dimensions.")                                       \
+    X(nbytes, "Size in bytes.")                                            \
+    X(itemsize, "Bytes per item.")                                         \
+    X(dtype, "Element type, a numpy.dtype.")                               \
+    X(format, "Element type as a struct format.")                          \
+    X(readonly, "True if exports are read-only.")                          \
+    X(exports, "Number of live exports.")                                  \
+    X(closed, "True once close() freed the memory.")
+
+#define BUFFEREXT_PRODUCER_GETSET_ENTRY(name, doc)                         \
+    {#name, bufferext_producer_get_##name, NULL, doc, NULL},
+#define BUFFEREXT_PRODUCER_GETSET                                          \
+    BUFFEREXT_PRODUCER_ATTRS(BUFFEREXT_PRODUCER_GETSET_ENTRY)
+
+#endif
