@@ -623,6 +623,84 @@ def _mpi_buffer(darr: Any) -> Any:
 
 # -- redistribution --------------------------------------------------------------
 
+#: How redistributions move host (numpy) buffers: ``"auto"`` packs with
+#: numpy into contiguous staging (only the side that needs it) and runs one
+#: ``Alltoallw`` of plain element counts whenever some peer's selection is
+#: not one contiguous block and counts and byte displacements fit an int
+#: (MPICH packs element-strided derived datatypes several times slower than
+#: numpy copies them), else one ``Alltoallw`` of derived datatypes;
+#: ``"pack"`` / ``"datatype"`` force one path (tests; ``"pack"`` still falls
+#: back to datatypes past the count limit).  Device buffers given to
+#: CUDA-aware MPI always take the datatype path.
+_STRATEGY = "auto"
+
+
+def _slice_of(sel: Sel) -> Union[slice, np.ndarray]:
+    """A basic slice for a run or an arithmetic progression of slots
+    (strided numpy copies are fast), else the positions themselves."""
+    if isinstance(sel, tuple):
+        return slice(sel[0], sel[0] + sel[1])
+    pos = np.asarray(sel, np.int64)
+    if pos.size == 1:
+        return slice(int(pos[0]), int(pos[0]) + 1)
+    step = int(pos[1] - pos[0])
+    if step > 0 and pos.size and np.all(np.diff(pos) == step):
+        return slice(int(pos[0]), int(pos[-1]) + 1, step)
+    return pos
+
+
+def _fast_index(sels: Sequence[Sel]) -> Tuple[Any, ...]:
+    """A numpy index selecting the product of ``sels``: basic slices where
+    possible, outer (``ix_``) indexing for the remaining position arrays."""
+    parts = [_slice_of(s) for s in sels]
+    if sum(1 for p in parts if isinstance(p, np.ndarray)) <= 1:
+        return tuple(parts)
+    return np.ix_(*[np.arange(p.start, p.stop, p.step or 1)
+                    if isinstance(p, slice) else p for p in parts])
+
+
+def _count(sels: Optional[Tuple[Sel, ...]]) -> int:
+    if sels is None:
+        return 0
+    n = 1
+    for s in sels:
+        n *= s[1] if isinstance(s, tuple) else len(s)
+    return n
+
+
+class _Side:
+    """One side (send or receive) of a packed exchange: per peer, the numpy
+    index and element count, and whether the buffer itself can be handed to
+    MPI (every peer's piece contiguous) or goes through staging."""
+
+    def __init__(self, sels: Sequence[Optional[Tuple[Sel, ...]]], shape: Tuple[int, ...],
+                 me: int) -> None:
+        self.counts = [0 if p == me else _count(s) for p, s in enumerate(sels)]
+        self.shapes = [tuple(_count((x,)) for x in s) if s is not None else ()
+                       for s in sels]
+        self.index = [None if s is None or p == me else _fast_index(s)
+                      for p, s in enumerate(sels)]
+        runs = [None if not c else _contiguous(s, shape)  # type: ignore[arg-type]
+                for c, s in zip(self.counts, sels)]
+        self.direct = all(r is not None for c, r in zip(self.counts, runs) if c)
+        if self.direct:             # displacements into the buffer itself
+            self.displs = [r[0] if r is not None else 0 for r in runs]
+        else:                       # displacements into the staging array
+            self.displs = np.concatenate(([0], np.cumsum(self.counts)[:-1])).tolist()
+        self.total = int(sum(self.counts))
+        self.staging: Optional[np.ndarray] = None
+
+    def fits(self, itemsize: int) -> bool:
+        """Whether counts and byte displacements fit an MPI int."""
+        return max(self.counts + [(d + c) * itemsize for d, c in
+                                  zip(self.displs, self.counts)]) <= _COUNT_LIMIT
+
+    def stage(self, dtype: np.dtype) -> np.ndarray:
+        if self.staging is None or self.staging.dtype != dtype:
+            self.staging = np.empty(self.total, dtype)
+        return self.staging
+
+
 class _Plan:
     """One rank's part of a redistribution: per peer, the selection it
     sends from its source buffer and receives into its target buffer."""
@@ -646,11 +724,15 @@ class _Plan:
                 out.append(p[side])
             return tuple(out)
 
+        self.me = me
         self.src_shape, self.tgt_shape = src.shape(me), tgt.shape(me)
         self.sends = [product(me, p, 0) for p in range(nprocs)]
         self.recvs = [product(p, me, 1) for p in range(nprocs)]
         self.types: Optional[Tuple[List[Any], List[Any]]] = None
         self.dtype: Optional[np.dtype] = None
+        self.packed: Optional[Tuple[_Side, _Side]] = None
+        s, r = self.sends[me], self.recvs[me]
+        self.own = None if s is None or r is None else (_fast_index(s), _fast_index(r))
 
     def free(self) -> None:
         if self.types is not None:
@@ -659,16 +741,75 @@ class _Plan:
                     t.Free()
             self.types = None
 
+    def _sides(self) -> Tuple[_Side, _Side]:
+        if self.packed is None:
+            self.packed = (_Side(self.sends, self.src_shape, self.me),
+                           _Side(self.recvs, self.tgt_shape, self.me))
+        return self.packed
+
+    def strategy(self, itemsize: int) -> str:
+        """``"pack"`` or ``"datatype"``: the path host buffers take.  Both
+        are one ``Alltoallw`` with matching type signatures (n base elements
+        or one derived type of n), so each rank may choose alone."""
+        if _STRATEGY == "datatype":
+            return "datatype"
+        snd, rcv = self._sides()
+        if not (snd.fits(itemsize) and rcv.fits(itemsize)):
+            return "datatype"
+        if _STRATEGY == "pack":
+            return "pack"
+        return "datatype" if snd.direct and rcv.direct else "pack"
+
     def run(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
         """Move the data: ``src`` and ``tgt`` are host arrays (or device
         producers with CUDA-aware MPI)."""
         nprocs = _size(comm)
         if nprocs == 1:
-            s, r = self.sends[0], self.recvs[0]
-            if s is not None and r is not None:
-                tgt[_index(r)] = src[_index(s)]
+            if self.own is not None:
+                tgt[self.own[1]] = src[self.own[0]]
             return
+        if isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray) \
+                and self.strategy(dtype.itemsize) == "pack":
+            self._run_packed(comm, src, tgt, dtype)
+        else:
+            self._run_types(comm, src, tgt, dtype)
+
+    def _run_packed(self, comm: Any, src: np.ndarray, tgt: np.ndarray,
+                    dtype: np.dtype) -> None:
+        """numpy copies into contiguous staging, one ``Alltoallv``, numpy
+        copies out; the own piece goes straight from ``src`` to ``tgt``."""
+        snd, rcv = self._sides()
+        base, own_base = _base_type(dtype)
+        try:
+            if snd.direct:
+                sbuf = src.reshape(-1)
+            else:
+                sbuf = snd.stage(dtype)
+                for p, idx in enumerate(snd.index):
+                    if snd.counts[p]:
+                        n0 = snd.displs[p]
+                        sbuf[n0:n0 + snd.counts[p]].reshape(snd.shapes[p])[...] = src[idx]
+            rbuf = tgt.reshape(-1) if rcv.direct else rcv.stage(dtype)
+            size = dtype.itemsize
+            types = [base] * len(snd.counts)
+            req = comm.Ialltoallw([sbuf, snd.counts, [x * size for x in snd.displs], types],
+                                  [rbuf, rcv.counts, [x * size for x in rcv.displs], types])
+            if self.own is not None:
+                tgt[self.own[1]] = src[self.own[0]]
+            req.Wait()
+            if not rcv.direct:
+                for p, idx in enumerate(rcv.index):
+                    if rcv.counts[p]:
+                        n0 = rcv.displs[p]
+                        tgt[idx] = rbuf[n0:n0 + rcv.counts[p]].reshape(rcv.shapes[p])
+        finally:
+            if own_base:
+                base.Free()
+
+    def _run_types(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
+        """One ``Ialltoallw`` of derived datatypes selecting in place."""
         MPI = _mpi()
+        nprocs = _size(comm)
         if self.types is None or self.dtype != dtype:
             self.free()
             self.dtype = dtype
@@ -682,13 +823,14 @@ class _Plan:
         scounts = [0 if t is None else 1 for t in self.types[0]]
         rcounts = [0 if t is None else 1 for t in self.types[1]]
         local = (isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray)
-                 and self.sends[me] is not None and self.recvs[me] is not None)
+                 and self.own is not None)
         if local:                   # our own piece: a numpy copy, overlapped
             scounts[me] = rcounts[me] = 0
         zeros = [0] * nprocs
         req = comm.Ialltoallw([src, scounts, zeros, stypes], [tgt, rcounts, zeros, rtypes])
         if local:
-            tgt[_index(self.recvs[me])] = src[_index(self.sends[me])]
+            assert self.own is not None
+            tgt[self.own[1]] = src[self.own[0]]
         req.Wait()
 
 
