@@ -947,10 +947,34 @@ def allgather(darr: Any) -> np.ndarray:
     return out
 
 
+def _check_out(darr: Any, out: Any, maps: Sequence[DimMap], device: str) -> None:
+    """``out=`` of ``redistribute``: a DistArray with the target
+    distribution, dtype, device and communicator, not sharing the source's
+    memory."""
+    from ._array import DistArray
+    if not isinstance(out, DistArray):
+        raise TypeError(f"out={type(out).__name__}: must be a DistArray")
+    if out is darr or (device == "cpu" == out.device == darr.device
+                       and np.may_share_memory(out.local, darr.local)):
+        raise ValueError("out: shares memory with the source array")
+    if out.comm is not darr.comm:
+        raise ValueError("out: its comm is not the source array's communicator")
+    if out.dtype != darr.dtype:
+        raise TypeError(f"out.dtype={out.dtype}: must be the source dtype {darr.dtype}")
+    if out.device != device:
+        raise ValueError(f"out.device={out.device!r}: must be {device!r}")
+    want = [_normal(m) for m in maps]
+    have = [_normal(m) for m in out.maps]
+    if len(have) != len(want) or not all(_same(a, b) for a, b in zip(have, want)):
+        raise ValueError(f"out: its dim_data {tuple(have)!r} are not those of the "
+                         f"requested distribution {tuple(want)!r}")
+
+
 def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: Any = None,
                  split: Optional[str] = None, padding: Any = None, periodic: Any = None,
-                 indices: Any = None, device: Optional[str] = None) -> Any:
-    """``DistArray.redistribute``: the same global array, another distribution."""
+                 indices: Any = None, device: Optional[str] = None, out: Any = None) -> Any:
+    """``DistArray.redistribute``: the same global array, another
+    distribution; written into ``out`` (and ``out`` returned) if given."""
     from ._array import DistSpec, producer_class
     comm = darr.comm
     me = _rank(comm)
@@ -976,19 +1000,29 @@ def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: An
         entry.maps = spec.maps(me)  # type: ignore[attr-defined]
         plans[key] = entry              # same key on every rank: same path
     maps = entry.maps  # type: ignore[attr-defined]
+    if out is not None:
+        agree(comm, lambda: _check_out(darr, out, maps, device))
     dtype = darr.dtype
     shape = tuple(m.extent for m in maps)
     if device == "cuda" and darr.device == "cuda" and cuda_aware():
-        tgt = producer_class("cuda")(shape, dtype)
+        tgt = producer_class("cuda")(shape, dtype) if out is None else out.buffer
         entry.run(comm, darr.buffer, tgt, dtype)
         buffer = tgt
+    elif out is not None:
+        host = _host_array(out)
+        entry.run(comm, _host_array(darr), host, dtype)
+        if device != "cpu":
+            out.buffer.copy_from_host(host)
+        return out
     else:
         _, host, finish = _alloc(device, shape, dtype)
         entry.run(comm, _host_array(darr), host, dtype)
         buffer = finish()
-    out = type(darr)(buffer, maps, device=device, dtype=dtype, comm=comm)
-    out._mpi_layout = entry.tgt_layout  # type: ignore[attr-defined]
-    return out
+    if out is not None:
+        return out
+    result = type(darr)(buffer, maps, device=device, dtype=dtype, comm=comm)
+    result._mpi_layout = entry.tgt_layout  # type: ignore[attr-defined]
+    return result
 
 
 # -- halo exchange ---------------------------------------------------------------
