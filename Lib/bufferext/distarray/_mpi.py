@@ -1218,13 +1218,45 @@ def _release(obj: Any) -> None:
     obj.free()
 
 
+def _bound_exchange(halo: _Halo, comm: Any) -> Optional[Callable[[], None]]:
+    """For a CPU array whose persistent plan is built: a callable running
+    exactly that plan with nothing else per call (every stage one
+    ``Sendrecv`` on ready-made views, no local copies), else None."""
+    if halo.persistent is None or _size(comm) == 1:
+        return None
+    ops = [o for o in halo.persistent[1] if not o[0] or o[1] or o[2]]  # idle stages
+    if any(many or copies for many, _, copies in ops):
+        return None
+    sendrecv = comm.Sendrecv
+    calls = [op for _, op, _ in ops]
+    if not calls:
+        return None
+    if len(calls) == 1:
+        only = calls[0]
+        return lambda: sendrecv(*only)
+
+    def run() -> None:
+        for op in calls:
+            sendrecv(*op)
+    return run
+
+
 def update_halos(darr: Any) -> None:
-    """``DistArray.update_halos``: fill padding from the owners."""
+    """``DistArray.update_halos``: fill padding from the owners.
+
+    For CPU arrays whose exchange is one ``Sendrecv`` per dimension, the
+    first call also binds the prepared exchange to the instance as
+    ``darr.update_halos`` (same effect, no per-call dispatch), since the
+    local buffer, layout and dtype of a DistArray never change."""
     comm = darr.comm
     halo = _halo(darr)          # raises alike on every rank (same layout)
     dtype = darr.dtype
     if darr.device == "cpu":
         halo.run(comm, _host_array(darr), dtype, persistent=True)
+        bound = _bound_exchange(halo, comm)
+        if bound is not None:
+            bound.__doc__ = type(darr).update_halos.__doc__
+            darr.update_halos = bound
     elif darr.device == "cuda" and cuda_aware():
         halo.run(comm, darr.buffer, dtype, persistent=False)
     else:
@@ -1260,16 +1292,30 @@ def raw_halo_exchange(darr: Any) -> Tuple[Callable[[], None], int]:
         nbytes += sum(b.size for _, _, b in sb)
         stages.append((sb, rb))
 
+    if _size(comm) == 1:
+        return (lambda: None), nbytes
+    MPI = _mpi()
+    sendrecv, waitall = comm.Sendrecv, MPI.Request.Waitall
+    if all(len(sb) == 1 and len(rb) == 1 and sb[0][0] == rb[0][0] or not (sb or rb)
+           for sb, rb in stages):
+        calls = [(sb[0][2], sb[0][0], sb[0][1], rb[0][2], rb[0][0], rb[0][1])
+                 for sb, rb in stages if sb]
+        if len(calls) == 1:
+            only = calls[0]
+            return (lambda: sendrecv(*only)), nbytes
+
+        def exchange_sendrecv() -> None:
+            for args in calls:
+                sendrecv(*args)
+        return exchange_sendrecv, nbytes
+
     def exchange() -> None:
-        if _size(comm) == 1:
-            return
-        MPI = _mpi()
         for sb, rb in stages:
             if len(sb) == 1 and len(rb) == 1 and sb[0][0] == rb[0][0]:
-                comm.Sendrecv(sb[0][2], sb[0][0], sb[0][1], rb[0][2], rb[0][0], rb[0][1])
+                sendrecv(sb[0][2], sb[0][0], sb[0][1], rb[0][2], rb[0][0], rb[0][1])
                 continue
             reqs = [comm.Irecv(b, peer, tag) for peer, tag, b in rb]
             reqs += [comm.Isend(b, peer, tag) for peer, tag, b in sb]
-            MPI.Request.Waitall(reqs)
+            waitall(reqs)
 
     return exchange, nbytes
