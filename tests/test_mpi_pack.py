@@ -173,10 +173,11 @@ def test_update_halos_bound_fast_path() -> None:
     m = d.maps[0]
     lo, hi = m.owned_slice.start, m.owned_slice.stop
     want = d.local.copy()
-    for _ in range(3):
+    early = d.update_halos             # a method reference taken before binding
+    for call in (d.update_halos, lambda: d.update_halos(), early, early):
         d.local[:lo] = -1
         d.local[hi:] = -1
-        d.update_halos()
+        call()
         assert np.array_equal(d.local, want)
     # one Sendrecv per call (2 ranks, or the end ranks of more): bound to the instance
     one_peer = SIZE == 2 or RANK in (0, SIZE - 1)

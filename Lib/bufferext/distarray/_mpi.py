@@ -1247,7 +1247,12 @@ def update_halos(darr: Any) -> None:
     For CPU arrays whose exchange is one ``Sendrecv`` per dimension, the
     first call also binds the prepared exchange to the instance as
     ``darr.update_halos`` (same effect, no per-call dispatch), since the
-    local buffer, layout and dtype of a DistArray never change."""
+    local buffer, layout and dtype of a DistArray never change; calls
+    through the class (or a method reference taken earlier) use it too."""
+    bound = vars(darr).get("update_halos")
+    if bound is not None:
+        bound()
+        return
     comm = darr.comm
     halo = _halo(darr)          # raises alike on every rank (same layout)
     dtype = darr.dtype
