@@ -659,6 +659,19 @@ def _fast_index(sels: Sequence[Sel]) -> Tuple[Any, ...]:
                     if isinstance(p, slice) else p for p in parts])
 
 
+def _as_runs(sels: Tuple[Sel, ...]) -> Tuple[Sel, ...]:
+    """``sels`` with position arrays of consecutive slots as ``(start,
+    length)`` runs."""
+    out: List[Sel] = []
+    for s in sels:
+        sl = _slice_of(s)
+        if isinstance(sl, slice) and sl.step in (None, 1):
+            out.append((sl.start, sl.stop - sl.start))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
 def _count(sels: Optional[Tuple[Sel, ...]]) -> int:
     if sels is None:
         return 0
@@ -680,7 +693,7 @@ class _Side:
                        for s in sels]
         self.index = [None if s is None or p == me else _fast_index(s)
                       for p, s in enumerate(sels)]
-        runs = [None if not c else _contiguous(s, shape)  # type: ignore[arg-type]
+        runs = [_contiguous(_as_runs(s), shape) if c and s is not None else None
                 for c, s in zip(self.counts, sels)]
         self.direct = all(r is not None for c, r in zip(self.counts, runs) if c)
         if self.direct:             # displacements into the buffer itself
