@@ -495,14 +495,20 @@ class DistArray:
                      grid_shape: Optional[Sequence[int]] = None, block_size: Any = None,
                      split: Optional[str] = None, padding: Any = None,
                      periodic: Any = None, indices: Any = None,
-                     device: Optional[str] = None) -> "DistArray":
+                     device: Optional[str] = None,
+                     out: Optional["DistArray"] = None) -> "DistArray":
         """The same global array in another distribution (arguments as in
         :meth:`from_global`; ``device`` defaults to this array's), moved
-        with one all-to-all exchange.  Collective over :attr:`comm`."""
+        with one all-to-all exchange.  ``out``: an existing DistArray with
+        exactly that distribution (e.g. an earlier result), dtype, device and
+        communicator, written in place of allocating a new one (every cell,
+        padding included, as in a new result) and returned.  Collective over
+        :attr:`comm`."""
         from . import _mpi
         moved: DistArray = _mpi.redistribute(self, dist=dist, grid_shape=grid_shape,
                                  block_size=block_size, split=split, padding=padding,
-                                 periodic=periodic, indices=indices, device=device)
+                                 periodic=periodic, indices=indices, device=device,
+                                 out=out)
         return moved
 
     def update_halos(self) -> None:

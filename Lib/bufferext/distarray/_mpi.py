@@ -623,6 +623,97 @@ def _mpi_buffer(darr: Any) -> Any:
 
 # -- redistribution --------------------------------------------------------------
 
+#: How redistributions move host (numpy) buffers: ``"auto"`` packs with
+#: numpy into contiguous staging (only the side that needs it) and runs one
+#: ``Alltoallw`` of plain element counts whenever some peer's selection is
+#: not one contiguous block and counts and byte displacements fit an int
+#: (MPICH packs element-strided derived datatypes several times slower than
+#: numpy copies them), else one ``Alltoallw`` of derived datatypes;
+#: ``"pack"`` / ``"datatype"`` force one path (tests; ``"pack"`` still falls
+#: back to datatypes past the count limit).  Device buffers given to
+#: CUDA-aware MPI always take the datatype path.
+_STRATEGY = "auto"
+
+
+def _slice_of(sel: Sel) -> Union[slice, np.ndarray]:
+    """A basic slice for a run or an arithmetic progression of slots
+    (strided numpy copies are fast), else the positions themselves."""
+    if isinstance(sel, tuple):
+        return slice(sel[0], sel[0] + sel[1])
+    pos = np.asarray(sel, np.int64)
+    if pos.size == 1:
+        return slice(int(pos[0]), int(pos[0]) + 1)
+    step = int(pos[1] - pos[0])
+    if step > 0 and pos.size and np.all(np.diff(pos) == step):
+        return slice(int(pos[0]), int(pos[-1]) + 1, step)
+    return pos
+
+
+def _fast_index(sels: Sequence[Sel]) -> Tuple[Any, ...]:
+    """A numpy index selecting the product of ``sels``: basic slices where
+    possible, outer (``ix_``) indexing for the remaining position arrays."""
+    parts = [_slice_of(s) for s in sels]
+    if sum(1 for p in parts if isinstance(p, np.ndarray)) <= 1:
+        return tuple(parts)
+    return np.ix_(*[np.arange(p.start, p.stop, p.step or 1)
+                    if isinstance(p, slice) else p for p in parts])
+
+
+def _as_runs(sels: Tuple[Sel, ...]) -> Tuple[Sel, ...]:
+    """``sels`` with position arrays of consecutive slots as ``(start,
+    length)`` runs."""
+    out: List[Sel] = []
+    for s in sels:
+        sl = _slice_of(s)
+        if isinstance(sl, slice) and sl.step in (None, 1):
+            out.append((sl.start, sl.stop - sl.start))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def _count(sels: Optional[Tuple[Sel, ...]]) -> int:
+    if sels is None:
+        return 0
+    n = 1
+    for s in sels:
+        n *= s[1] if isinstance(s, tuple) else len(s)
+    return n
+
+
+class _Side:
+    """One side (send or receive) of a packed exchange: per peer, the numpy
+    index and element count, and whether the buffer itself can be handed to
+    MPI (every peer's piece contiguous) or goes through staging."""
+
+    def __init__(self, sels: Sequence[Optional[Tuple[Sel, ...]]], shape: Tuple[int, ...],
+                 me: int) -> None:
+        self.counts = [0 if p == me else _count(s) for p, s in enumerate(sels)]
+        self.shapes = [tuple(_count((x,)) for x in s) if s is not None else ()
+                       for s in sels]
+        self.index = [None if s is None or p == me else _fast_index(s)
+                      for p, s in enumerate(sels)]
+        runs = [_contiguous(_as_runs(s), shape) if c and s is not None else None
+                for c, s in zip(self.counts, sels)]
+        self.direct = all(r is not None for c, r in zip(self.counts, runs) if c)
+        if self.direct:             # displacements into the buffer itself
+            self.displs = [r[0] if r is not None else 0 for r in runs]
+        else:                       # displacements into the staging array
+            self.displs = np.concatenate(([0], np.cumsum(self.counts)[:-1])).tolist()
+        self.total = int(sum(self.counts))
+        self.staging: Optional[np.ndarray] = None
+
+    def fits(self, itemsize: int) -> bool:
+        """Whether counts and byte displacements fit an MPI int."""
+        return max(self.counts + [(d + c) * itemsize for d, c in
+                                  zip(self.displs, self.counts)]) <= _COUNT_LIMIT
+
+    def stage(self, dtype: np.dtype) -> np.ndarray:
+        if self.staging is None or self.staging.dtype != dtype:
+            self.staging = np.empty(self.total, dtype)
+        return self.staging
+
+
 class _Plan:
     """One rank's part of a redistribution: per peer, the selection it
     sends from its source buffer and receives into its target buffer."""
@@ -646,11 +737,15 @@ class _Plan:
                 out.append(p[side])
             return tuple(out)
 
+        self.me = me
         self.src_shape, self.tgt_shape = src.shape(me), tgt.shape(me)
         self.sends = [product(me, p, 0) for p in range(nprocs)]
         self.recvs = [product(p, me, 1) for p in range(nprocs)]
         self.types: Optional[Tuple[List[Any], List[Any]]] = None
         self.dtype: Optional[np.dtype] = None
+        self.packed: Optional[Tuple[_Side, _Side]] = None
+        s, r = self.sends[me], self.recvs[me]
+        self.own = None if s is None or r is None else (_fast_index(s), _fast_index(r))
 
     def free(self) -> None:
         if self.types is not None:
@@ -659,16 +754,75 @@ class _Plan:
                     t.Free()
             self.types = None
 
+    def _sides(self) -> Tuple[_Side, _Side]:
+        if self.packed is None:
+            self.packed = (_Side(self.sends, self.src_shape, self.me),
+                           _Side(self.recvs, self.tgt_shape, self.me))
+        return self.packed
+
+    def strategy(self, itemsize: int) -> str:
+        """``"pack"`` or ``"datatype"``: the path host buffers take.  Both
+        are one ``Alltoallw`` with matching type signatures (n base elements
+        or one derived type of n), so each rank may choose alone."""
+        if _STRATEGY == "datatype":
+            return "datatype"
+        snd, rcv = self._sides()
+        if not (snd.fits(itemsize) and rcv.fits(itemsize)):
+            return "datatype"
+        if _STRATEGY == "pack":
+            return "pack"
+        return "datatype" if snd.direct and rcv.direct else "pack"
+
     def run(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
         """Move the data: ``src`` and ``tgt`` are host arrays (or device
         producers with CUDA-aware MPI)."""
         nprocs = _size(comm)
         if nprocs == 1:
-            s, r = self.sends[0], self.recvs[0]
-            if s is not None and r is not None:
-                tgt[_index(r)] = src[_index(s)]
+            if self.own is not None:
+                tgt[self.own[1]] = src[self.own[0]]
             return
+        if isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray) \
+                and self.strategy(dtype.itemsize) == "pack":
+            self._run_packed(comm, src, tgt, dtype)
+        else:
+            self._run_types(comm, src, tgt, dtype)
+
+    def _run_packed(self, comm: Any, src: np.ndarray, tgt: np.ndarray,
+                    dtype: np.dtype) -> None:
+        """numpy copies into contiguous staging, one ``Alltoallv``, numpy
+        copies out; the own piece goes straight from ``src`` to ``tgt``."""
+        snd, rcv = self._sides()
+        base, own_base = _base_type(dtype)
+        try:
+            if snd.direct:
+                sbuf = src.reshape(-1)
+            else:
+                sbuf = snd.stage(dtype)
+                for p, idx in enumerate(snd.index):
+                    if snd.counts[p]:
+                        n0 = snd.displs[p]
+                        sbuf[n0:n0 + snd.counts[p]].reshape(snd.shapes[p])[...] = src[idx]
+            rbuf = tgt.reshape(-1) if rcv.direct else rcv.stage(dtype)
+            size = dtype.itemsize
+            types = [base] * len(snd.counts)
+            req = comm.Ialltoallw([sbuf, snd.counts, [x * size for x in snd.displs], types],
+                                  [rbuf, rcv.counts, [x * size for x in rcv.displs], types])
+            if self.own is not None:
+                tgt[self.own[1]] = src[self.own[0]]
+            req.Wait()
+            if not rcv.direct:
+                for p, idx in enumerate(rcv.index):
+                    if rcv.counts[p]:
+                        n0 = rcv.displs[p]
+                        tgt[idx] = rbuf[n0:n0 + rcv.counts[p]].reshape(rcv.shapes[p])
+        finally:
+            if own_base:
+                base.Free()
+
+    def _run_types(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
+        """One ``Ialltoallw`` of derived datatypes selecting in place."""
         MPI = _mpi()
+        nprocs = _size(comm)
         if self.types is None or self.dtype != dtype:
             self.free()
             self.dtype = dtype
@@ -682,13 +836,14 @@ class _Plan:
         scounts = [0 if t is None else 1 for t in self.types[0]]
         rcounts = [0 if t is None else 1 for t in self.types[1]]
         local = (isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray)
-                 and self.sends[me] is not None and self.recvs[me] is not None)
+                 and self.own is not None)
         if local:                   # our own piece: a numpy copy, overlapped
             scounts[me] = rcounts[me] = 0
         zeros = [0] * nprocs
         req = comm.Ialltoallw([src, scounts, zeros, stypes], [tgt, rcounts, zeros, rtypes])
         if local:
-            tgt[_index(self.recvs[me])] = src[_index(self.sends[me])]
+            assert self.own is not None
+            tgt[self.own[1]] = src[self.own[0]]
         req.Wait()
 
 
@@ -805,10 +960,34 @@ def allgather(darr: Any) -> np.ndarray:
     return out
 
 
+def _check_out(darr: Any, out: Any, maps: Sequence[DimMap], device: str) -> None:
+    """``out=`` of ``redistribute``: a DistArray with the target
+    distribution, dtype, device and communicator, not sharing the source's
+    memory."""
+    from ._array import DistArray
+    if not isinstance(out, DistArray):
+        raise TypeError(f"out={type(out).__name__}: must be a DistArray")
+    if out is darr or (device == "cpu" == out.device == darr.device
+                       and np.may_share_memory(out.local, darr.local)):
+        raise ValueError("out: shares memory with the source array")
+    if out.comm is not darr.comm:
+        raise ValueError("out: its comm is not the source array's communicator")
+    if out.dtype != darr.dtype:
+        raise TypeError(f"out.dtype={out.dtype}: must be the source dtype {darr.dtype}")
+    if out.device != device:
+        raise ValueError(f"out.device={out.device!r}: must be {device!r}")
+    want = [_normal(m) for m in maps]
+    have = [_normal(m) for m in out.maps]
+    if len(have) != len(want) or not all(_same(a, b) for a, b in zip(have, want)):
+        raise ValueError(f"out: its dim_data {tuple(have)!r} are not those of the "
+                         f"requested distribution {tuple(want)!r}")
+
+
 def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: Any = None,
                  split: Optional[str] = None, padding: Any = None, periodic: Any = None,
-                 indices: Any = None, device: Optional[str] = None) -> Any:
-    """``DistArray.redistribute``: the same global array, another distribution."""
+                 indices: Any = None, device: Optional[str] = None, out: Any = None) -> Any:
+    """``DistArray.redistribute``: the same global array, another
+    distribution; written into ``out`` (and ``out`` returned) if given."""
     from ._array import DistSpec, producer_class
     comm = darr.comm
     me = _rank(comm)
@@ -834,19 +1013,29 @@ def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: An
         entry.maps = spec.maps(me)  # type: ignore[attr-defined]
         plans[key] = entry              # same key on every rank: same path
     maps = entry.maps  # type: ignore[attr-defined]
+    if out is not None:
+        agree(comm, lambda: _check_out(darr, out, maps, device))
     dtype = darr.dtype
     shape = tuple(m.extent for m in maps)
     if device == "cuda" and darr.device == "cuda" and cuda_aware():
-        tgt = producer_class("cuda")(shape, dtype)
+        tgt = producer_class("cuda")(shape, dtype) if out is None else out.buffer
         entry.run(comm, darr.buffer, tgt, dtype)
         buffer = tgt
+    elif out is not None:
+        host = _host_array(out)
+        entry.run(comm, _host_array(darr), host, dtype)
+        if device != "cpu":
+            out.buffer.copy_from_host(host)
+        return out
     else:
         _, host, finish = _alloc(device, shape, dtype)
         entry.run(comm, _host_array(darr), host, dtype)
         buffer = finish()
-    out = type(darr)(buffer, maps, device=device, dtype=dtype, comm=comm)
-    out._mpi_layout = entry.tgt_layout  # type: ignore[attr-defined]
-    return out
+    if out is not None:
+        return out
+    result = type(darr)(buffer, maps, device=device, dtype=dtype, comm=comm)
+    result._mpi_layout = entry.tgt_layout  # type: ignore[attr-defined]
+    return result
 
 
 # -- halo exchange ---------------------------------------------------------------
@@ -1042,13 +1231,50 @@ def _release(obj: Any) -> None:
     obj.free()
 
 
+def _bound_exchange(halo: _Halo, comm: Any) -> Optional[Callable[[], None]]:
+    """For a CPU array whose persistent plan is built: a callable running
+    exactly that plan with nothing else per call (every stage one
+    ``Sendrecv`` on ready-made views, no local copies), else None."""
+    if halo.persistent is None or _size(comm) == 1:
+        return None
+    ops = [o for o in halo.persistent[1] if not o[0] or o[1] or o[2]]  # idle stages
+    if any(many or copies for many, _, copies in ops):
+        return None
+    sendrecv = comm.Sendrecv
+    calls = [op for _, op, _ in ops]
+    if not calls:
+        return None
+    if len(calls) == 1:
+        only = calls[0]
+        return lambda: sendrecv(*only)
+
+    def run() -> None:
+        for op in calls:
+            sendrecv(*op)
+    return run
+
+
 def update_halos(darr: Any) -> None:
-    """``DistArray.update_halos``: fill padding from the owners."""
+    """``DistArray.update_halos``: fill padding from the owners.
+
+    For CPU arrays whose exchange is one ``Sendrecv`` per dimension, the
+    first call also binds the prepared exchange to the instance as
+    ``darr.update_halos`` (same effect, no per-call dispatch), since the
+    local buffer, layout and dtype of a DistArray never change; calls
+    through the class (or a method reference taken earlier) use it too."""
+    bound = vars(darr).get("update_halos")
+    if bound is not None:
+        bound()
+        return
     comm = darr.comm
     halo = _halo(darr)          # raises alike on every rank (same layout)
     dtype = darr.dtype
     if darr.device == "cpu":
         halo.run(comm, _host_array(darr), dtype, persistent=True)
+        bound = _bound_exchange(halo, comm)
+        if bound is not None:
+            bound.__doc__ = type(darr).update_halos.__doc__
+            darr.update_halos = bound
     elif darr.device == "cuda" and cuda_aware():
         halo.run(comm, darr.buffer, dtype, persistent=False)
     else:
@@ -1084,16 +1310,30 @@ def raw_halo_exchange(darr: Any) -> Tuple[Callable[[], None], int]:
         nbytes += sum(b.size for _, _, b in sb)
         stages.append((sb, rb))
 
+    if _size(comm) == 1:
+        return (lambda: None), nbytes
+    MPI = _mpi()
+    sendrecv, waitall = comm.Sendrecv, MPI.Request.Waitall
+    if all(len(sb) == 1 and len(rb) == 1 and sb[0][0] == rb[0][0] or not (sb or rb)
+           for sb, rb in stages):
+        calls = [(sb[0][2], sb[0][0], sb[0][1], rb[0][2], rb[0][0], rb[0][1])
+                 for sb, rb in stages if sb]
+        if len(calls) == 1:
+            only = calls[0]
+            return (lambda: sendrecv(*only)), nbytes
+
+        def exchange_sendrecv() -> None:
+            for args in calls:
+                sendrecv(*args)
+        return exchange_sendrecv, nbytes
+
     def exchange() -> None:
-        if _size(comm) == 1:
-            return
-        MPI = _mpi()
         for sb, rb in stages:
             if len(sb) == 1 and len(rb) == 1 and sb[0][0] == rb[0][0]:
-                comm.Sendrecv(sb[0][2], sb[0][0], sb[0][1], rb[0][2], rb[0][0], rb[0][1])
+                sendrecv(sb[0][2], sb[0][0], sb[0][1], rb[0][2], rb[0][0], rb[0][1])
                 continue
             reqs = [comm.Irecv(b, peer, tag) for peer, tag, b in rb]
             reqs += [comm.Isend(b, peer, tag) for peer, tag, b in sb]
-            MPI.Request.Waitall(reqs)
+            waitall(reqs)
 
     return exchange, nbytes

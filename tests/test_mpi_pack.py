@@ -1,0 +1,188 @@
+"""Redistribution paths: numpy packing into contiguous staging vs MPI
+derived datatypes (forced with ``_mpi._STRATEGY``) on every pair of
+distributions, ranks choosing differently, the fall-back past the count
+limit, and ``redistribute(out=...)``.  The MPI tests run under ``mpiexec
+-n 2`` / ``-n 4`` with ``--with-mpi``; the helpers' tests run anywhere."""
+
+from __future__ import annotations
+
+import itertools
+from typing import List
+
+import numpy as np
+import pytest
+
+from bufferext.distarray import DistArray, _mpi
+
+try:
+    from mpi4py import MPI
+    COMM = MPI.COMM_WORLD
+    SIZE, RANK = COMM.Get_size(), COMM.Get_rank()
+except ImportError:                 # helpers' tests still run
+    MPI = COMM = None
+    SIZE, RANK = 1, 0
+
+needs_ranks = [pytest.mark.mpi(min_size=2),
+               pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")]
+
+G = np.arange(7 * 9, dtype=np.float64).reshape(7, 9) * 1.5 - 3
+
+
+def dists() -> List[dict]:
+    perm = np.random.default_rng(3).permutation(9)
+    return [dict(dist="bb"), dict(dist="bc"), dict(dist="cb", block_size=2),
+            dict(dist="cc", block_size=[2, 3]), dict(dist="nb"), dict(dist="bn"),
+            dict(dist="nu", grid_shape=(1, SIZE), indices=[None, [perm[i::SIZE]
+                                                                  for i in range(SIZE)]]),
+            dict(dist="bb", grid_shape=(SIZE, 1), padding=[[(1, 1)] * SIZE, None])]
+
+
+# -- helpers (any process count) ------------------------------------------------
+
+def test_slice_of_turns_progressions_into_slices() -> None:
+    assert _mpi._slice_of((3, 4)) == slice(3, 7)
+    assert _mpi._slice_of(np.array([5])) == slice(5, 6)
+    assert _mpi._slice_of(np.array([1, 4, 7, 10])) == slice(1, 11, 3)
+    irregular = _mpi._slice_of(np.array([0, 1, 5]))
+    assert isinstance(irregular, np.ndarray) and irregular.tolist() == [0, 1, 5]
+
+
+def test_fast_index_selects_like_outer_indexing() -> None:
+    a = np.arange(6 * 7 * 5).reshape(6, 7, 5)
+    sels = [((1, 3), np.array([0, 2, 4, 6]), np.array([0, 1, 4])),
+            (np.array([0, 3, 4]), (2, 2), np.array([1, 3])),
+            (np.array([5]), np.array([1, 2]), (0, 5))]
+    for s in sels:
+        assert np.array_equal(a[_mpi._fast_index(s)], a[_mpi._index(s)])
+
+
+# -- under MPI ------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["pack", "datatype"])
+@pytest.mark.parametrize("src,dst", list(itertools.product(range(8), range(8))))
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+def test_every_pair_both_paths(monkeypatch: pytest.MonkeyPatch, strategy: str,
+                               src: int, dst: int) -> None:
+    monkeypatch.setattr(_mpi, "_STRATEGY", strategy)
+    a, b = dists()[src], dists()[dst]
+    d = DistArray.from_global(G, comm=COMM, **a)
+    e = d.redistribute(**b)
+    ref = DistArray.from_global(G, comm=COMM, **b)
+    assert np.array_equal(e.local, ref.local)
+    assert np.array_equal(e.allgather(), G)
+    assert np.array_equal(d.redistribute(**b).local, ref.local)     # cached plan
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.complex128, np.uint8])
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+def test_ranks_choosing_different_paths(monkeypatch: pytest.MonkeyPatch,
+                                        dtype: type) -> None:
+    monkeypatch.setattr(_mpi, "_STRATEGY", "pack" if RANK % 2 else "datatype")
+    g = (np.arange(12 * 10) * 7 % 251).astype(dtype).reshape(12, 10)
+    for a, b in [("bn", "cn"), ("bb", "cc"), ("cb", "bc"), ("bn", "nb")]:
+        d = DistArray.from_global(g, dist=a, comm=COMM)
+        e = d.redistribute(dist=b)
+        assert np.array_equal(e.local, DistArray.from_global(g, dist=b, comm=COMM).local)
+        back = e.gather(0)                      # gathered through the other path
+        assert np.array_equal(back, g) if RANK == 0 else back is None
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+def test_auto_chooses_by_contiguity(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_mpi, "_STRATEGY", "auto")
+    g = np.zeros((8 * SIZE, 6))
+    d = DistArray.from_global(g, dist="bn", comm=COMM)
+    d.redistribute(dist="cn")                 # strided rows: packed
+    d.redistribute(dist="bn", split="ceil")   # whole row blocks: datatypes
+    plans = {k[1]: p for k, p in d._mpi_plans.items() if k[0] == "redistribute"}
+    assert plans["'cn'"].strategy(8) == "pack"
+    assert plans["'bn'"].strategy(8) == "datatype"
+    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", 4)   # counts no longer fit
+    assert plans["'cn'"].strategy(8) == "datatype"
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+def test_pack_falls_back_past_the_count_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_mpi, "_STRATEGY", "pack")
+    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", 3)
+    big = np.arange(20 * 6, dtype=np.int32).reshape(20, 6)
+    d = DistArray.from_global(big, dist="bn", comm=COMM)
+    e = d.redistribute(dist="cb", block_size=3)
+    assert np.array_equal(e.local, DistArray.from_global(
+        big, dist="cb", block_size=3, comm=COMM).local)
+
+
+@pytest.mark.parametrize("pair", [("bn", "cn"), ("bb", "bb"), ("cb", "nb")])
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+def test_redistribute_out_reuses_the_target(pair: tuple) -> None:
+    a, b = pair
+    d = DistArray.from_global(G, dist=a, comm=COMM)
+    out = d.redistribute(dist=b)
+    out.local[...] = -7
+    assert d.redistribute(dist=b, out=out) is out
+    assert np.array_equal(out.local, DistArray.from_global(G, dist=b, comm=COMM).local)
+    d.local[...] *= 2                           # new values, same memory
+    d.redistribute(dist=b, out=out)
+    assert np.array_equal(out.allgather(), 2 * G)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+def test_redistribute_out_padded_target() -> None:
+    pad = dict(dist="bb", grid_shape=(SIZE, 1), padding=[[(1, 1)] * SIZE, None])
+    d = DistArray.from_global(G, dist="cb", block_size=2, comm=COMM)
+    out = d.redistribute(**pad)
+    out.local[...] = np.nan
+    d.redistribute(out=out, **pad)
+    assert np.array_equal(out.local, DistArray.from_global(G, comm=COMM, **pad).local)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+def test_redistribute_bad_out_raises_everywhere() -> None:
+    d = DistArray.from_global(G, dist="bn", comm=COMM)
+    good = d.redistribute(dist="cn")
+    wrong_dist = d.redistribute(dist="nb")
+    wrong_dtype = DistArray.from_global(G.astype(np.float32), dist="cn", comm=COMM)
+    cases = [(TypeError, "must be a DistArray", np.zeros(3)),
+             (ValueError, "not those of the requested distribution", wrong_dist),
+             (TypeError, "must be the source dtype", wrong_dtype),
+             (ValueError, "shares memory", d)]
+    for exc, text, bad in cases:
+        with pytest.raises(exc, match=text) as info:
+            d.redistribute(dist="cn", out=bad)
+        assert len(set(COMM.allgather(str(info.value)))) == 1
+    # bad on one rank only: every rank raises, naming that rank
+    with pytest.raises(ValueError, match="rank 1 of"):
+        d.redistribute(dist="cn", out=wrong_dist if RANK == 1 else good)
+    assert np.array_equal(d.redistribute(dist="cn", out=good).allgather(), G)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+def test_update_halos_bound_fast_path() -> None:
+    arr = np.arange(SIZE * 5 * 4, dtype=np.float64).reshape(SIZE * 5, 4)
+    pads = [(0, 1)] + [(1, 1)] * (SIZE - 2) + [(1, 0)]
+    d = DistArray.from_global(arr, dist="bn", grid_shape=(SIZE, 1), padding=[pads, None],
+                              comm=COMM)
+    m = d.maps[0]
+    lo, hi = m.owned_slice.start, m.owned_slice.stop
+    want = d.local.copy()
+    early = d.update_halos             # a method reference taken before binding
+    for call in (d.update_halos, lambda: d.update_halos(), early, early):
+        d.local[:lo] = -1
+        d.local[hi:] = -1
+        call()
+        assert np.array_equal(d.local, want)
+    # one Sendrecv per call (2 ranks, or the end ranks of more): bound to the instance
+    one_peer = SIZE == 2 or RANK in (0, SIZE - 1)
+    assert ("update_halos" in vars(d)) == one_peer
+    assert d.update_halos.__doc__ == DistArray.update_halos.__doc__
+    raw, nbytes = _mpi.raw_halo_exchange(d)
+    raw()
+    assert nbytes == 4 * 8 * (1 if one_peer else 2)
