@@ -238,20 +238,8 @@ check_tensor(const BxDLTensor *t)
 static void
 dl_delete(void *managed, int versioned)
 {
-    if (managed == NULL) {
-        return;
-    }
-    if (versioned) {
-        BxDLManagedTensorVersioned *m = managed;
-        if (m->deleter != NULL) {
-            m->deleter(m);
-        }
-    }
-    else {
-        BxDLManagedTensor *m = managed;
-        if (m->deleter != NULL) {
-            m->deleter(m);
-        }
+    if (managed != NULL) {
+        bufferext_dlpack_delete_locked(managed, versioned);
     }
 }
 

@@ -41,6 +41,19 @@ holder_free(dlpack_holder *holder)
     PyMem_RawFree(holder);
 }
 
+/* Free a holder from code that holds the GIL (a capsule destructor runs in
+ * the capsule's dealloc, so always with it): the export is released even
+ * while the interpreter finalizes, when Py_IsInitialized() is already 0. */
+static void
+holder_free_locked(dlpack_holder *holder)
+{
+    if (holder->held) {
+        BufferExt_Release(&holder->ext);
+    }
+    PyMem_RawFree(holder->copy);
+    PyMem_RawFree(holder);
+}
+
 static void
 deleter_versioned(BxDLManagedTensorVersioned *self)
 {
@@ -53,14 +66,14 @@ deleter_legacy(BxDLManagedTensor *self)
     holder_free((dlpack_holder *)self->manager_ctx);
 }
 
-/* The capsule destructor calls the deleter only if nobody consumed it. */
+/* The capsule destructor frees the tensor only if nobody consumed it. */
 static void
 capsule_destructor_versioned(PyObject *capsule)
 {
     if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE_VERSIONED)) {
         BxDLManagedTensorVersioned *managed = PyCapsule_GetPointer(
             capsule, BX_DLPACK_CAPSULE_VERSIONED);
-        managed->deleter(managed);
+        holder_free_locked((dlpack_holder *)managed->manager_ctx);
     }
 }
 
@@ -70,7 +83,30 @@ capsule_destructor_legacy(PyObject *capsule)
     if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE)) {
         BxDLManagedTensor *managed =
             PyCapsule_GetPointer(capsule, BX_DLPACK_CAPSULE);
-        managed->deleter(managed);
+        holder_free_locked((dlpack_holder *)managed->manager_ctx);
+    }
+}
+
+void
+bufferext_dlpack_delete_locked(void *managed, int versioned)
+{
+    if (versioned) {
+        BxDLManagedTensorVersioned *m = managed;
+        if (m->deleter == deleter_versioned) {
+            holder_free_locked((dlpack_holder *)m->manager_ctx);
+        }
+        else if (m->deleter != NULL) {
+            m->deleter(m);
+        }
+    }
+    else {
+        BxDLManagedTensor *m = managed;
+        if (m->deleter == deleter_legacy) {
+            holder_free_locked((dlpack_holder *)m->manager_ctx);
+        }
+        else if (m->deleter != NULL) {
+            m->deleter(m);
+        }
     }
 }
 

@@ -114,6 +114,10 @@ PyObject *bufferext_dlpack_device(PyObject *exporter);
 struct BxDLManagedTensorVersioned *bufferext_dlpack_managed(PyObject *exporter);
 int bufferext_dlpack_fill(PyObject *exporter, void *out_dltensor);
 int bufferext_init_dlpack_exchange(PyObject *module);   /* dlpack_exchange.c */
+/* Free a consumed managed tensor (`versioned` says which struct) with the
+ * GIL held: one made by dlpack.c is released directly, so also while the
+ * interpreter finalizes; any other producer's deleter is called. */
+void bufferext_dlpack_delete_locked(void *managed, int versioned);
 
 /* cudabuffer.c: the DLPack stream rule for an export of "bufferext.cuda"
  * memory.  `stream` is __dlpack__'s argument (NULL or None: the legacy
