@@ -190,8 +190,16 @@ adapter_from_tensor(AdapterObject *self, const BxDLTensor *t, int readonly)
     if (t->strides == NULL) {        /* allowed before DLPack 1.2 */
         Py_ssize_t stride = l->itemsize;
         for (i = t->ndim - 1; i >= 0; i--) {
+            Py_ssize_t n = l->shape[i] ? l->shape[i] : 1;
             l->strides[i] = stride;
-            stride *= l->shape[i] ? l->shape[i] : 1;
+            /* a zero-size dimension elsewhere keeps the total size 0, so
+             * the strides must be checked on their own */
+            if (i > 0 && stride > PY_SSIZE_T_MAX / n) {
+                PyErr_Format(PyExc_BufferError, "dlpack: the C-contiguous "
+                             "strides of shape[%d:] overflow", i);
+                return -1;
+            }
+            stride *= n;
         }
     }
     else {
@@ -426,6 +434,10 @@ adapter_from_layout(PyObject *module, PyObject *args)
     self->layout.buf = (void *)(uintptr_t)ptr;
     self->layout.itemsize = itemsize;
     self->layout.readonly = readonly;
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Format(PyExc_BufferError, "%s: a shape or stride does not fit "
+                     "a Py_ssize_t", protocol);
+    }
     if (PyErr_Occurred() || adapter_finish_layout(self, protocol) < 0 ||
         adapter_set_device(st, self, device, (uintptr_t)handle) < 0) {
         Py_DECREF(self);

@@ -381,8 +381,13 @@ holder_copy(dlpack_holder *holder, Py_buffer_extended *ext,
         return -1;
     }
     for (i = ndim - 1; i >= 0; i--) {
+        Py_ssize_t n = v->shape[i] ? v->shape[i] : 1;
         holder->dims[ndim + i] = stride;
-        stride *= v->shape[i] ? v->shape[i] : 1;
+        /* only a zero-size copy can get here with strides that overflow
+         * (its other dimensions may be huge): any stride will do there */
+        if (stride <= PY_SSIZE_T_MAX / n) {
+            stride *= n;
+        }
     }
     tensor->data = holder->copy;
     BufferExt_Release(ext);

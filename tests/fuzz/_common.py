@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Sequence
 
 INT_EDGES = [0, 1, -1, 2, 7, 8, 16, 63, 64, 65, 255, 256, 2**31 - 1, -2**31,
              2**32, 2**63 - 1, -2**63, 2**63, 2**64 - 1, 2**64, 2**70, -2**70]
@@ -88,10 +88,21 @@ class Source:
         return object()
 
 
-def main(test_one_input: Callable[[bytes], None]) -> None:
+def main(prepare: Callable[[], Callable[[bytes], None]],
+         instrument: Callable[[], Sequence[Callable[..., Any]]] = lambda: ()
+         ) -> None:
     """Replay ``--replay FILE...`` or fuzz with atheris (sys.argv holds the
-    libFuzzer options)."""
+    libFuzzer options).
+
+    ``prepare()`` imports bufferext and returns the harness function.  It
+    runs after ``atheris.Setup()``, which loads atheris's libFuzzer with
+    RTLD_GLOBAL: an extension built by clang with -fsanitize=fuzzer-no-link
+    (the quality script's fuzz build) then resolves its coverage counters
+    against it, and the C code guides the fuzzer too.  ``instrument()``
+    names harness functions whose Python branches give feedback as well.
+    """
     if len(sys.argv) > 1 and sys.argv[1] == "--replay":
+        test_one_input = prepare()
         for path in sys.argv[2:]:
             names = ([os.path.join(path, n) for n in sorted(os.listdir(path))]
                      if os.path.isdir(path) else [path])
@@ -101,14 +112,10 @@ def main(test_one_input: Callable[[bytes], None]) -> None:
         print(f"replayed {len(sys.argv) - 2} path(s)")
         return
     import atheris
-    atheris.Setup(sys.argv, test_one_input)
+    target: List[Callable[[bytes], None]] = []
+    atheris.Setup(sys.argv, lambda data: target[0](data))
+    with atheris.instrument_imports(include=["bufferext"]):
+        target.append(prepare())
+    for func in instrument():
+        atheris.instrument_func(func)
     atheris.Fuzz()
-
-
-def instrumented_imports() -> Any:
-    """atheris.instrument_imports() when fuzzing, else a no-op context."""
-    if len(sys.argv) > 1 and sys.argv[1] == "--replay":
-        import contextlib
-        return contextlib.nullcontext()
-    import atheris
-    return atheris.instrument_imports(include=["bufferext"])

@@ -22,28 +22,27 @@ import ctypes
 import gc
 import os
 import sys
+from typing import Any, Callable, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import Source, instrumented_imports, main  # noqa: E402
-
-with instrumented_imports():
-    import bufferext  # noqa: E402
-    from bufferext import BufferFlags  # noqa: E402
+from _common import Source, main  # noqa: E402
 
 import _dlpack_ctypes as dl  # noqa: E402
 
-CLEAN = (BufferError, TypeError, bufferext.DeviceUnavailableError)
+bufferext: Any = None
+CLEAN: Tuple[type, ...] = ()
 MEMORY = 512
-NAMES_V = [b"dltensor_versioned", b"dltensor_versioned", b"dltensor_versioned",
-           b"used_dltensor_versioned", b"dltensor_", b"DLTENSOR_VERSIONED"]
-NAMES_L = [b"dltensor", b"dltensor", b"dltensor", b"used_dltensor", b"",
-           b"dltensorx"]
-REQUESTS = [int(BufferFlags.FULL_RO | BufferFlags.DEVICE),
-            int(BufferFlags.FULL | BufferFlags.DEVICE),
-            int(BufferFlags.C_CONTIGUOUS | BufferFlags.DEVICE),
-            int(BufferFlags.SIMPLE), int(BufferFlags.ND | BufferFlags.FORMAT)]
+NAMES_V = [b"dltensor_versioned"] * 6 + [
+    b"used_dltensor_versioned", b"dltensor_", b"DLTENSOR_VERSIONED",
+    b"dltensor"[:0]]
+NAMES_L = [b"dltensor"] * 6 + [b"used_dltensor", b"", b"dltensorx",
+                               b"dltensor_versioned"[:9]]
+VALID_TYPES = [(2, 64), (0, 8), (0, 16), (0, 32), (0, 64), (1, 8), (1, 16),
+               (1, 32), (1, 64), (2, 16), (2, 32), (5, 64), (5, 128), (6, 8),
+               (2, 8), (5, 32), (6, 16), (4, 16), (3, 64), (0, 1), (1, 4)]
+REQUESTS = [0x1011C, 0x1011D, 0x1003C, 0, 0xC]   # FULL_RO|DEVICE, FULL|...
 
 
 class Tensor:
@@ -58,20 +57,23 @@ class Tensor:
         t.data = (ctypes.addressof(self.memory) if where < 5 else
                   None if where == 5 else src.uint(8) or None)
         self.real_data = where < 5
-        t.device = dl.DLDevice(src.pick([1, 1, 1, 1, 3, 13, 2, 0, 4, 10,
-                                         12, 99, -1]),
+        t.device = dl.DLDevice(src.pick([1, 1, 1, 1, 1, 1, 3, 13, 2, 0, 4,
+                                         10, 12, 99, -1]),
                                src.small_int() & 0x7FFFFFFF
                                if src.chance(4) else 0)
-        ndim = src.pick([0, 1, 1, 2, 2, 3, 4, 64, 65, -1, 2**31 - 1, 5])
+        ndim = src.pick([1, 0, 1, 2, 2, 3, 4, 1, 2, 64, 65, -1, 2**31 - 1,
+                         5])
         t.ndim = ndim
-        t.dtype = dl.DLDataType(src.pick([0, 1, 2, 2, 5, 6, 3, 4, 7, 17,
-                                          src.byte()]),
-                                src.pick([8, 16, 32, 64, 128, 1, 0, 4, 12,
-                                          24, 255, src.byte()]),
-                                src.pick([1, 1, 1, 1, 0, 2, 4, 65535]))
+        if src.chance(4):       # anything
+            t.dtype = dl.DLDataType(src.byte(), src.byte(),
+                                    src.pick([1, 0, 2, 4, 65535]))
+        else:                   # a plausible type, mostly valid
+            code, bits = src.pick(VALID_TYPES)
+            t.dtype = dl.DLDataType(code, bits,
+                                    src.pick([1, 1, 1, 1, 1, 1, 0, 2]))
         count = min(max(ndim, 0), 64)
         self.shape = (ctypes.c_int64 * 64)(
-            *[src.small_int() & 7 if src.chance(5) == 0 else
+            *[src.byte() % 6 if not src.chance(6) else
               max(min(src.small_int(), 2**63 - 1), -2**63)
               for _ in range(count)])
         t.shape = (None if count and src.chance(16) else
@@ -84,7 +86,7 @@ class Tensor:
         t.byte_offset = src.pick([0, 0, 0, 8, 1, MEMORY, 2**63, 2**64 - 1])
         if self.versioned:
             m = dl.DLManagedTensorVersioned()
-            m.version = dl.DLPackVersion(src.pick([1, 1, 1, 0, 2]),
+            m.version = dl.DLPackVersion(src.pick([1, 1, 1, 1, 0, 2]),
                                          src.pick([0, 1, 3, 2**32 - 1]))
             m.flags = src.pick([0, 1, 2, 3, 4, 7, 2**64 - 1])
             self.deleter = dl.DELETER_V(self._deleted)
@@ -181,10 +183,20 @@ def test_one_input(data: bytes) -> None:
         raise AssertionError("a consumed capsule was accepted twice")
     exercise(adapter, tensor)
     assert tensor.deleted == 0
-    del adapter
-    gc.collect()
+    del adapter                 # no cycles: freed here, deleter runs now
+    if tensor.deleted != 1:
+        gc.collect()
     assert tensor.deleted == 1, tensor.deleted
 
 
+def prepare() -> Callable[[bytes], None]:
+    """Import bufferext (after atheris.Setup when fuzzing)."""
+    global bufferext, CLEAN
+    import bufferext as module
+    bufferext = module
+    CLEAN = (BufferError, TypeError, module.DeviceUnavailableError)
+    return test_one_input
+
+
 if __name__ == "__main__":
-    main(test_one_input)
+    main(prepare, lambda: [test_one_input, exercise, Tensor.__init__])
