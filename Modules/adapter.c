@@ -129,9 +129,9 @@ dl_format(const BxDLDataType *dt, char *out, Py_ssize_t *itemsize)
         out[0] = "efd"[index - 1];
         break;
     case BX_kDLComplex:
-        if (dt->bits != 64 && dt->bits != 128) goto bad;
+        if (dt->bits != 32 && dt->bits != 64 && dt->bits != 128) goto bad;
         out[0] = 'Z';
-        out[1] = dt->bits == 64 ? 'f' : 'd';
+        out[1] = dt->bits == 32 ? 'e' : dt->bits == 64 ? 'f' : 'd';
         break;
     case BX_kDLBool:
         if (dt->bits != 8) goto bad;

@@ -110,30 +110,52 @@ bufferext_dlpack_delete_locked(void *managed, int versioned)
     }
 }
 
+/* Size in bytes of the item a single-code format names, or 0 when the
+ * code is not one DLPack can describe.  `native`: no byte-order prefix or
+ * '@', so 'l', 'L', 'n', 'N' have the platform's sizes. */
+static Py_ssize_t
+format_item_size(const char *f, int native)
+{
+    switch (f[0]) {
+    case '?': case 'b': case 'B': return 1;
+    case 'h': case 'H': case 'e': return 2;
+    case 'i': case 'I': case 'f': return 4;
+    case 'q': case 'Q': case 'd': return 8;
+    case 'l': case 'L': return native ? (Py_ssize_t)sizeof(long) : 4;
+    case 'n': case 'N': return native ? (Py_ssize_t)sizeof(size_t) : 0;
+    case 'Z': return (f[1] == 'e' || f[1] == 'f' || f[1] == 'd')
+                         ? 2 * format_item_size(f + 1, native) : 0;
+    default: return 0;
+    }
+}
+
 /* DLPack dtype of a struct-module format.  BufferError for what DLPack
- * cannot express (non-native byte order, structs, pointers...). */
+ * cannot express (non-native byte order, structs, pointers...) and for an
+ * itemsize that is not the size of the format's item. */
 static int
 format_to_dtype(PyObject *exporter, const char *format, Py_ssize_t itemsize,
                 BxDLDataType *out)
 {
     const char *f = format;
-    int little = 1;
+    int little = 1, native = 1;
+    Py_ssize_t size;
     uint8_t code;
 
     if (*(const char *)&little == 0) {
         little = 0;
     }
-    if (*f == '@' || *f == '=') {
+    if (*f == '@') {
         f++;
     }
-    else if (*f == '<' || *f == '>' || *f == '!') {
-        if ((*f == '<') != little) {
+    else if (*f == '=' || *f == '<' || *f == '>' || *f == '!') {
+        if (*f != '=' && (*f == '<') != little) {
             PyErr_Format(PyExc_BufferError,
                          "%.200s: format '%s' is not in native byte order; "
                          "DLPack requires native byte order",
                          Py_TYPE(exporter)->tp_name, format);
             return -1;
         }
+        native = 0;
         f++;
     }
     switch (f[0]) {
@@ -143,21 +165,23 @@ format_to_dtype(PyObject *exporter, const char *format, Py_ssize_t itemsize,
     case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
         code = BX_kDLUInt; break;
     case 'e': case 'f': case 'd': code = BX_kDLFloat; break;
-    case 'Z':
-        code = BX_kDLComplex;
-        if (f[1] != 'e' && f[1] != 'f' && f[1] != 'd') {
-            goto unsupported;
-        }
-        f++;
-        break;
+    case 'Z': code = BX_kDLComplex; break;
     default:
         goto unsupported;
     }
-    if (f[1] != '\0' || itemsize <= 0 || itemsize > 32) {
+    size = format_item_size(f, native);
+    if (size == 0 || f[f[0] == 'Z' ? 2 : 1] != '\0') {
         goto unsupported;
     }
+    if (itemsize != size) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: format '%s' has items of %zd bytes but the "
+                     "buffer's itemsize is %zd", Py_TYPE(exporter)->tp_name,
+                     format, size, itemsize);
+        return -1;
+    }
     out->code = code;
-    out->bits = (uint8_t)(itemsize * 8);
+    out->bits = (uint8_t)(size * 8);
     out->lanes = 1;
     return 0;
 unsupported:
