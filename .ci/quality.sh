@@ -98,7 +98,7 @@ install_pkg() {   # install_pkg VENV [env assignments for the build]
 
 san_env() {   # the environment every sanitized process runs with
     echo "LD_PRELOAD=$(gcc -print-file-name=libasan.so)" \
-         "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1" \
+         "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1" \
          "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1" \
          "PYTHONMALLOC=malloc"
 }
