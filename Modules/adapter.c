@@ -213,7 +213,16 @@ adapter_from_tensor(AdapterObject *self, const BxDLTensor *t, int readonly)
             l->strides[i] = (Py_ssize_t)t->strides[i] * l->itemsize;
         }
     }
-    l->buf = t->data == NULL ? NULL : (char *)t->data + t->byte_offset;
+    if (t->data != NULL &&
+        t->byte_offset > UINTPTR_MAX - (uintptr_t)t->data) {
+        PyErr_Format(PyExc_BufferError, "dlpack: byte_offset = %llu puts "
+                     "the data past the end of the address space",
+                     (unsigned long long)t->byte_offset);
+        return -1;
+    }
+    /* in integers: a pointer may not be moved out of its object */
+    l->buf = t->data == NULL ? NULL
+           : (void *)((uintptr_t)t->data + (uintptr_t)t->byte_offset);
     l->readonly = readonly;
     return adapter_finish_layout(self, "dlpack");
 }

@@ -94,3 +94,14 @@ def test_complex32_dlpack_import() -> None:
     assert again.format == "Ze"
     del again, capsule, adapter
     assert crafted.deleted == 1
+
+
+def test_byte_offset_past_the_address_space_is_refused() -> None:
+    """UBSan found pointer arithmetic overflowing here (hypothesis fuzz)."""
+    from _dlpack_ctypes import Crafted
+    crafted = Crafted(ndim=1, shape=(1,), code=1, bits=8,
+                      byte_offset=2**64 - 8)
+    with pytest.raises(BufferError, match="byte_offset"):
+        bufferext._bufferext._adapter_from_dlpack(None, crafted.capsule(),
+                                                  None)
+    assert crafted.deleted == 0
