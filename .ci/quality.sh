@@ -121,12 +121,17 @@ do_asan() {
     snapshot "$tests"
     rm -rf "$tests/Lib"        # tests import the INSTALLED package
     cd "$tests"
-    # --capture=sys: the sanitizers report on fd 2, which pytest must not hold
+    # --capture=sys: the sanitizers report on fd 2, which pytest must not hold.
+    # test_cpubuffer.py::test_no_leaks counts bytes with tracemalloc, whose
+    # figures under PYTHONMALLOC=malloc (needed for ASan to see every heap
+    # block) drift on exception paths with no leak; it runs in every plain
+    # run, and the refleak job covers the same paths.
     set +e
     env $(san_env) BUFFEREXT_STRESS_ACQUIRES="$STRESS" \
         CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS" \
         timeout 1500 "$VENVS/asan/bin/python" -m pytest -q -p no:cacheprovider \
-        --capture=sys -rs tests 2>&1 | tee "$log" | grep -v '^SKIPPED'
+        --capture=sys -rs --deselect tests/test_cpubuffer.py::test_no_leaks \
+        tests 2>&1 | tee "$log" | grep -v '^SKIPPED'
     local rc=${PIPESTATUS[0]}
     set -e
     grep -E 'acquisitions in' "$log" || true
