@@ -6,7 +6,8 @@
 # reference-leak run on a debug CPython (python3.11-dbg).
 #
 #   .ci/quality.sh                 every job, short fuzz budget (~8 min, 2 cores)
-#   .ci/quality.sh --long          fuzz each harness FUZZ_LONG_SECONDS (600 s)
+#   .ci/quality.sh --long          fuzz each harness FUZZ_LONG_SECONDS (600 s),
+#                                  refleak and valgrind over all four C builds
 #   .ci/quality.sh asan fuzz ...   only the named jobs
 #
 # Runs from a clean clone: installs what it needs (apt packages if missing,
@@ -130,7 +131,8 @@ do_asan() {
     env $(san_env) BUFFEREXT_STRESS_ACQUIRES="$STRESS" \
         CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS" \
         timeout 1500 "$VENVS/asan/bin/python" -m pytest -q -p no:cacheprovider \
-        --capture=sys -rs --deselect tests/test_cpubuffer.py::test_no_leaks \
+        --capture=sys -rs --durations=5 \
+        --deselect tests/test_cpubuffer.py::test_no_leaks \
         tests 2>&1 | tee "$log" | grep -v '^SKIPPED'
     local rc=${PIPESTATUS[0]}
     set -e
@@ -165,10 +167,12 @@ do_valgrind() {
     cd "$tests"
     # CPython 3.11.7 reports uninitialised reads in its own int code under
     # valgrind (tests/capi/README.md): 3.12 gives a clean baseline.
+    local select="not c11 and not cxx11"
+    (( LONG )) && select=""
     PYTHONMALLOC=malloc timeout 1500 valgrind -q --error-exitcode=9 \
         --suppressions="$CI_DIR/quality.supp" \
         "$venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys \
-        tests/test_capi_*.py
+        tests/test_capi_*.py -k "$select"
 }
 
 do_refleak() {
@@ -184,12 +188,15 @@ do_refleak() {
     # count in the debug interpreter's total while our Py_DECREF does, so
     # tests that create or export numpy arrays drift by construction and
     # are left out; every other C-level test runs 3+3 extra times.
+    # The four builds of the test extension (C99, C11, C++11, C++17) run the
+    # same header code: two of them by default, all four with --long.
+    local select="not ndarray and not numpy_exporters"
+    (( LONG )) || select="$select and not c11 and not cxx11"
     PYTHONPATH=$CI_DIR REFLEAK_WARMUP=3 REFLEAK_RUNS=3 \
         "$venv/bin/python" -X dev -m pytest -q -p no:cacheprovider \
         -p refleak_plugin -W ignore::DeprecationWarning \
         tests/test_capi_refleak.py tests/test_capi_producer.py \
-        tests/test_capi_consumer.py tests/test_capi_cache.py \
-        -k "not ndarray and not numpy_exporters"
+        tests/test_capi_consumer.py tests/test_capi_cache.py -k "$select"
 }
 
 # ---- main -------------------------------------------------------------------
