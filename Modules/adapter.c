@@ -129,9 +129,9 @@ dl_format(const BxDLDataType *dt, char *out, Py_ssize_t *itemsize)
         out[0] = "efd"[index - 1];
         break;
     case BX_kDLComplex:
-        if (dt->bits != 64 && dt->bits != 128) goto bad;
+        if (dt->bits != 32 && dt->bits != 64 && dt->bits != 128) goto bad;
         out[0] = 'Z';
-        out[1] = dt->bits == 64 ? 'f' : 'd';
+        out[1] = dt->bits == 32 ? 'e' : dt->bits == 64 ? 'f' : 'd';
         break;
     case BX_kDLBool:
         if (dt->bits != 8) goto bad;
@@ -190,8 +190,16 @@ adapter_from_tensor(AdapterObject *self, const BxDLTensor *t, int readonly)
     if (t->strides == NULL) {        /* allowed before DLPack 1.2 */
         Py_ssize_t stride = l->itemsize;
         for (i = t->ndim - 1; i >= 0; i--) {
+            Py_ssize_t n = l->shape[i] ? l->shape[i] : 1;
             l->strides[i] = stride;
-            stride *= l->shape[i] ? l->shape[i] : 1;
+            /* a zero-size dimension elsewhere keeps the total size 0, so
+             * the strides must be checked on their own */
+            if (i > 0 && stride > PY_SSIZE_T_MAX / n) {
+                PyErr_Format(PyExc_BufferError, "dlpack: the C-contiguous "
+                             "strides of shape[%d:] overflow", i);
+                return -1;
+            }
+            stride *= n;
         }
     }
     else {
@@ -205,7 +213,16 @@ adapter_from_tensor(AdapterObject *self, const BxDLTensor *t, int readonly)
             l->strides[i] = (Py_ssize_t)t->strides[i] * l->itemsize;
         }
     }
-    l->buf = t->data == NULL ? NULL : (char *)t->data + t->byte_offset;
+    if (t->data != NULL &&
+        t->byte_offset > UINTPTR_MAX - (uintptr_t)t->data) {
+        PyErr_Format(PyExc_BufferError, "dlpack: byte_offset = %llu puts "
+                     "the data past the end of the address space",
+                     (unsigned long long)t->byte_offset);
+        return -1;
+    }
+    /* in integers: a pointer may not be moved out of its object */
+    l->buf = t->data == NULL ? NULL
+           : (void *)((uintptr_t)t->data + (uintptr_t)t->byte_offset);
     l->readonly = readonly;
     return adapter_finish_layout(self, "dlpack");
 }
@@ -238,20 +255,8 @@ check_tensor(const BxDLTensor *t)
 static void
 dl_delete(void *managed, int versioned)
 {
-    if (managed == NULL) {
-        return;
-    }
-    if (versioned) {
-        BxDLManagedTensorVersioned *m = managed;
-        if (m->deleter != NULL) {
-            m->deleter(m);
-        }
-    }
-    else {
-        BxDLManagedTensor *m = managed;
-        if (m->deleter != NULL) {
-            m->deleter(m);
-        }
+    if (managed != NULL) {
+        bufferext_dlpack_delete_locked(managed, versioned);
     }
 }
 
@@ -438,6 +443,10 @@ adapter_from_layout(PyObject *module, PyObject *args)
     self->layout.buf = (void *)(uintptr_t)ptr;
     self->layout.itemsize = itemsize;
     self->layout.readonly = readonly;
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Format(PyExc_BufferError, "%s: a shape or stride does not fit "
+                     "a Py_ssize_t", protocol);
+    }
     if (PyErr_Occurred() || adapter_finish_layout(self, protocol) < 0 ||
         adapter_set_device(st, self, device, (uintptr_t)handle) < 0) {
         Py_DECREF(self);

@@ -95,6 +95,32 @@ capsule_destructor_legacy(PyObject *capsule)
     }
 }
 
+/* Call a consumed tensor's deleter with the GIL held (adapter.c): ours are
+ * freed without the PyGILState round trip, so this works while the
+ * interpreter finalizes too. */
+void
+bufferext_dlpack_delete_locked(void *managed, int versioned)
+{
+    if (versioned) {
+        BxDLManagedTensorVersioned *m = managed;
+        if (m->deleter == deleter_versioned) {
+            holder_free_locked((dlpack_holder *)m->manager_ctx);
+        }
+        else if (m->deleter != NULL) {
+            m->deleter(m);
+        }
+    }
+    else {
+        BxDLManagedTensor *m = managed;
+        if (m->deleter == deleter_legacy) {
+            holder_free_locked((dlpack_holder *)m->manager_ctx);
+        }
+        else if (m->deleter != NULL) {
+            m->deleter(m);
+        }
+    }
+}
+
 /* The DLPack dtype of the exported layout (precomputed by our exporters),
  * or BufferError saying why there is none. */
 static int
@@ -113,6 +139,13 @@ layout_dtype(PyObject *exporter, const bufferext_export_layout *layout,
                      "%.200s: format '%s' is not in native byte order; "
                      "DLPack requires native byte order",
                      Py_TYPE(exporter)->tp_name, layout->format);
+        return -1;
+    }
+    if (why == 3) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: format '%s' does not match the buffer's "
+                     "itemsize %zd", Py_TYPE(exporter)->tp_name,
+                     layout->format, layout->itemsize);
         return -1;
     }
     if (why != 0) {
@@ -349,9 +382,14 @@ holder_copy(dlpack_holder *holder, Py_buffer_extended *ext,
         return -1;
     }
     for (i = ndim - 1; i >= 0; i--) {
+        int64_t n = v->shape[i] ? v->shape[i] : 1;
         holder->dims[i] = v->shape[i];
         holder->dims[ndim + i] = stride;
-        stride *= v->shape[i] ? v->shape[i] : 1;
+        /* only a zero-size copy can get here with strides that overflow
+         * (its other dimensions may be huge): any stride will do there */
+        if (stride <= INT64_MAX / n) {
+            stride *= n;
+        }
     }
     tensor->data = holder->copy;
     tensor->shape = ndim ? holder->dims : NULL;

@@ -180,6 +180,25 @@ bufferext_dims_alloc(int ndim, int64_t **items)
     return (Py_ssize_t *)block;
 }
 
+/* Bytes of the item a single-code format names, 0 if DLPack has no such
+ * type.  `native`: no prefix or '@', so 'l', 'L', 'n', 'N' have the
+ * platform's sizes ('=', '<', '>', '!' mean struct's standard sizes). */
+static Py_ssize_t
+format_item_size(const char *f, int native)
+{
+    switch (f[0]) {
+    case '?': case 'b': case 'B': return 1;
+    case 'h': case 'H': case 'e': return 2;
+    case 'i': case 'I': case 'f': return 4;
+    case 'q': case 'Q': case 'd': return 8;
+    case 'l': case 'L': return native ? (Py_ssize_t)sizeof(long) : 4;
+    case 'n': case 'N': return native ? (Py_ssize_t)sizeof(size_t) : 0;
+    case 'Z': return (f[1] == 'e' || f[1] == 'f' || f[1] == 'd')
+                         ? 2 * format_item_size(f + 1, native) : 0;
+    default: return 0;
+    }
+}
+
 int
 bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
                         uint32_t *packed)
@@ -187,15 +206,18 @@ bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
     const unsigned int one = 1;
     const int little = *(const unsigned char *)&one == 1;
     const char *f = format;
+    Py_ssize_t size;
     uint32_t code;
+    int native = 1;
 
-    if (*f == '@' || *f == '=') {
+    if (*f == '@') {
         f++;
     }
-    else if (*f == '<' || *f == '>' || *f == '!') {
-        if ((*f == '<') != little) {
+    else if (*f == '=' || *f == '<' || *f == '>' || *f == '!') {
+        if (*f != '=' && (*f == '<') != little) {
             return 1;
         }
+        native = 0;
         f++;
     }
     switch (f[0]) {                    /* DLDataTypeCode values */
@@ -205,20 +227,18 @@ bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
     case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
         code = 1; break;
     case 'e': case 'f': case 'd': code = 2; break;
-    case 'Z':
-        if (f[1] != 'e' && f[1] != 'f' && f[1] != 'd') {
-            return 2;
-        }
-        code = 5;
-        f++;
-        break;
+    case 'Z': code = 5; break;
     default:
         return 2;
     }
-    if (f[1] != '\0' || itemsize <= 0 || itemsize > 32) {
+    size = format_item_size(f, native);
+    if (size == 0 || f[f[0] == 'Z' ? 2 : 1] != '\0') {
         return 2;
     }
-    *packed = code | (uint32_t)(itemsize * 8) << 8 | (uint32_t)1 << 16;
+    if (itemsize != size) {
+        return 3;
+    }
+    *packed = code | (uint32_t)(size * 8) << 8 | (uint32_t)1 << 16;
     return 0;
 }
 

@@ -115,7 +115,8 @@ Py_ssize_t *bufferext_dims_alloc(int ndim, int64_t **items);
 void bufferext_layout_dlpack(bufferext_export_layout *layout,
                              int64_t *storage);
 /* The packed DLPack dtype of a struct format: 0 and *packed set; 1 when the
- * byte order is not native; 2 when DLPack has no such type. */
+ * byte order is not native; 2 when DLPack has no such type; 3 when the
+ * format's item size is not `itemsize`. */
 int bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
                             uint32_t *packed);
 
@@ -130,6 +131,10 @@ PyObject *bufferext_dlpack_device(PyObject *exporter);
 struct BxDLManagedTensorVersioned *bufferext_dlpack_managed(PyObject *exporter);
 int bufferext_dlpack_fill(PyObject *exporter, void *out_dltensor);
 int bufferext_init_dlpack_exchange(PyObject *module);   /* dlpack_exchange.c */
+/* Free a consumed managed tensor (`versioned` says which struct) with the
+ * GIL held: one made by dlpack.c is released directly, so also while the
+ * interpreter finalizes; any other producer's deleter is called. */
+void bufferext_dlpack_delete_locked(void *managed, int versioned);
 
 /* cudabuffer.c: the DLPack stream rule for an export of "bufferext.cuda"
  * memory.  `stream` is __dlpack__'s argument (NULL or None: the legacy

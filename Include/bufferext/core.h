@@ -279,16 +279,26 @@ BUFFEREXT_COLD_FUNC int
 BufferExtInternal_DeclaredMiss(PyTypeObject *type)
 {
     BufferExtInternal_CacheEntry *entry;
-    unsigned int tag;
+    unsigned int before, tag;
     int declared;
 
     BUFFEREXT_COUNT(1);
-    declared = BufferExtInternal_ReadDeclared(type);
 #  if PY_VERSION_HEX >= 0x030C0000
     PyUnstable_Type_AssignVersionTag(type);
 #  endif
-    /* On 3.9-3.11 the attribute lookup itself assigned the tag. */
+    before = BufferExtInternal_TypeTag(type);
+    declared = BufferExtInternal_ReadDeclared(type);
+    /* On 3.9-3.11 the attribute lookup itself may assign the tag. */
     tag = BufferExtInternal_TypeTag(type);
+    /* The lookup can run Python code (a descriptor on the metaclass) and
+     * so let another thread change the type meanwhile: a value is cached
+     * only under a tag that was valid for the whole of one lookup. */
+    if (tag != 0 && tag != before) {
+        int again = BufferExtInternal_ReadDeclared(type);
+        if (again != declared || BufferExtInternal_TypeTag(type) != tag) {
+            return again;
+        }
+    }
     if (tag != 0) {
         entry = &BufferExtInternal_Cache()[tag % BUFFEREXT_CACHE_SIZE];
         entry->type = type;

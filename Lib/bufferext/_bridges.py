@@ -160,7 +160,8 @@ def _typestr(protocol: str, d: Dict[str, Any]) -> Tuple[str, int]:
         raise _fail(protocol, "typestr", typestr, "a str such as '<f8'")
     try:
         dtype = np.dtype(typestr)
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError, OverflowError):
+        # NumPy's parser raises any of these for malformed strings
         raise _fail(protocol, "typestr", typestr,
                     "a NumPy type string such as '<f8'") from None
     if dtype.itemsize == 0 or dtype.hasobject:
@@ -170,7 +171,12 @@ def _typestr(protocol: str, d: Dict[str, Any]) -> Tuple[str, int]:
         fmt = resolve(dtype)[0]
     except TypeError:
         # Structured and other types: NumPy's own PEP 3118 format.
-        fmt = np.empty((0,), dtype).data.format
+        try:
+            fmt = np.empty((0,), dtype).data.format
+        except (ValueError, TypeError, BufferError, NotImplementedError):
+            raise _fail(protocol, "typestr", typestr, "a type the buffer "
+                        "protocol can describe (not datetime/timedelta)"
+                        ) from None
     return fmt, dtype.itemsize
 
 
@@ -181,6 +187,10 @@ def _strides(protocol: str, d: Dict[str, Any], shape: Tuple[int, ...],
         out = []
         step = itemsize
         for n in reversed(shape):
+            if step > _SSIZE_MAX:
+                # only with a zero-size dimension: the size check passed
+                raise _fail(protocol, "shape", shape, "C-contiguous strides "
+                            "that fit a Py_ssize_t")
             out.append(step)
             step *= max(n, 1)
         return tuple(reversed(out))

@@ -39,16 +39,19 @@ _ORDERS: Dict[str, Literal["=", "<", ">"]] = {
 
 
 def _from_struct(fmt: str) -> np.dtype[Any]:
-    match = _STRUCT_FORMAT.match(fmt)
+    match = _STRUCT_FORMAT.fullmatch(fmt)
     if match is None:
         raise TypeError(f"dtype {fmt!r} is neither a numpy dtype nor a "
                         "single-item struct format")
     order, code = match.groups()
+    try:
+        size = struct.calcsize((order or "@") + code[-1])
+    except struct.error:            # 'n' and 'N' exist in native order only
+        raise TypeError(f"dtype {fmt!r}: {code!r} needs native byte order "
+                        "('@' or none)") from None
     if code.startswith("Z"):
-        base = struct.calcsize((order or "@") + code[1])
-        kind, size = "c", 2 * base
+        kind, size = "c", 2 * size
     else:
-        size = struct.calcsize((order or "@") + code)
         kind = ("b" if code == "?" else "f" if code in "efd"
                 else "u" if code.isupper() else "i")
     return np.dtype(f"{kind}{size}").newbyteorder(_ORDERS[order])
@@ -62,7 +65,8 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
     """
     try:
         dt = np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError, OverflowError):
+        # NumPy's parser raises any of these for a malformed spelling
         if not isinstance(dtype, str):
             raise TypeError(f"dtype {dtype!r} is not understood") from None
         dt = _from_struct(dtype)

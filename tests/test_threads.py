@@ -1,0 +1,283 @@
+"""Thread stress: many threads acquiring and releasing extended buffers of
+the same exporters, and the per-type capability cache under concurrent
+first use.
+
+The acquire/release stress runs in a child interpreter with the stand-in
+CUDA driver and stand-in VEO library (test doubles built by the tests, no
+device needed) so that CPUBuffer, CUDABuffer, VEBuffer and BufferAdapter
+share one process.  ``BUFFEREXT_STRESS_ACQUIRES`` sets the total number of
+acquisitions over all threads and exporters (small by default; the quality
+script runs 10**6).  The switch interval is set to 10 microseconds so the
+threads interleave as often as the GIL allows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any, Dict, List
+
+import pytest
+
+import bufferext
+from bufferext import BufferFlags
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "cuda_standin"))
+sys.path.insert(0, os.path.join(HERE, "ve_standin"))
+import standin  # noqa: E402
+import standin_harness  # noqa: E402
+
+THREADS = 8
+TOTAL = int(os.environ.get("BUFFEREXT_STRESS_ACQUIRES", "40000"))
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the stand-in libraries are built "
+                                       "for Linux")
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
+    """Paths of the stand-in CUDA driver and VEO library."""
+    out = str(tmp_path_factory.mktemp("thread_standins"))
+    return {"BUFFEREXT_CUDA_DRIVER": standin_harness.build(out),
+            "BUFFEREXT_VEO_LIBRARY": standin.build(out)}
+
+
+STRESS = r'''
+import ctypes, gc, json, os, sys, threading, time
+import numpy as np
+import bufferext
+from bufferext import BufferFlags
+
+TOTAL = int(sys.argv[1])
+THREADS = int(sys.argv[2])
+sys.setswitchinterval(1e-5)
+FLAGS = BufferFlags.FULL_RO | BufferFlags.DEVICE
+
+cuda = bufferext.CUDABuffer((16, 8), "float32")
+cuda.copy_from_host(np.arange(128, dtype=np.float32).reshape(16, 8))
+ve = bufferext.VEBuffer((16, 8), "float64")
+cpu = bufferext.CPUBuffer((16, 8), "int32")
+adapter = bufferext.as_buffer(cpu, readonly=True)
+cuda_adapter = bufferext.as_buffer(cuda, readonly=True)
+exporters = {"CPUBuffer": cpu, "CUDABuffer": cuda, "VEBuffer": ve,
+             "BufferAdapter(cpu)": adapter, "BufferAdapter(cuda)": cuda_adapter}
+expected = {name: (obj.shape, bufferext.get_buffer(obj).device)
+            for name, obj in exporters.items()}
+gc.collect()
+# the adapters hold one export each of cpu and cuda, for their lifetime
+baseline = {name: obj.exports for name, obj in exporters.items()}
+names = sorted(exporters)
+per_thread = TOTAL // THREADS
+barrier = threading.Barrier(THREADS)
+done = [0] * THREADS
+capsules = [0] * THREADS
+errors = []
+
+def work(index):
+    try:
+        barrier.wait()
+        n = 0
+        for i in range(per_thread):
+            name = names[(i + index) % len(names)]
+            obj = exporters[name]
+            if i % 64 == 63 and name != "VEBuffer":
+                # a DLPack capsule holds one export until it is freed
+                cap = obj.__dlpack__(max_version=(1, 0))
+                del cap
+                capsules[index] += 1
+            view = bufferext.get_buffer(obj, FLAGS)
+            if (view.shape, view.device) != expected[name]:
+                raise AssertionError((name, view.shape, view.device))
+            if i % 3 == 0:
+                nested = bufferext.get_buffer(view, FLAGS)
+                nested.release()
+            view.release()
+            n += 1
+        done[index] = n
+    except BaseException as exc:   # reported, never lost
+        errors.append(repr(exc))
+
+start = time.perf_counter()
+threads = [threading.Thread(target=work, args=(k,)) for k in range(THREADS)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+elapsed = time.perf_counter() - start
+gc.collect()
+exports = {name: obj.exports - baseline[name]
+           for name, obj in exporters.items()}
+del adapter, cuda_adapter, exporters
+gc.collect()
+assert cpu.exports == cuda.exports == ve.exports == 0
+cpu.close(); cuda.close(); ve.close()
+print(json.dumps({"done": sum(done), "capsules": sum(capsules),
+                  "errors": errors, "exports": exports,
+                  "elapsed": elapsed}))
+'''
+
+
+def test_acquire_release_stress(standins: Dict[str, str]) -> None:
+    """8 threads, the same five exporters, TOTAL acquisitions in all: no
+    crash, every acquisition succeeds, export counts exactly zero after,
+    and the stand-ins have no device memory left once the buffers close."""
+    env = dict(os.environ, **standins)
+    proc = subprocess.run(
+        [sys.executable, "-c", STRESS, str(TOTAL), str(THREADS)],
+        env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stderr == "", proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["errors"] == []
+    assert result["done"] == TOTAL // THREADS * THREADS
+    assert result["capsules"] > 0
+    assert set(result["exports"].values()) == {0}, result["exports"]
+    print(f"\n{result['done']} acquisitions in {result['elapsed']:.1f} s "
+          f"({THREADS} threads, 5 exporters)")
+
+
+def test_stress_leaves_no_device_state(standins: Dict[str, str]) -> None:
+    """The same workload, shorter, checked against the stand-ins' live
+    counters: every allocation, stream and context is gone at the end."""
+    code = STRESS + textwrap.dedent('''
+        gc.collect()
+        sd = ctypes.CDLL(os.environ["BUFFEREXT_CUDA_DRIVER"])
+        sv = ctypes.CDLL(os.environ["BUFFEREXT_VEO_LIBRARY"])
+        sv.standin_live_hmem.restype = ctypes.c_long
+        print(json.dumps({"cuda_allocations": sd.standin_live_allocations(),
+                          "cuda_events": sd.standin_live_events(),
+                          "ve_hmem": sv.standin_live_hmem()}))
+    ''')
+    env = dict(os.environ, **standins)
+    proc = subprocess.run([sys.executable, "-c", code, "4000", str(THREADS)],
+                          env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    live = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert live == {"cuda_allocations": 0, "cuda_events": 0, "ve_hmem": 0}
+
+
+# ---- the per-type capability cache under concurrent first use -------------
+
+DEVICE = int(BufferFlags.DEVICE)
+DECLARATIONS = [None, 0, -1, 0x1FD | DEVICE, 0x1FD, 0x1C | DEVICE,
+                0x1, "bad", 2**40, True]
+
+
+def _expected_mask(declared: Any) -> int:
+    if declared is None or declared == 0 and not isinstance(declared, bool):
+        return 0x1FD
+    if (isinstance(declared, bool) or not isinstance(declared, int)
+            or declared < -1 or declared > 2**31 - 1 or declared == -1):
+        return 0
+    return declared
+
+
+def _make_types(count: int) -> List[type]:
+    types = []
+    for i in range(count):
+        declared = DECLARATIONS[i % len(DECLARATIONS)]
+        namespace: Dict[str, Any] = {}
+        if declared is not None:
+            namespace["__buffer_supported_flags__"] = declared
+        types.append(type(f"Fresh{i}", (bytearray,), namespace))
+    return types
+
+
+def test_cache_concurrent_first_use() -> None:
+    """Many types seen for the first time by many threads at once, more
+    types than cache entries: every answer of check_buffer_supports and
+    every get_buffer outcome is the one the declaration implies."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        types = _make_types(400)
+        objects = [tp(b"abcd") for tp in types]
+        masks = [_expected_mask(tp.__dict__.get("__buffer_supported_flags__"))
+                 for tp in types]
+        probes = [0x1, 0x4, 0x8, 0x1C, DEVICE, 0x1C | DEVICE, 0x100]
+        barrier = threading.Barrier(THREADS)
+        wrong: List[Any] = []
+
+        def work(seed: int) -> None:
+            order = list(range(len(objects)))
+            random.Random(seed).shuffle(order)
+            barrier.wait()
+            for k in order:
+                obj, mask = objects[k], masks[k]
+                for flags in probes:
+                    got = bufferext.check_buffer_supports(obj, flags)
+                    if got != ((flags & ~mask) == 0):
+                        wrong.append((type(obj).__name__, flags, got))
+                request = int(BufferFlags.FULL_RO | BufferFlags.DEVICE)
+                try:
+                    bufferext.get_buffer(obj, request).release()
+                    ok = (request & 0xFD & ~mask) == 0
+                except BufferError:
+                    ok = (request & 0xFD & ~mask) != 0
+                if not ok:
+                    wrong.append((type(obj).__name__, "get_buffer"))
+
+        threads = [threading.Thread(target=work, args=(s,))
+                   for s in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert wrong == []
+    finally:
+        sys.setswitchinterval(old)
+
+
+class _SlowDeclaration(type):
+    """A metaclass whose ``__buffer_supported_flags__`` is computed by
+    Python code that lets other threads run in the middle of the lookup:
+    the widest window a cache miss can have."""
+
+    @property
+    def __buffer_supported_flags__(cls) -> int:
+        value = cls._declared
+        time.sleep(0)
+        return value
+
+
+def test_cache_never_keeps_a_declaration_changed_during_its_lookup() -> None:
+    """One thread changes a type's declaration while others look it up: a
+    value read before the change must never be cached under the type's new
+    version tag (the answer after the last change must be the new one)."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for round_ in range(20):
+            Declared = _SlowDeclaration(f"Declared{round_}", (bytearray,),
+                                        {"_declared": 0x1FD})
+            obj = Declared(b"xy")
+            stop = threading.Event()
+
+            def readers() -> None:
+                while not stop.is_set():
+                    bufferext.check_buffer_supports(obj, DEVICE)
+
+            pool = [threading.Thread(target=readers) for _ in range(4)]
+            for t in pool:
+                t.start()
+            for value in [0x1FD | DEVICE, 0x1FD] * 25:
+                Declared._declared = value      # a new version tag each time
+                time.sleep(0)
+            Declared._declared = 0x1FD | DEVICE
+            stop.set()
+            for t in pool:
+                t.join()
+            assert bufferext.check_buffer_supports(obj, DEVICE), round_
+            Declared._declared = 0x1FD
+            assert not bufferext.check_buffer_supports(obj, DEVICE), round_
+    finally:
+        sys.setswitchinterval(old)
