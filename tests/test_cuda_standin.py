@@ -486,31 +486,11 @@ def test_cuda_array_interface_exact(driver: str) -> None:
     """)
 
 
-DLPACK_STRUCTS = '''
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16)]
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice),
-                ("ndim", ctypes.c_int32), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
-class Versioned(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
-                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
-                ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
-class Legacy(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p)]
-get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-get_pointer.restype = ctypes.c_void_p
-get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-def managed(cap, name, kind):
-    return kind.from_address(get_pointer(cap, name))
-'''
+# The child reads capsules with the suite's one ctypes reading of DLPack.
+DLPACK_STRUCTS = f"""
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from _dlpack_ctypes import read_legacy, read_versioned
+"""
 
 
 def test_dlpack_capsule_fields(driver: str) -> None:
@@ -519,8 +499,8 @@ def test_dlpack_capsule_fields(driver: str) -> None:
         assert b.__dlpack_device__() == (2, 1)
         cap = b.__dlpack__(max_version=(1, 0))
         assert b.exports == 1
-        m = managed(cap, b"dltensor_versioned", Versioned)
-        assert (m.major, m.minor) == (1, 0) and m.flags == 0
+        m = read_versioned(cap)
+        assert (m.version.major, m.version.minor) == (1, 0) and m.flags == 0
         t = m.dl_tensor
         assert (t.device.device_type, t.device.device_id) == (2, 1)
         assert t.data == b.ptr and t.ndim == 2 and t.byte_offset == 0
@@ -530,13 +510,13 @@ def test_dlpack_capsule_fields(driver: str) -> None:
         del t, m, cap
         assert b.exports == 0
         legacy = b.__dlpack__()
-        m = managed(legacy, b"dltensor", Legacy)
+        m = read_legacy(legacy)
         assert m.dl_tensor.device.device_id == 1
         del m, legacy
         r = CUDABuffer(2, "int8", readonly=True)
         cap = r.__dlpack__(max_version=(1, 2))
-        m = managed(cap, b"dltensor_versioned", Versioned)
-        assert m.flags & 1 == 1 and (m.major, m.minor) == (1, 2)
+        m = read_versioned(cap)
+        assert m.flags & 1 == 1 and (m.version.major, m.version.minor) == (1, 2)
         del m, cap
         with pytest.raises(BufferError, match="versioned"):
             r.__dlpack__()
@@ -548,7 +528,7 @@ def test_dlpack_capsule_fields(driver: str) -> None:
         with bufferext.get_buffer(b) as view:
             assert view.__dlpack_device__() == (2, 1)
             cap = view.__dlpack__(max_version=(1, 0))
-            m = managed(cap, b"dltensor_versioned", Versioned)
+            m = read_versioned(cap)
             assert m.dl_tensor.data == b.ptr
             del m, cap
     """), env={"STANDIN_CUDA_DEVICES": "2"})
