@@ -566,6 +566,9 @@ def test_reference_cycle_collected():
 
 # ---- leaks ---------------------------------------------------------------------
 
+LEAK_LIMIT = 4000
+
+
 def _leaked(fn, loops=300, batches=3):
     """Bytes per batch of `loops` calls still allocated afterwards.
 
@@ -619,8 +622,10 @@ def _raises(fn, exc):
 ], ids=["ok", "negative", "dtype", "shape-type", "ndim", "huge",
         "copy-size", "copy-dtype", "readonly", "numpy", "resize", "to_host"])
 def test_no_leaks(fn):
-    # 300 calls: a leak of even 4 bytes per call shows as >= 1200
-    assert _leaked(fn) < 1024
+    # 300 calls: a leak of even one object per call (pymalloc hands out 16
+    # bytes at least) shows as >= 4800; interpreter caches and free lists
+    # can grow a few bytes per call on a busy process, which is no leak.
+    assert _leaked(fn) < LEAK_LIMIT
 
 
 def test_refcounts_stable():
@@ -643,4 +648,4 @@ def test_refcounts_stable():
 
 def test_leak_detector_detects_a_leak():
     kept = []
-    assert _leaked(lambda: kept.append(bytearray(16))) >= 1024
+    assert _leaked(lambda: kept.append(bytes(1))) >= LEAK_LIMIT

@@ -406,7 +406,8 @@ def _gather_dims(data: Dict[str, Any], comm: Any
     def local() -> Tuple[Dict[str, Any], ...]:
         return check(data)[4]
     dims = agree(comm, local)
-    everyone = [dims] if _size(comm) == 1 else comm.allgather(dims)
+    everyone: List[Sequence[Dict[str, Any]]] = (
+        [dims] if _size(comm) == 1 else comm.allgather(dims))
     return dims, everyone
 
 
