@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # .ci/quality.sh -- robustness jobs of bufferext: AddressSanitizer +
 # UndefinedBehaviorSanitizer over the whole test suite (with the 10**6
-# acquisition thread stress), coverage-guided fuzzing (atheris) under the
-# same sanitizers, valgrind over the C-level tests on CPython 3.12, and a
-# reference-leak run on a debug CPython (python3.11-dbg).
+# acquisition thread stress), fuzzing (atheris: coverage-guided on a plain
+# build, its corpus replayed and more inputs run under the sanitizers),
+# valgrind over the C-level tests on CPython 3.12, and a reference-leak run
+# on a debug CPython (python3.11-dbg).
 #
 #   .ci/quality.sh                 every job, short fuzz budget (~8 min, 2 cores)
 #   .ci/quality.sh --long          fuzz each harness FUZZ_LONG_SECONDS (600 s),
@@ -144,15 +145,31 @@ do_asan() {
 }
 
 do_fuzz() {
-    [[ -x $VENVS/asan/bin/python ]] || setup_asan
-    local tests=$WORK/tests-fuzz seconds=$FUZZ_SECONDS
+    # Coverage-guided fuzzing needs atheris's own libFuzzer to own the
+    # coverage symbols, which a preloaded libasan takes over: so the fuzzer
+    # runs on a plain build, and every input it kept (the corpus: one per
+    # new coverage feature) is then replayed under ASan+UBSan.
+    local venv=$VENVS/fuzz tests=$WORK/tests-fuzz seconds=$FUZZ_SECONDS
+    local corpus=$VENVS/fuzz-corpus name
     (( LONG )) && seconds=$FUZZ_LONG_SECONDS
+    make_venv "$venv" python3 numpy setuptools wheel atheris
+    install_pkg "$venv"
+    [[ -x $VENVS/asan/bin/python ]] || setup_asan
     snapshot "$tests"
     rm -rf "$tests/Lib"
     cd "$tests"
     # the corpus is kept between runs (long runs build on short ones)
+    "$venv/bin/python" tests/fuzz/run.py --seconds "$seconds" --workdir "$corpus"
+    for name in fuzz_dlpack fuzz_interfaces fuzz_formats fuzz_dim_data; do
+        printf '%-16s under ASan+UBSan: ' "$name"
+        env $(san_env) "$VENVS/asan/bin/python" "tests/fuzz/$name.py" \
+            --replay "$corpus/$name/corpus"
+    done
+    # then mutations of that corpus under the sanitizers (libFuzzer without
+    # coverage feedback there), half the time again
     env $(san_env) "$VENVS/asan/bin/python" tests/fuzz/run.py \
-        --seconds "$seconds" --workdir "$VENVS/fuzz-corpus"
+        --seconds $(( (seconds + 1) / 2 )) --workdir "$VENVS/fuzz-asan" \
+        --seed-corpus "$corpus"
 }
 
 do_valgrind() {

@@ -153,7 +153,8 @@ def test_dlpack_newer_minor_version_is_accepted() -> None:
 def test_dlpack_is_copied_flag_set_on_copies_only() -> None:
     """DLPack: when a copy is made, IS_COPIED must be set."""
     buf = bufferext.CPUBuffer(4)
-    plain = read_versioned(buf.__dlpack__(max_version=(1, 0)))
+    plain_capsule = buf.__dlpack__(max_version=(1, 0))   # kept alive: the
+    plain = read_versioned(plain_capsule)                # struct is its
     copied_capsule = buf.__dlpack__(max_version=(1, 0), copy=True)
     copied = read_versioned(copied_capsule)
     assert plain.flags & 2 == 0 and copied.flags & 2 == 2

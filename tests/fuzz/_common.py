@@ -103,13 +103,15 @@ def main(prepare: Callable[[], Callable[[bytes], None]],
     """
     if len(sys.argv) > 1 and sys.argv[1] == "--replay":
         test_one_input = prepare()
+        count = 0
         for path in sys.argv[2:]:
             names = ([os.path.join(path, n) for n in sorted(os.listdir(path))]
                      if os.path.isdir(path) else [path])
             for name in names:
                 with open(name, "rb") as f:
                     test_one_input(f.read())
-        print(f"replayed {len(sys.argv) - 2} path(s)")
+                count += 1
+        print(f"replayed {count} input(s)")
         return
     import atheris
     target: List[Callable[[bytes], None]] = []

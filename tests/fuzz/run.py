@@ -35,6 +35,10 @@ def run_one(name: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.join(HERE, name + ".py"),
            f"-max_len={MAX_LEN[name]}", f"-artifact_prefix={artifacts}",
            "-print_final_stats=1", corpus]
+    if args.seed_corpus:
+        seeds = os.path.join(args.seed_corpus, name, "corpus")
+        if os.path.isdir(seeds):
+            cmd.append(seeds)           # read-only extra inputs
     if args.runs:
         cmd.insert(2, f"-runs={args.runs}")
     else:
@@ -63,6 +67,9 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--workdir", default=os.path.join(
         os.getcwd(), ".fuzz-work"))
     parser.add_argument("--only", nargs="*", default=HARNESSES)
+    parser.add_argument("--seed-corpus", default="",
+                        help="a --workdir of another run whose corpora seed "
+                             "this one")
     args = parser.parse_args(argv)
     results = [run_one(name, args) for name in args.only]
     total = sum(r["runs"] for r in results)
