@@ -278,6 +278,12 @@ bufferext_layout_contiguity(bufferext_export_layout *layout)
     view.suboffsets = layout->suboffsets;
     layout->c_contiguous = PyBuffer_IsContiguous(&view, 'C');
     layout->f_contiguous = PyBuffer_IsContiguous(&view, 'F');
+    layout->refused = -1;
+    if (layout->c_contiguous && layout->suboffsets == NULL) {
+        /* 0x40 is F_CONTIGUOUS's own bit (the rest is STRIDES) */
+        layout->refused = (layout->readonly ? PyBUF_WRITABLE : 0) |
+                          (layout->f_contiguous ? 0 : 0x40);
+    }
 }
 
 /* The element-type check of copies from the host: raw bytes ('B' or no

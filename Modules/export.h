@@ -24,13 +24,11 @@ bufferext_refuse(PyObject *exporter, const char *reason)
     return -1;
 }
 
-/* Fill `view` from `layout` as CPython's memoryview does: the request flags
- * are tested in a fixed order; a request the layout cannot meet raises
- * BufferError "Type: reason".  Sets everything but view->obj and the
- * extension.  Returns 0 or -1. */
-static inline int
-bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
-                       const bufferext_export_layout *layout)
+/* The request checks in a fixed order, as CPython's memoryview makes them;
+ * BufferError "Type: reason" for the first one that fails.  0 or -1. */
+BUFFEREXT_COLD_FUNC int
+bufferext_check_request(PyObject *exporter, int flags,
+                        const bufferext_export_layout *layout)
 {
     int c = layout->c_contiguous;
 
@@ -56,6 +54,22 @@ bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
         return bufferext_refuse(exporter,
                                 "buffer is not C-contiguous: request "
                                 "PyBUF_STRIDES");
+    }
+    return 0;
+}
+
+/* Fill `view` from `layout` as CPython's memoryview does (the checks above);
+ * a request the layout cannot meet raises BufferError "Type: reason".  Sets
+ * everything but view->obj and the extension.  Returns 0 or -1. */
+static inline int
+bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
+                       const bufferext_export_layout *layout)
+{
+    /* The common layout (C-contiguous, no suboffsets) can only refuse the
+     * bits in layout->refused; any other layout takes the full checks. */
+    if ((layout->refused < 0 || (flags & layout->refused)) &&
+        bufferext_check_request(exporter, flags, layout) < 0) {
+        return -1;
     }
     view->buf = layout->buf;
     view->len = layout->len;

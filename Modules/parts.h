@@ -93,6 +93,11 @@ typedef struct {
     Py_ssize_t *suboffsets;
     int c_contiguous;       /* precomputed: the hot path calls nothing */
     int f_contiguous;
+    /* Request bits refused without further thought, for a C-contiguous
+     * layout without suboffsets (WRITABLE when read-only, F_CONTIGUOUS's
+     * own bit when not Fortran-ordered); -1 for any other layout, which
+     * takes the full checks. */
+    int refused;
     /* DLPack's view of the layout, computed once (bufferext_layout_dlpack):
      * strides in items (NULL when a stride is not a whole number of items)
      * and the packed dtype (code | bits << 8 | lanes << 16; 0 if none). */
@@ -103,7 +108,8 @@ typedef struct {
 /* Our exporters put their layout in view->internal (the field is the
  * exporter's own): dlpack.c, which serves only our types, reads it back. */
 
-/* Contiguity of a layout, for filling c_contiguous/f_contiguous. */
+/* Contiguity of a layout, for filling c_contiguous/f_contiguous and
+ * refused (call it after readonly is set). */
 void bufferext_layout_contiguity(bufferext_export_layout *layout);
 /* One block for shape and strides (2 * ndim entries) plus room for `ndim`
  * item strides (*items); free it with PyMem_Free.  NULL with MemoryError. */
