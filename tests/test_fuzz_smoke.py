@@ -105,3 +105,16 @@ def test_byte_offset_past_the_address_space_is_refused() -> None:
         bufferext._bufferext._adapter_from_dlpack(None, crafted.capsule(),
                                                   None)
     assert crafted.deleted == 0
+
+
+def test_legacy_unstructured_indices_beyond_int64_are_a_protocol_error() -> None:
+    """Found by fuzz_dim_data: a 0.9 export whose unstructured indices hold
+    an int no int64 can store raised OverflowError instead of ProtocolError."""
+    from bufferext.distarray import ProtocolError, validate
+
+    export = {"__version__": "0.9.0", "buffer": bufferext.CPUBuffer(2, "i8"),
+              "dim_data": ({"dist_type": "u", "proc_grid_size": 1,
+                            "proc_grid_rank": 0, "size": 2,
+                            "indices": [0, 2**70]},)}
+    with pytest.raises(ProtocolError, match="indices"):
+        validate(export)

@@ -268,7 +268,8 @@ class _Checker:
 def _index_buffer(raw: Any, legacy: bool) -> Optional[np.ndarray]:
     """``raw`` as a read-only 1-D int64 array, or None if it is not one."""
     if legacy and type(raw) in (list, tuple):
-        if not all(_is_int(v) for v in raw):
+        # int64 indices: a larger int is no index of any array
+        if not all(_is_int(v) and -2**63 <= v < 2**63 for v in raw):
             return None
         return np.array(raw, dtype=np.int64).reshape(-1)
     try:
