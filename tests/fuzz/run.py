@@ -39,6 +39,8 @@ def run_one(name: str, args: argparse.Namespace) -> dict:
         seeds = os.path.join(args.seed_corpus, name, "corpus")
         if os.path.isdir(seeds):
             cmd.append(seeds)           # read-only extra inputs
+    if args.seed:
+        cmd.insert(2, f"-seed={args.seed}")
     if args.runs:
         cmd.insert(2, f"-runs={args.runs}")
     else:
@@ -64,6 +66,9 @@ def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--runs", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="libFuzzer's -seed (0: random); with --runs the "
+                             "run is reproducible, as CI wants")
     parser.add_argument("--workdir", default=os.path.join(
         os.getcwd(), ".fuzz-work"))
     parser.add_argument("--only", nargs="*", default=HARNESSES)
