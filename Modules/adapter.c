@@ -252,14 +252,6 @@ check_tensor(const BxDLTensor *t)
     return 0;
 }
 
-static void
-dl_delete(void *managed, int versioned)
-{
-    if (managed != NULL) {
-        bufferext_dlpack_delete_locked(managed, versioned);
-    }
-}
-
 /* CUDA memory: ordinal, context and (for a non-zero stream) an event we own
  * that completes after the producer's work on that stream. */
 static int
@@ -569,7 +561,7 @@ adapter_dealloc(PyObject *op)
          * exception out of its way. */
         PyObject *type_, *value, *tb;
         PyErr_Fetch(&type_, &value, &tb);
-        dl_delete(self->dl_managed, self->dl_versioned);
+        bufferext_dlpack_delete_locked(self->dl_managed, self->dl_versioned);
         PyErr_Restore(type_, value, tb);
     }
     if (self->owns_event) {
