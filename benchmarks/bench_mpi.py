@@ -12,11 +12,13 @@ interleaved (round robin, the order rotating every round), each sample is
 short (a few ms of back-to-back calls), a sample's time is the slowest
 rank's, and each figure is reported as the median and the best over many
 samples; ratios are given for both.  For ``redistribute`` two anchors are
-shown: ``Alltoallv`` of every rank's whole share (its own piece included,
-what a hand-written redistribution would call) and ``Alltoallv`` of the
-bytes crossing ranks only (the stricter one); the target is checked against
-the stricter.  ``redistribute(out=...)`` (writing into an existing array)
-is shown beside the allocating call.
+shown: ``Alltoallv`` of every rank's whole share, its own piece included:
+the same bytes a redistribution moves, what a hand-written one would call,
+and the anchor of the target; and, for context, ``Alltoallv`` of the bytes
+crossing ranks only, which leaves out the own piece (half the data with 2
+ranks).  ``redistribute(out=...)`` (writing into an existing array) is
+shown beside the allocating call; run with ``BUFFEREXT_CPU_CACHE_BYTES=0``
+to see the allocating call without CPUBuffer's block cache.
 """
 
 from __future__ import annotations

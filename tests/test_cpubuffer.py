@@ -508,6 +508,134 @@ def test_every_legacy_request_succeeds():
     assert buf.exports == 0
 
 
+# ---- empty() and the block cache ---------------------------------------------
+
+BIG = 3 << 20          # above the 2 MiB from which blocks are mapped and kept
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the block cache is Linux-only")
+
+
+def test_empty_is_a_cpubuffer_like_the_constructor():
+    for shape, dtype in (((2, 3), "f4"), (BIG, "u1"), (0, "c16")):
+        buf = CPUBuffer.empty(shape, dtype)
+        ref = CPUBuffer(shape, dtype)
+        assert type(buf) is CPUBuffer
+        assert (buf.shape, buf.dtype, buf.strides, buf.readonly) == \
+               (ref.shape, ref.dtype, ref.strides, False)
+        assert buf.ptr % 64 == 0
+        assert bufferext.supported_flags(buf) == F.LEGACY | F.DEVICE
+        np.asarray(buf)[...] = 1            # writable
+        assert (buf.to_host() == 1).all()
+    assert CPUBuffer.empty(4).dtype == np.float64
+    assert CPUBuffer.empty(shape=4, dtype="i2").dtype == np.int16
+
+
+def test_empty_of_a_subclass_is_the_subclass():
+    class Mine(CPUBuffer):
+        pass
+    assert type(Mine.empty(3)) is Mine
+
+
+@pytest.mark.parametrize("args, exc, words", [
+    ((-1,), ValueError, ["negative"]),
+    ((2, "O"), TypeError, ["O"]),
+    ((2**62, "u1"), MemoryError, [str(2**62)]),
+], ids=["negative", "dtype", "huge"])
+def test_empty_rejects_what_the_constructor_rejects(args, exc, words):
+    with pytest.raises(exc) as info:
+        CPUBuffer.empty(*args)
+    for word in words:
+        assert word in str(info.value)
+    with pytest.raises(TypeError, match="readonly"):
+        CPUBuffer.empty(3, readonly=True)
+
+
+@linux_only
+def test_empty_reuses_a_freed_large_block():
+    buf = CPUBuffer.empty(BIG, "u1")
+    ptr = buf.ptr
+    np.asarray(buf)[:] = 0xAB
+    del buf
+    again = CPUBuffer.empty(BIG, "u1")
+    assert again.ptr == ptr                 # the same mapping, already touched
+    # A shape of the same rounded size (whole 2 MiB pages) takes it too.
+    del again
+    assert CPUBuffer.empty((2, BIG // 2 + 8), "u1").ptr == ptr
+
+
+@linux_only
+def test_constructor_zero_fills_a_reused_block():
+    buf = CPUBuffer.empty(BIG, "u1")
+    ptr = buf.ptr
+    np.asarray(buf)[:] = 0xAB
+    buf.close()                             # close() gives the block back too
+    fresh = CPUBuffer(BIG, "u1")
+    assert fresh.ptr == ptr
+    assert not np.asarray(fresh).any()
+
+
+@linux_only
+def test_small_blocks_are_not_kept():
+    CPUBuffer.clear_cache()
+    del_me = CPUBuffer.empty(1 << 20, "u1")
+    del del_me
+    assert CPUBuffer.clear_cache() == 0
+
+
+@linux_only
+def test_clear_cache_returns_the_bytes_it_unmapped():
+    CPUBuffer.clear_cache()
+    for n in (BIG, 2 * BIG):
+        CPUBuffer.empty(n, "u1")            # dropped at once: kept
+    assert CPUBuffer.clear_cache() == (4 << 20) + (6 << 20)
+    assert CPUBuffer.clear_cache() == 0
+
+
+@linux_only
+def test_resize_gives_the_old_block_back():
+    CPUBuffer.clear_cache()
+    buf = CPUBuffer(BIG, "u1")
+    buf.resize(8)
+    assert CPUBuffer.clear_cache() == 4 << 20
+
+
+_CACHE_PROBE = """
+import bufferext
+C = bufferext.CPUBuffer
+C.clear_cache()
+for k in range(1, 13):                  # 2, 4, ..., 24 MiB, or 4 MiB each time
+    C.empty((2 * k << 20) if {vary} else 4 << 20, "u1")
+print(C.clear_cache())
+"""
+MIB = 1 << 20
+
+
+@linux_only
+@pytest.mark.parametrize("limit, vary, kept", [
+    (None, 0, 4 * MIB),                 # one size: one block, reused each time
+    (None, 1, sum(range(10, 25, 2)) * MIB),   # 8 slots: the newest 8 blocks
+    (str(40 * MIB), 1, 24 * MIB),       # oldest dropped first; 22 + 24 > 40
+    ("0", 0, 0),                        # 0 turns the cache off
+    (str(MIB), 0, 0),                   # blocks over the limit are not kept
+])
+def test_cache_is_bounded(limit, vary, kept):
+    from test_package import run_python
+    env = {} if limit is None else {"BUFFEREXT_CPU_CACHE_BYTES": limit}
+    proc = run_python(_CACHE_PROBE.replace("{vary}", str(vary)), **env)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) == kept
+
+
+@linux_only
+@pytest.mark.parametrize("value", ["lots", "-1", "1e9", " 5", str(2**64)])
+def test_bad_cache_limit_is_a_clear_error(value):
+    from test_package import run_python
+    proc = run_python("import bufferext", BUFFEREXT_CPU_CACHE_BYTES=value)
+    assert proc.returncode != 0
+    assert "ValueError" in proc.stderr
+    assert f"BUFFEREXT_CPU_CACHE_BYTES='{value}'" in proc.stderr
+
+
 # ---- subclassing, weakrefs, gc -------------------------------------------------
 
 def test_subclass():

@@ -212,6 +212,13 @@ class CPUBuffer:
     def __new__(
         cls, shape: _Shape, dtype: DTypeLike = "float64", *, readonly: bool = False
     ) -> Self: ...
+    @classmethod
+    def empty(cls, shape: _Shape, dtype: DTypeLike = "float64") -> Self:
+        """Like the constructor, contents unspecified (numpy.empty); large
+        buffers may reuse a block this process freed, already mapped."""
+    @classmethod
+    def clear_cache(cls) -> int:
+        """Unmap the freed blocks kept for empty() now; returns their bytes."""
     # numpy declares ndarray.__buffer__ only from 3.12: name it explicitly.
     def copy_from_host(self, source: Buffer | NDArray[Any], /) -> None:
         """Copy any buffer of the same size (raw bytes or same dtype)."""

@@ -745,8 +745,15 @@ class _Plan:
         self.types: Optional[Tuple[List[Any], List[Any]]] = None
         self.dtype: Optional[np.dtype] = None
         self.packed: Optional[Tuple[_Side, _Side]] = None
+        #: The packed path's MPI arguments for one dtype: (dtype, base type,
+        #: whether we made it, types, send and receive byte displacements).
+        self.packing: Optional[Tuple[np.dtype, Any, bool, List[Any], List[int],
+                                     List[int]]] = None
         s, r = self.sends[me], self.recvs[me]
         self.own = None if s is None or r is None else (_fast_index(s), _fast_index(r))
+        #: Whether the receives (disjoint: owned sets are) fill every cell
+        #: of the target, so that it may start with any contents.
+        self.fills_target = sum(map(_count, self.recvs)) == int(np.prod(self.tgt_shape))
 
     def free(self) -> None:
         if self.types is not None:
@@ -754,6 +761,10 @@ class _Plan:
                 if t is not None:
                     t.Free()
             self.types = None
+        if self.packing is not None:
+            if self.packing[2]:
+                self.packing[1].Free()
+            self.packing = None
 
     def _sides(self) -> Tuple[_Side, _Side]:
         if self.packed is None:
@@ -793,32 +804,32 @@ class _Plan:
         """numpy copies into contiguous staging, one ``Alltoallv``, numpy
         copies out; the own piece goes straight from ``src`` to ``tgt``."""
         snd, rcv = self._sides()
-        base, own_base = _base_type(dtype)
-        try:
-            if snd.direct:
-                sbuf = src.reshape(-1)
-            else:
-                sbuf = snd.stage(dtype)
-                for p, idx in enumerate(snd.index):
-                    if snd.counts[p]:
-                        n0 = snd.displs[p]
-                        sbuf[n0:n0 + snd.counts[p]].reshape(snd.shapes[p])[...] = src[idx]
-            rbuf = tgt.reshape(-1) if rcv.direct else rcv.stage(dtype)
+        if self.packing is None or self.packing[0] != dtype:
+            self.free()
+            base, own_base = _base_type(dtype)
             size = dtype.itemsize
-            types = [base] * len(snd.counts)
-            req = comm.Ialltoallw([sbuf, snd.counts, [x * size for x in snd.displs], types],
-                                  [rbuf, rcv.counts, [x * size for x in rcv.displs], types])
-            if self.own is not None:
-                tgt[self.own[1]] = src[self.own[0]]
-            req.Wait()
-            if not rcv.direct:
-                for p, idx in enumerate(rcv.index):
-                    if rcv.counts[p]:
-                        n0 = rcv.displs[p]
-                        tgt[idx] = rbuf[n0:n0 + rcv.counts[p]].reshape(rcv.shapes[p])
-        finally:
-            if own_base:
-                base.Free()
+            self.packing = (dtype, base, own_base, [base] * len(snd.counts),
+                            [x * size for x in snd.displs], [x * size for x in rcv.displs])
+        _, _, _, types, sdispls, rdispls = self.packing
+        if snd.direct:
+            sbuf = src.reshape(-1)
+        else:
+            sbuf = snd.stage(dtype)
+            for p, idx in enumerate(snd.index):
+                if snd.counts[p]:
+                    n0 = snd.displs[p]
+                    sbuf[n0:n0 + snd.counts[p]].reshape(snd.shapes[p])[...] = src[idx]
+        rbuf = tgt.reshape(-1) if rcv.direct else rcv.stage(dtype)
+        req = comm.Ialltoallw([sbuf, snd.counts, sdispls, types],
+                              [rbuf, rcv.counts, rdispls, types])
+        if self.own is not None:
+            tgt[self.own[1]] = src[self.own[0]]
+        req.Wait()
+        if not rcv.direct:
+            for p, idx in enumerate(rcv.index):
+                if rcv.counts[p]:
+                    n0 = rcv.displs[p]
+                    tgt[idx] = rbuf[n0:n0 + rcv.counts[p]].reshape(rcv.shapes[p])
 
     def _run_types(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
         """One ``Ialltoallw`` of derived datatypes selecting in place."""
@@ -894,8 +905,9 @@ def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
     tgt_layout = _spec_layout(spec)
     src = (np.ascontiguousarray(np.asarray(array), dtype=dtype) if me == root
            else np.empty((0,) * len(shape), dtype))
-    buffer, local, finish = _alloc(device, tuple(m.extent for m in maps), dtype)
     plan = _Plan(_root_layout(shape, root), tgt_layout, me, _size(comm))
+    buffer, local, finish = _alloc(device, tuple(m.extent for m in maps), dtype,
+                                   plan.fills_target)
     try:
         plan.run(comm, src, local, dtype)
     finally:
@@ -905,17 +917,20 @@ def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
     return out
 
 
-def _alloc(device: str, shape: Tuple[int, ...], dtype: np.dtype
+def _alloc(device: str, shape: Tuple[int, ...], dtype: np.dtype, filled: bool
            ) -> Tuple[Any, np.ndarray, Callable[[], Any]]:
     """``(buffer, host array to fill, finish)``: for CPU the host array is
     the new CPUBuffer's memory; for a device, a staging array that
-    ``finish()`` copies into a new device buffer (which it returns)."""
+    ``finish()`` copies into a new device buffer (which it returns).
+    Zero-filled unless the caller will write every cell (``filled``): then
+    a CPUBuffer may reuse a freed block (``CPUBuffer.empty``), which spares
+    the page faults of fresh memory."""
     if device == "cpu":
         from .. import CPUBuffer
-        buf = CPUBuffer(shape, dtype)
+        buf = (CPUBuffer.empty if filled else CPUBuffer)(shape, dtype)
         host = np.asarray(memoryview(buf)).reshape(shape)
         return buf, host, lambda: buf
-    host = np.empty(shape, dtype)
+    host = (np.empty if filled else np.zeros)(shape, dtype)
     return None, host, lambda: _new_buffer(device, host)
 
 
@@ -1029,7 +1044,7 @@ def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: An
             out.buffer.copy_from_host(host)
         return out
     else:
-        _, host, finish = _alloc(device, shape, dtype)
+        _, host, finish = _alloc(device, shape, dtype, entry.fills_target)
         entry.run(comm, _host_array(darr), host, dtype)
         buffer = finish()
     if out is not None:
