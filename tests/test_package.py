@@ -78,6 +78,24 @@ def test_installed_headers_match_the_source():
             assert a.read() == b.read(), f"{name} is stale: reinstall"
 
 
+def test_import_and_get_include_do_not_load_numpy():
+    proc = run_python("import sys, bufferext; bufferext.get_include(); "
+                      "bufferext.check_buffer_supports(b''); "
+                      "print(sorted(m for m in sys.modules if m.startswith('numpy')))")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_as_buffer_loads_on_first_use():
+    proc = run_python("import bufferext; from bufferext import *; "
+                      "print(as_buffer is bufferext.as_buffer, "
+                      "'as_buffer' in dir(bufferext))")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"]
+    with pytest.raises(AttributeError, match="no_such_name"):
+        bufferext.no_such_name
+
+
 def test_typed_package():
     package_dir = os.path.dirname(os.path.abspath(bufferext.__file__))
     assert os.path.isfile(os.path.join(package_dir, "py.typed"))
