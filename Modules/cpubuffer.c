@@ -146,10 +146,12 @@ cpubuffer_alloc(Py_ssize_t nbytes, int zeroed, char **data, size_t *mapped)
         size_t size = ((size_t)nbytes + CPU_HUGE_BLOCK - 1) &
                       ~(CPU_HUGE_BLOCK - 1);
         void *block = cache_take(size);
-        if (block != NULL && zeroed) {
-            memset(block, 0, (size_t)nbytes);
+        if (block != NULL) {
+            if (zeroed) {
+                memset(block, 0, (size_t)nbytes);
+            }
         }
-        if (block == NULL) {
+        else {
             block = mmap(NULL, size, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (block == MAP_FAILED) {  /* try the C allocator instead */
