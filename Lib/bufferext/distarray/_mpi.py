@@ -85,6 +85,15 @@ def _rebuild(rank: int, size: int, info: Tuple[str, str, Optional[List[str]]]) -
     return _ERRORS.get(name, RuntimeError)(f"{where}: {message}")
 
 
+def any_rank(comm: Any, flag: bool) -> bool:
+    """Whether ``flag`` is true on some process (collective; a buffer
+    reduction, a few times cheaper than mpi4py's pickled ``allreduce``)."""
+    mine = np.array([flag], np.int32)
+    anyone = np.empty(1, np.int32)
+    comm.Allreduce(mine, anyone, op=_mpi().MAX)
+    return bool(anyone[0])
+
+
 def agree(comm: Any, fn: Callable[[], T]) -> T:
     """Run ``fn()`` on every process and agree on failure (collective).
 
@@ -105,6 +114,8 @@ def agree(comm: Any, fn: Callable[[], T]) -> T:
     if _size(comm) == 1:
         if err is not None:
             raise err
+        return result  # type: ignore[return-value]
+    if not any_rank(comm, info is not None):     # the usual case: one small reduction
         return result  # type: ignore[return-value]
     infos = comm.allgather(info)
     for rank, other in enumerate(infos):
@@ -1013,7 +1024,7 @@ def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: An
            repr(padding), repr(periodic), repr(indices), device)
     plans = _plans(darr)
     entry = plans.get(key)
-    if _size(comm) > 1 and not comm.allreduce(entry is not None, op=_mpi().LAND):
+    if _size(comm) > 1 and any_rank(comm, entry is None):
         entry = None                    # someone has no plan: all take the slow path
     if entry is None:
         def prepare() -> Any:
