@@ -134,7 +134,6 @@ bufferext_cuda_device_names(void)
         name[sizeof(name) - 1] = '\0';
         item = PyUnicode_FromFormat("%d: %s", i, name);
         if (item == NULL || PyList_Append(names, item) < 0) {
-            Py_XDECREF(item);
             Py_CLEAR(names);
         }
         Py_XDECREF(item);
