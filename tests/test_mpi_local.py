@@ -97,3 +97,18 @@ def test_cells_no_source_owns_stay_zero() -> None:
     e = d.redistribute(dist="bn")
     assert np.array_equal(e.local[::2], BIG[::2])
     assert not e.local[1::2].any()
+
+
+def test_plans_are_keyed_on_index_contents() -> None:
+    # Index arrays past 1000 items that differ only in the middle print
+    # alike (numpy shortens their repr): each must still get its own plan.
+    n = 3000
+    d = DistArray.from_global(np.arange(n), dist="b", grid_shape=(1,))
+    first = np.arange(n)
+    second = first.copy()
+    second[1500], second[1501] = 1501, 1500
+    assert repr(first) == repr(second)
+    d.redistribute(dist="u", grid_shape=(1,), indices=[[first]])
+    e = d.redistribute(dist="u", grid_shape=(1,), indices=[[second]])
+    assert np.array_equal(e.maps[0].indices, second)
+    assert np.array_equal(e.local, second)

@@ -1010,6 +1010,19 @@ def _check_out(darr: Any, out: Any, maps: Sequence[DimMap], device: str) -> None
                          f"requested distribution {tuple(want)!r}")
 
 
+def _content_key(value: Any) -> Any:
+    """A plan-cache key for an argument, equal only for equal contents
+    (``repr`` shortens numpy arrays past 1000 items, so two index arrays
+    differing in the middle would share a key)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            return ("ndarray", value.shape, _content_key(value.tolist()))
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_content_key(v) for v in value)
+    return repr(value)
+
+
 def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: Any = None,
                  split: Optional[str] = None, padding: Any = None, periodic: Any = None,
                  indices: Any = None, device: Optional[str] = None, out: Any = None) -> Any:
@@ -1020,8 +1033,9 @@ def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: An
     me = _rank(comm)
     device = darr.device if device is None else device
 
-    key = ("redistribute", repr(dist), repr(grid_shape), repr(block_size), split,
-           repr(padding), repr(periodic), repr(indices), device)
+    key = ("redistribute", _content_key(dist), _content_key(grid_shape),
+           _content_key(block_size), split, _content_key(padding),
+           _content_key(periodic), _content_key(indices), device)
     plans = _plans(darr)
     entry = plans.get(key)
     if _size(comm) > 1 and any_rank(comm, entry is None):
