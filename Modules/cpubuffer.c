@@ -23,14 +23,11 @@
 
 typedef struct {
     bufferext_producer head;    /* open: data != NULL */
-    char *data;                 /* CPU_ALIGNMENT-aligned; NULL once closed */
     void *allocation;           /* what was allocated (data lies inside) */
     size_t mapped;              /* its size if it came from mmap, else 0 */
 } CPUBufferObject;
 
 #define CPUBuffer_CAST(op) ((CPUBufferObject *)(op))
-
-static PyObject *cpubuffer_close(PyObject *op, PyObject *unused);
 
 #ifdef __linux__
 /* ---- the block cache --------------------------------------------------
@@ -120,11 +117,15 @@ cpubuffer_free_memory(PyObject *op)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
     cpubuffer_free_block(self->allocation, self->mapped);
+    self->allocation = NULL;
+    self->mapped = 0;
+    self->head.layout.buf = NULL;
+    self->head.open = 0;
 }
 
 static const bufferext_producer_kind cpubuffer_kind = {
     "CPUBuffer", "release the views and DLPack capsules first",
-    cpubuffer_free_memory, cpubuffer_close,
+    cpubuffer_free_memory, bufferext_producer_close,
 };
 
 /* Memory for `nbytes` bytes, zero-filled if `zeroed`, else with
@@ -187,8 +188,7 @@ cpubuffer_install(CPUBufferObject *self, void *allocation, char *data,
 {
     self->allocation = allocation;
     self->mapped = mapped;
-    self->data = data;
-    self->head.layout.buf = data;
+    self->head.layout.buf = data;       /* CPU_ALIGNMENT-aligned */
     self->head.open = 1;
 }
 
@@ -284,7 +284,7 @@ cpubuffer_copy_from_host(PyObject *op, PyObject *source)
                                       &view) < 0) {
         return NULL;
     }
-    rc = PyBuffer_ToContiguous(self->data, &view, view.len, 'C');
+    rc = PyBuffer_ToContiguous(self->head.layout.buf, &view, view.len, 'C');
     PyBuffer_Release(&view);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
@@ -306,27 +306,6 @@ cpubuffer_to_host(PyObject *op, PyObject *unused)
     array = PyObject_CallMethod(numpy, "array", "O", op);
     Py_DECREF(numpy);
     return array;
-}
-
-static PyObject *
-cpubuffer_close(PyObject *op, PyObject *unused)
-{
-    CPUBufferObject *self = CPUBuffer_CAST(op);
-    (void)unused;
-
-    if (!self->head.open) {
-        Py_RETURN_NONE;
-    }
-    if (bufferext_producer_check_not_exported(&self->head, "close") < 0) {
-        return NULL;
-    }
-    cpubuffer_free_block(self->allocation, self->mapped);
-    self->allocation = NULL;
-    self->mapped = 0;
-    self->data = NULL;
-    self->head.layout.buf = NULL;
-    self->head.open = 0;
-    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -353,21 +332,11 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
                      "CPUBuffer: cannot allocate %zd bytes", layout.nbytes);
         return NULL;
     }
-    memcpy(data, self->data,
+    memcpy(data, self->head.layout.buf,
            (size_t)(old_len < layout.nbytes ? old_len : layout.nbytes));
     cpubuffer_free_block(self->allocation, self->mapped);
     cpubuffer_install(self, allocation, data, mapped);
     Py_RETURN_NONE;
-}
-
-static PyObject *
-cpubuffer_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
-                 PyObject *kwnames)
-{
-    if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
-        return NULL;
-    }
-    return bufferext_dlpack(op, args, nargs, kwnames);
 }
 
 static PyObject *
@@ -385,7 +354,7 @@ static PyMethodDef cpubuffer_methods[] = {
      "the same dtype in any layout)."},
     {"to_host", cpubuffer_to_host, METH_NOARGS,
      "to_host($self, /)\n--\n\nA numpy array holding a copy of the contents."},
-    {"close", cpubuffer_close, METH_NOARGS,
+    {"close", bufferext_producer_close, METH_NOARGS,
      "close($self, /)\n--\n\n"
      "Free the memory now.  BufferError while exported; closing twice is\n"
      "harmless."},
@@ -393,7 +362,7 @@ static PyMethodDef cpubuffer_methods[] = {
      "resize($self, shape, /)\n--\n\n"
      "Change the shape in place, keeping the leading bytes.  BufferError\n"
      "while exported."},
-    {"__dlpack__", (PyCFunction)(void (*)(void))cpubuffer_dlpack,
+    {"__dlpack__", (PyCFunction)(void (*)(void))bufferext_producer_dlpack,
      METH_FASTCALL | METH_KEYWORDS,
      "__dlpack__($self, /, *, stream=None, max_version=None, "
      "dl_device=None, copy=None)\n--\n\n"
@@ -424,7 +393,7 @@ get_ptr(PyObject *op, void *closure)
     if (bufferext_producer_check_open(&self->head) < 0) {
         return NULL;
     }
-    return PyLong_FromVoidPtr(self->data);
+    return PyLong_FromVoidPtr(self->head.layout.buf);
 }
 
 static PyObject *
@@ -442,7 +411,7 @@ get_array_interface(PyObject *op, void *closure)
     return Py_BuildValue("{s:N,s:O,s:[(s,O)],s:(NO),s:O,s:i}",
                          "shape", shape, "typestr", self->head.dt.typestr,
                          "descr", "", self->head.dt.typestr,
-                         "data", PyLong_FromVoidPtr(self->data),
+                         "data", PyLong_FromVoidPtr(self->head.layout.buf),
                          self->head.layout.readonly ? Py_True : Py_False,
                          "strides", Py_None, "version", 3);
 }

@@ -200,7 +200,6 @@ bufferext_cuda_dlpack_sync(PyObject *exporter, const Py_buffer_extended *ext,
     const BufferExt_CUDADeviceInfo *info = ext->device_info;
     bufferext_state *st;
     CUstream target;
-    CUcontext popped;
     int nosync, rc;
 
     if (dlpack_stream(stream, &target, &nosync) < 0) {
@@ -221,7 +220,7 @@ bufferext_cuda_dlpack_sync(PyObject *exporter, const Py_buffer_extended *ext,
         return -1;
     }
     rc = CU_CHECK(who, cuStreamWaitEvent, (target, (CUevent)info->event, 0));
-    (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
+    bufferext_cuda_ctx_pop();
     return rc;
 }
 
@@ -236,7 +235,7 @@ PyObject *
 bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal)
 {
     const char *who = "as_buffer";
-    CUcontext ctx, popped;
+    CUcontext ctx;
     CUdevice dev;
     int rc;
 
@@ -256,7 +255,7 @@ bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal)
         }
         rc = CU_CHECK(who, cuStreamCreate, (&bridge_streams[ordinal],
                                             CU_STREAM_NON_BLOCKING));
-        (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
+        bufferext_cuda_ctx_pop();
         if (rc < 0) {
             bridge_streams[ordinal] = NULL;
             return NULL;
@@ -270,7 +269,7 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
                       int ordinal, BufferExt_CUDADeviceInfo *info)
 {
     const char *who = "as_buffer";
-    CUcontext ctx = NULL, popped;
+    CUcontext ctx = NULL;
     CUresult res;
     int rc;
 
@@ -321,7 +320,7 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
             (void)bufferext_cuda.cuEventDestroy_v2((CUevent)info->event);
         }
     }
-    (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
+    bufferext_cuda_ctx_pop();
     if (rc < 0) {
         info->event = NULL;
     }
@@ -331,15 +330,13 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
 void
 bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info)
 {
-    CUcontext popped;
-
     if (info->event == NULL || bufferext_cuda.cuEventDestroy_v2 == NULL) {
         return;
     }
     if (bufferext_cuda.cuCtxPushCurrent_v2((CUcontext)info->context) ==
         CUDA_SUCCESS) {
         (void)bufferext_cuda.cuEventDestroy_v2((CUevent)info->event);
-        (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
+        bufferext_cuda_ctx_pop();
     }
     info->event = NULL;
 }

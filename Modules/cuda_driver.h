@@ -83,6 +83,14 @@ bufferext_cuda_check(CUresult rc, const char *who, const char *call)
 #define CU_CHECK(who, name, args)                                           \
     bufferext_cuda_check(bufferext_cuda.name args, (who), #name)
 
+/* Pop the context pushed before driver calls (nothing to report). */
+static inline void
+bufferext_cuda_ctx_pop(void)
+{
+    CUcontext popped;
+    (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
+}
+
 /* Bridges (adapter.c).  The per-device stream DLPack producers are asked to
  * make their data ready on, as an int; NULL with an exception. */
 PyObject *bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal);

@@ -15,7 +15,6 @@
 
 typedef struct {
     bufferext_producer head;
-    int pending;                /* work queued since the last sync */
     int busy;                   /* driver calls running without the GIL */
     CUdevice device;
     CUcontext context;          /* retained primary context, or NULL */
@@ -86,13 +85,6 @@ ctx_push(CUDABufferObject *self, const char *who)
     return CU_CHECK(who, cuCtxPushCurrent_v2, (self->context));
 }
 
-static void
-ctx_pop(void)
-{
-    CUcontext popped;
-    (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
-}
-
 /* After asynchronous work: record the event that exports hand out. */
 static int
 record_event(CUDABufferObject *self, const char *who)
@@ -100,8 +92,7 @@ record_event(CUDABufferObject *self, const char *who)
     if (CU_CHECK(who, cuEventRecord, (self->event, self->stream)) < 0) {
         return -1;
     }
-    self->pending = 1;
-    self->info.event = self->event;
+    self->info.event = self->event;     /* work queued since the last sync */
     return 0;
 }
 
@@ -119,7 +110,6 @@ stream_sync(CUDABufferObject *self, const char *who)
     if (rc != CUDA_SUCCESS) {
         return bufferext_cuda_error(rc, who, "cuStreamSynchronize");
     }
-    self->pending = 0;
     self->info.event = NULL;
     return 0;
 }
@@ -158,7 +148,7 @@ tear_down(CUDABufferObject *self, const char **call)
         if (self->stream != NULL) {
             KEEP(cuStreamDestroy_v2, (self->stream));
         }
-        ctx_pop();
+        bufferext_cuda_ctx_pop();
     }
     KEEP(cuDevicePrimaryCtxRelease_v2, (self->device));
 #undef KEEP
@@ -166,7 +156,6 @@ tear_down(CUDABufferObject *self, const char **call)
     self->event = NULL;
     self->stream = NULL;
     self->context = NULL;
-    self->pending = 0;
     self->info.event = NULL;
     self->info.context = NULL;
     return first;
@@ -216,7 +205,7 @@ set_up(CUDABufferObject *self, int ordinal, Py_ssize_t nbytes)
     if (rc == 0 && nbytes > 0) {
         rc = record_event(self, who);
     }
-    ctx_pop();
+    bufferext_cuda_ctx_pop();
     return rc;
 }
 
@@ -319,11 +308,11 @@ copy_in(CUDABufferObject *self, const char *who, const void *src,
     res = bufferext_cuda.cuMemcpyHtoDAsync_v2(self->ptr, src, (size_t)nbytes,
                                    self->stream);
     if (res != CUDA_SUCCESS) {
-        ctx_pop();
+        bufferext_cuda_ctx_pop();
         return bufferext_cuda_error(res, who, "cuMemcpyHtoDAsync_v2");
     }
     rc = stream_sync(self, who);
-    ctx_pop();
+    bufferext_cuda_ctx_pop();
     return rc;
 }
 
@@ -367,17 +356,14 @@ cudabuffer_to_host(PyObject *op, PyObject *unused)
     if (array == NULL) {
         return NULL;
     }
-    if (self->head.layout.len > 0) {
-        rc = ctx_push(self, who);
-    }
-    if (rc == 0 && self->head.layout.len > 0) {
+    if (self->head.layout.len > 0 && (rc = ctx_push(self, who)) == 0) {
         res = bufferext_cuda.cuMemcpyDtoHAsync_v2(
             view.buf, self->ptr, (size_t)self->head.layout.len,
             self->stream);
         rc = res != CUDA_SUCCESS
                  ? bufferext_cuda_error(res, who, "cuMemcpyDtoHAsync_v2")
                  : stream_sync(self, who);
-        ctx_pop();
+        bufferext_cuda_ctx_pop();
     }
     PyBuffer_Release(&view);
     if (rc < 0) {
@@ -397,7 +383,7 @@ copy_device(CUDABufferObject *self, CUDABufferObject *src, const char *who)
     if (ctx_push(self, who) < 0) {
         return -1;
     }
-    if (src->pending) {
+    if (src->info.event != NULL) {
         rc = CU_CHECK(who, cuStreamWaitEvent, (self->stream, src->event, 0));
     }
     if (rc == 0) {
@@ -411,7 +397,7 @@ copy_device(CUDABufferObject *self, CUDABufferObject *src, const char *who)
     if (rc == 0) {
         rc = CU_CHECK(who, cuStreamWaitEvent, (src->stream, self->event, 0));
     }
-    ctx_pop();
+    bufferext_cuda_ctx_pop();
     return rc;
 }
 
@@ -602,7 +588,7 @@ fill_memset(CUDABufferObject *self, const char *pattern, int width,
     if (rc == 0) {
         rc = record_event(self, who);
     }
-    ctx_pop();
+    bufferext_cuda_ctx_pop();
     return rc;
 }
 
@@ -653,7 +639,7 @@ cudabuffer_synchronize(PyObject *op, PyObject *unused)
         return NULL;
     }
     rc = stream_sync(self, who);
-    ctx_pop();
+    bufferext_cuda_ctx_pop();
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
@@ -678,16 +664,6 @@ cudabuffer_close(PyObject *op, PyObject *unused)
         return NULL;
     }
     Py_RETURN_NONE;
-}
-
-static PyObject *
-cudabuffer_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
-                  PyObject *kwnames)
-{
-    if (check_open(CUDABuffer_CAST(op)) < 0) {
-        return NULL;
-    }
-    return bufferext_dlpack(op, args, nargs, kwnames);
 }
 
 static PyObject *
@@ -743,7 +719,7 @@ static PyMethodDef cudabuffer_methods[] = {
      "close($self, /)\n--\n\n"
      "Free the device memory now.  BufferError while exported; closing\n"
      "twice is harmless."},
-    {"__dlpack__", (PyCFunction)(void (*)(void))cudabuffer_dlpack,
+    {"__dlpack__", (PyCFunction)(void (*)(void))bufferext_producer_dlpack,
      METH_FASTCALL | METH_KEYWORDS,
      "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, "
      "copy=None)\n--\n\n"
@@ -795,7 +771,7 @@ get_cuda_array_interface(PyObject *op, void *closure)
         (shape = bufferext_producer_get_shape(op, NULL)) == NULL) {
         return NULL;
     }
-    stream = self->pending ? PyLong_FromVoidPtr(self->stream)
+    stream = self->info.event != NULL ? PyLong_FromVoidPtr(self->stream)
                            : Py_NewRef(Py_None);
     return Py_BuildValue("{s:N,s:O,s:(NO),s:O,s:i,s:N}",
                          "shape", shape, "typestr", self->head.dt.typestr,

@@ -53,10 +53,7 @@ holder_free(dlpack_holder *holder)
 static int
 acquire(PyObject *exporter, Py_buffer_extended *ext)
 {
-    ext->flags = 0;
-    ext->ext_flags = 0;
-    ext->device = NULL;
-    ext->device_info = NULL;
+    BufferExtInternal_ClearExtension(ext);
     return Py_TYPE(exporter)->tp_as_buffer->bf_getbuffer(
         exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
 }

@@ -226,6 +226,31 @@ bufferext_producer_enter(PyObject *op, PyObject *unused)
 }
 
 PyObject *
+bufferext_producer_close(PyObject *op, PyObject *unused)
+{
+    bufferext_producer *p = BufferExtProducer_CAST(op);
+    (void)unused;
+
+    if (p->open) {
+        if (bufferext_producer_check_not_exported(p, "close") < 0) {
+            return NULL;
+        }
+        p->kind->free_memory(op);
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *
+bufferext_producer_dlpack(PyObject *op, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
+        return NULL;
+    }
+    return bufferext_dlpack(op, args, nargs, kwnames);
+}
+
+PyObject *
 bufferext_producer_exit(PyObject *op, PyObject *args)
 {
     (void)args;

@@ -13,9 +13,11 @@ typedef struct {
     const char *name;           /* "CPUBuffer": messages and repr */
     const char *release_hint;   /* check_not_exported's advice, e.g.
                                    "release the views first" */
-    /* Free the memory (dealloc; must be harmless when never set up). */
+    /* Free the memory and mark the object closed (dealloc and
+     * bufferext_producer_close; harmless when never set up). */
     void (*free_memory)(PyObject *op);
-    /* The type's close() (called by __exit__). */
+    /* The type's close() (called by __exit__): bufferext_producer_close
+     * unless freeing can fail. */
     PyObject *(*close)(PyObject *op, PyObject *unused);
 } bufferext_producer_kind;
 
@@ -108,6 +110,12 @@ void bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view);
 int bufferext_producer_traverse(PyObject *op, visitproc visit, void *arg);
 void bufferext_producer_dealloc(PyObject *op);
 PyObject *bufferext_producer_enter(PyObject *op, PyObject *unused);
+/* close(): free the memory now (kind->free_memory must leave the object
+ * closed); BufferError while exported, None when already closed. */
+PyObject *bufferext_producer_close(PyObject *op, PyObject *unused);
+/* __dlpack__: bufferext_dlpack of an open producer. */
+PyObject *bufferext_producer_dlpack(PyObject *op, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames);
 PyObject *bufferext_producer_exit(PyObject *op, PyObject *args);
 extern PyMemberDef bufferext_producer_members[];   /* __weaklistoffset__ */
 

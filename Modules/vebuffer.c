@@ -154,20 +154,17 @@ node_release(ve_node *node)
 
 typedef struct {
     bufferext_producer head;    /* open: node != NULL */
-    void *hmem;                 /* HMEM address; NULL when zero-size */
     ve_node *node;              /* NULL once closed */
-    int number;                 /* the node number */
     BufferExt_VEDeviceInfo info;          /* handed out by every export */
 } VEBufferObject;
 
 #define VEBuffer_CAST(op) ((VEBufferObject *)(op))
 
-static PyObject *vebuffer_close(PyObject *op, PyObject *unused);
 static void vebuffer_free_memory(PyObject *op);
 
 static const bufferext_producer_kind vebuffer_kind = {
     "VEBuffer", "release the views first", vebuffer_free_memory,
-    vebuffer_close,
+    bufferext_producer_close,
 };
 
 static int
@@ -178,25 +175,20 @@ check_open(VEBufferObject *self)
 
 /* Free the HMEM and leave the node; the object reads as closed after. */
 static void
-vebuffer_free(VEBufferObject *self)
+vebuffer_free_memory(PyObject *op)
 {
+    VEBufferObject *self = VEBuffer_CAST(op);
+
     if (self->node == NULL) {
         return;
     }
-    if (self->hmem != NULL) {
-        (void)VEO(veo_free_hmem)(self->hmem);
-        self->hmem = NULL;
+    if (self->head.layout.buf != NULL) {        /* NULL when zero-size */
+        (void)VEO(veo_free_hmem)(self->head.layout.buf);
+        self->head.layout.buf = NULL;
     }
-    self->head.layout.buf = NULL;
     self->head.open = 0;
     node_release(self->node);
     self->node = NULL;
-}
-
-static void
-vebuffer_free_memory(PyObject *op)
-{
-    vebuffer_free(VEBuffer_CAST(op));
 }
 
 /* Join node `number` and allocate the HMEM.  ValueError for a bad node,
@@ -227,11 +219,9 @@ vebuffer_allocate(bufferext_state *st, VEBufferObject *self, int number)
                      "node %d", self->head.layout.len, number);
         return -1;
     }
-    self->hmem = hmem;
     self->head.layout.buf = hmem;
     self->node = node;
     self->head.open = 1;
-    self->number = number;
     self->info.version = BUFFEREXT_VE_INFO_VERSION;
     self->info.node = number;
     self->info.proc = node->proc;
@@ -323,7 +313,7 @@ vebuffer_copy_from_host(PyObject *op, PyObject *source)
     src = bufferext_contiguous_bytes(&view, &staged);
     if (src != NULL) {
         self->head.exports++;
-        rc = hmemcpy(who, self->hmem, src, view.len);
+        rc = hmemcpy(who, self->head.layout.buf, src, view.len);
         self->head.exports--;
     }
     PyMem_RawFree(staged);
@@ -345,7 +335,7 @@ vebuffer_to_host(PyObject *op, PyObject *unused)
         return NULL;
     }
     self->head.exports++;
-    rc = hmemcpy("VEBuffer.to_host", view.buf, self->hmem, view.len);
+    rc = hmemcpy("VEBuffer.to_host", view.buf, self->head.layout.buf, view.len);
     self->head.exports--;
     PyBuffer_Release(&view);
     if (rc < 0) {
@@ -365,10 +355,10 @@ copy_staged(VEBufferObject *self, VEBufferObject *other)
         PyErr_NoMemory();
         return -1;
     }
-    rc = hmemcpy("VEBuffer.copy_from", staging, other->hmem,
+    rc = hmemcpy("VEBuffer.copy_from", staging, other->head.layout.buf,
                  self->head.layout.len);
     if (rc == 0) {
-        rc = hmemcpy("VEBuffer.copy_from", self->hmem, staging,
+        rc = hmemcpy("VEBuffer.copy_from", self->head.layout.buf, staging,
                      self->head.layout.len);
     }
     PyMem_RawFree(staging);
@@ -416,7 +406,7 @@ vebuffer_copy_from(PyObject *op, PyObject *arg)
     self->head.exports++;
     other->head.exports++;
     rc = self->node == other->node
-             ? hmemcpy("VEBuffer.copy_from", self->hmem, other->hmem,
+             ? hmemcpy("VEBuffer.copy_from", self->head.layout.buf, other->head.layout.buf,
                        self->head.layout.len)
              : copy_staged(self, other);
     self->head.exports--;
@@ -424,22 +414,6 @@ vebuffer_copy_from(PyObject *op, PyObject *arg)
     if (rc < 0) {
         return NULL;
     }
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-vebuffer_close(PyObject *op, PyObject *unused)
-{
-    VEBufferObject *self = VEBuffer_CAST(op);
-    (void)unused;
-
-    if (!self->head.open) {
-        Py_RETURN_NONE;
-    }
-    if (bufferext_producer_check_not_exported(&self->head, "close") < 0) {
-        return NULL;
-    }
-    vebuffer_free(self);
     Py_RETURN_NONE;
 }
 
@@ -486,7 +460,7 @@ static PyMethodDef vebuffer_methods[] = {
      "copy_from($self, other, /)\n--\n\n"
      "Copy another VEBuffer of the same dtype and size into this one\n"
      "(directly on one node, through host memory between nodes)."},
-    {"close", vebuffer_close, METH_NOARGS,
+    {"close", bufferext_producer_close, METH_NOARGS,
      "close($self, /)\n--\n\n"
      "Free the HMEM now.  BufferError while exported; closing twice is\n"
      "harmless."},
@@ -513,9 +487,9 @@ static PyMethodDef vebuffer_methods[] = {
         return expr;                                              \
     }
 
-VE_GETTER(node, PyLong_FromLong(self->number))
+VE_GETTER(node, PyLong_FromLong(self->info.node))
 VE_GETTER(ptr, check_open(self) < 0 ? NULL
-                                    : PyLong_FromVoidPtr(self->hmem))
+                                    : PyLong_FromVoidPtr(self->head.layout.buf))
 
 /* The VE Array Interface, version 1 (see docs/ve.rst). */
 static PyObject *
@@ -533,7 +507,7 @@ get_ve_array_interface(PyObject *op, void *closure)
     return Py_BuildValue("{s:N,s:O,s:[(s,O)],s:(NO),s:i,s:O,s:N}",
                          "shape", shape, "typestr", self->head.dt.typestr,
                          "descr", "", self->head.dt.typestr,
-                         "data", PyLong_FromVoidPtr(self->hmem),
+                         "data", PyLong_FromVoidPtr(self->head.layout.buf),
                          self->head.layout.readonly ? Py_True : Py_False,
                          "version", 1, "strides", Py_None,
                          "veo_ctxt", PyLong_FromVoidPtr(self->info.context));
@@ -556,7 +530,7 @@ vebuffer_repr(PyObject *op)
     char extra[32];
 
     PyOS_snprintf(extra, sizeof(extra), ", node=%d",
-                  VEBuffer_CAST(op)->number);
+                  VEBuffer_CAST(op)->info.node);
     return bufferext_producer_repr(op, extra, ", closed", "");
 }
 
