@@ -519,14 +519,9 @@ adapter_getbuffer(PyObject *op, Py_buffer *view, int flags)
     AdapterObject *self = Adapter_CAST(op);
 
     view->obj = NULL;
-    if (bufferext_fill_request(op, view, flags, &self->layout) < 0 ||
-        BufferExt_SetDevice(op, view, flags, self->device,
-                            self->device ? (void *)&self->info : NULL) < 0) {
-        return -1;
-    }
-    self->exports++;
-    view->obj = Py_NewRef(op);
-    return 0;
+    return bufferext_export(op, view, flags, &self->layout, self->device,
+                            self->device ? (void *)&self->info : NULL,
+                            &self->exports);
 }
 
 static void

@@ -88,4 +88,22 @@ bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
     return 0;
 }
 
+/* The rest of every getbuffer of ours once it has refused what it must:
+ * fill the request, say where the memory is (`device` NULL: CPU memory),
+ * count the export in *exports and take the reference.  Nothing is
+ * committed before both steps succeed.  0 or -1. */
+static inline int
+bufferext_export(PyObject *exporter, Py_buffer *view, int flags,
+                 const bufferext_export_layout *layout, const char *device,
+                 void *device_info, Py_ssize_t *exports)
+{
+    if (bufferext_fill_request(exporter, view, flags, layout) < 0 ||
+        BufferExt_SetDevice(exporter, view, flags, device, device_info) < 0) {
+        return -1;
+    }
+    (*exports)++;
+    view->obj = Py_NewRef(exporter);
+    return 0;
+}
+
 #endif

@@ -51,14 +51,8 @@ bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
     if (!p->open) {
         return bufferext_refuse(op, "buffer is closed");
     }
-    /* Nothing is committed before both steps succeed. */
-    if (bufferext_fill_request(op, view, flags, &p->layout) < 0 ||
-        BufferExt_SetDevice(op, view, flags, device, device_info) < 0) {
-        return -1;
-    }
-    p->exports++;
-    view->obj = Py_NewRef(op);
-    return 0;
+    return bufferext_export(op, view, flags, &p->layout, device, device_info,
+                            &p->exports);
 }
 
 /* The dtype/shape part of tp_new: set p->kind, resolve `dtype` (NULL:

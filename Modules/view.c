@@ -185,15 +185,10 @@ view_getbuffer(PyObject *op, Py_buffer *view, int flags)
     if (!self->acquired) {
         return bufferext_refuse(op, "BufferView is released");
     }
-    if (bufferext_fill_request(op, view, flags, &self->layout) < 0 ||
-        BufferExt_SetDevice(op, view, flags,
+    return bufferext_export(op, view, flags, &self->layout,
                             device ? self->ext.device : NULL,
-                            device ? self->ext.device_info : NULL) < 0) {
-        return -1;
-    }
-    self->exports++;
-    view->obj = Py_NewRef(op);
-    return 0;
+                            device ? self->ext.device_info : NULL,
+                            &self->exports);
 }
 
 static void
