@@ -4,17 +4,40 @@
   through ``ctypes.pythonapi`` with a ctypes ``Py_buffer``, so the tests
   can compare ``bufferext.get_buffer`` with what CPython itself does.
 * ctypes mirrors of the DLPack 1.x structs, to read capsules.
+* ``run_installed(*argv, **env)``: ``python *argv`` in a fresh interpreter
+  outside the source tree, so it imports the installed package.
 """
 
 from __future__ import annotations
 
 import ctypes
 import itertools
+import os
+import subprocess
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import bufferext
 
 F = bufferext.BufferFlags
+
+# ---- a fresh interpreter on the installed package ---------------------------
+
+_ABOVE_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def run_installed(*argv: str,
+                  **env_overrides: str) -> subprocess.CompletedProcess:
+    """``python *argv`` run from the folder above the source tree, without
+    PYTHONPATH and with ``env_overrides`` set; output captured as text."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.update(env_overrides)
+    return subprocess.run([sys.executable, *argv], env=env,
+                          cwd=_ABOVE_SOURCE_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
 
 # ---- Py_buffer through ctypes ---------------------------------------------
 
