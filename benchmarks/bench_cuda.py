@@ -29,7 +29,6 @@ from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-STANDIN = os.path.join(ROOT, "tests", "cuda_standin", "standin_cuda.c")
 HELPER = os.path.join(HERE, "_bench_cuda.c")
 TARGET_RATIO = 1.5
 
@@ -76,16 +75,14 @@ print(json.dumps({"plain": min(plain), "extended": min(extended),
 '''
 
 
-def _compile(source: str, target: str, python_includes: bool) -> None:
-    cmd = [os.environ.get("CC", "gcc"), "-shared", "-fPIC", "-O2",
-           "-Wall", "-Wextra", "-Werror", "-o", target, source]
-    if python_includes:
-        import bufferext
-        cmd[1:1] = ["-I", sysconfig.get_paths()["include"],
-                    "-I", bufferext.get_include()]
-    else:
-        cmd.append("-lpthread")
-    subprocess.run(cmd, check=True)
+def _compile(source: str, target: str) -> None:
+    """Build a C helper that includes Python.h and bufferext.h."""
+    import bufferext
+    subprocess.run([os.environ.get("CC", "gcc"), "-I",
+                    sysconfig.get_paths()["include"], "-I",
+                    bufferext.get_include(), "-shared", "-fPIC", "-O2",
+                    "-Wall", "-Wextra", "-Werror", "-o", target, source],
+                   check=True)
 
 
 def measure(quick: bool, driver: Optional[str] = None) -> Dict[str, Any]:
@@ -93,10 +90,11 @@ def measure(quick: bool, driver: Optional[str] = None) -> Dict[str, Any]:
     measure in a child interpreter; returns the raw figures."""
     with tempfile.TemporaryDirectory(prefix="bench_cuda_") as tmp:
         helper = os.path.join(tmp, "_bench_cuda.so")
-        _compile(HELPER, helper, python_includes=True)
+        _compile(HELPER, helper)
         if driver is None:
-            driver = os.path.join(tmp, "libstandin_cuda.so")
-            _compile(STANDIN, driver, python_includes=False)
+            sys.path.insert(0, os.path.join(ROOT, "tests", "cuda_standin"))
+            import standin_harness  # type: ignore[import-not-found]
+            driver = standin_harness.build(tmp)
         env = dict(os.environ, BUFFEREXT_CUDA_DRIVER=driver)
         n = 20000 if quick else 500000
         out = subprocess.run([sys.executable, "-c", CHILD, helper, str(n)],

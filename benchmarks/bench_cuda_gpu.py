@@ -64,7 +64,7 @@ def exchange_rows(quick: bool) -> List[Dict[str, Any]]:
     n = 20000 if quick else 200000
     with tempfile.TemporaryDirectory(prefix="bench_cuda_gpu_") as tmp:
         path = os.path.join(tmp, "_bench_cuda.so")
-        _compile(HELPER, path, python_includes=True)
+        _compile(HELPER, path)
         helper = ctypes.PyDLL(path)
         helper.bench_extended.restype = ctypes.c_double
         helper.bench_extended.argtypes = [ctypes.py_object, ctypes.c_long,

@@ -4,17 +4,55 @@
   through ``ctypes.pythonapi`` with a ctypes ``Py_buffer``, so the tests
   can compare ``bufferext.get_buffer`` with what CPython itself does.
 * ctypes mirrors of the DLPack 1.x structs, to read capsules.
+* ``run_installed(*argv, **env)``: ``python *argv`` in a fresh interpreter
+  outside the source tree, so it imports the installed package.
+* ``mpiexec()``: the mpiexec next to the interpreter, else on PATH (skips
+  the test when there is none).
 """
 
 from __future__ import annotations
 
 import ctypes
 import itertools
+import os
+import shutil
+import subprocess
+import sys
 from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
 
 import bufferext
 
 F = bufferext.BufferFlags
+
+# ---- a fresh interpreter on the installed package ---------------------------
+
+_ABOVE_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def run_installed(*argv: str,
+                  **env_overrides: str) -> subprocess.CompletedProcess:
+    """``python *argv`` run from the folder above the source tree, without
+    PYTHONPATH and with ``env_overrides`` set; output captured as text."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.update(env_overrides)
+    return subprocess.run([sys.executable, *argv], env=env,
+                          cwd=_ABOVE_SOURCE_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def mpiexec() -> str:
+    """The mpiexec next to ``sys.executable`` (a venv's mpich), else the one
+    on PATH; the calling test is skipped when there is none."""
+    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or \
+        shutil.which("mpiexec")
+    if exe is None:
+        pytest.skip("mpiexec not found")
+    return exe
+
 
 # ---- Py_buffer through ctypes ---------------------------------------------
 

@@ -50,15 +50,21 @@ def test_broken_layout_fails_to_compile(capi_build, tmp_path, std):
     assert "sizeof(Py_buffer_extended) == sizeof(Py_buffer)" in result.output
 
 
-@pytest.mark.parametrize("part", ["core.h", "cuda.h", "ve.h"])
-def test_part_headers_refuse_direct_include(capi_build, tmp_path, part):
-    source = tmp_path / "direct.c"
-    source.write_text(f"#include <Python.h>\n#include <bufferext/{part}>\n")
+def check_syntax(capi_build, source, text: str) -> subprocess.CompletedProcess:
+    """Write ``text`` to ``source`` and compile it as C, syntax only, with
+    the test build's include directories; stdout holds the diagnostics."""
+    source.write_text(text)
     cmd = capi_build.compilers()["c"] + [
         "-fsyntax-only", *("-I" + d for d in capi_build.include_dirs()),
         str(source)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE,
+    return subprocess.run(cmd, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True)
+
+
+@pytest.mark.parametrize("part", ["core.h", "cuda.h", "ve.h"])
+def test_part_headers_refuse_direct_include(capi_build, tmp_path, part):
+    proc = check_syntax(capi_build, tmp_path / "direct.c",
+                        f"#include <Python.h>\n#include <bufferext/{part}>\n")
     assert proc.returncode != 0
     assert "include <bufferext.h>" in proc.stdout
 
@@ -87,14 +93,9 @@ def test_header_and_python_api_agree(capi):
 
 
 def test_limited_api_is_refused_clearly(capi_build, tmp_path):
-    source = tmp_path / "limited.c"
-    source.write_text("#define Py_LIMITED_API 0x030B0000\n"
-                      "#include <Python.h>\n#include <bufferext.h>\n")
-    cmd = capi_build.compilers()["c"] + [
-        "-fsyntax-only", *("-I" + d for d in capi_build.include_dirs()),
-        str(source)]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True)
+    proc = check_syntax(capi_build, tmp_path / "limited.c",
+                        "#define Py_LIMITED_API 0x030B0000\n"
+                        "#include <Python.h>\n#include <bufferext.h>\n")
     assert proc.returncode != 0
     assert "does not support Py_LIMITED_API" in proc.stdout
     assert proc.stdout.count("error:") == 1, proc.stdout

@@ -13,17 +13,11 @@ import pytest
 import bufferext
 from bufferext import BufferFlags as F
 from bufferext.__main__ import collect_info, format_info, main
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from _helpers import run_installed
 
 
 def run_cli(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    env.update(env_overrides)
-    return subprocess.run([sys.executable, "-m", "bufferext", *args],
-                          env=env, cwd=os.path.dirname(os.path.dirname(HERE)),
-                          capture_output=True, text=True, timeout=120)
+    return run_installed("-m", "bufferext", *args, **env_overrides)
 
 
 def check_report(text: str) -> None:

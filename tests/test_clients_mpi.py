@@ -4,13 +4,13 @@ object's own address).  Runs `mpiexec -n 2` in a subprocess."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from _helpers import mpiexec
 
 pytest.importorskip("mpi4py")
 
@@ -60,14 +60,6 @@ SCRIPT = textwrap.dedent("""
             raise AssertionError("received into a read-only buffer")
     print(f"rank {rank} OK", flush=True)
 """)
-
-
-def mpiexec() -> str:
-    candidate = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    found = candidate if os.path.exists(candidate) else shutil.which("mpiexec")
-    if found is None:
-        pytest.skip("mpiexec not found")
-    return found
 
 
 def test_send_recv_between_two_ranks(tmp_path) -> None:

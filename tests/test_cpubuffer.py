@@ -14,6 +14,7 @@ import pytest
 import bufferext
 from bufferext import BufferFlags as F
 from bufferext import CPUBuffer, get_buffer
+from _helpers import run_installed
 
 NATIVE = "<" if sys.byteorder == "little" else ">"
 OTHER = ">" if NATIVE == "<" else "<"
@@ -619,9 +620,8 @@ MIB = 1 << 20
     (str(MIB), 0, 0),                   # blocks over the limit are not kept
 ])
 def test_cache_is_bounded(limit, vary, kept):
-    from test_package import run_python
     env = {} if limit is None else {"BUFFEREXT_CPU_CACHE_BYTES": limit}
-    proc = run_python(_CACHE_PROBE.replace("{vary}", str(vary)), **env)
+    proc = run_installed("-c", _CACHE_PROBE.replace("{vary}", str(vary)), **env)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) == kept
 
@@ -629,8 +629,7 @@ def test_cache_is_bounded(limit, vary, kept):
 @linux_only
 @pytest.mark.parametrize("value", ["lots", "-1", "1e9", " 5", str(2**64)])
 def test_bad_cache_limit_is_a_clear_error(value):
-    from test_package import run_python
-    proc = run_python("import bufferext", BUFFEREXT_CPU_CACHE_BYTES=value)
+    proc = run_installed("-c", "import bufferext", BUFFEREXT_CPU_CACHE_BYTES=value)
     assert proc.returncode != 0
     assert "ValueError" in proc.stderr
     assert f"BUFFEREXT_CPU_CACHE_BYTES='{value}'" in proc.stderr

@@ -8,6 +8,7 @@ retained or pushed context.  No GPU is needed.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import textwrap
 
@@ -29,7 +30,7 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def test_driver_disabled_by_none() -> None:
     # the prelude loads the stand-in, so run this one without it
-    result = harness.subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-c",
          "import bufferext\n"
          "try:\n    bufferext.CUDABuffer(4)\n"
@@ -42,28 +43,27 @@ def test_driver_disabled_by_none() -> None:
     assert result.stdout.strip().endswith("False")
 
 
-def test_driver_not_found_names_the_path() -> None:
-    result = harness.subprocess.run(
+def try_cudabuffer(cuda_driver: str) -> subprocess.CompletedProcess:
+    """A child that makes CUDABuffer(4) with BUFFEREXT_CUDA_DRIVER set to
+    ``cuda_driver`` and prints the DeviceUnavailableError it gets."""
+    return subprocess.run(
         [sys.executable, "-c",
          "import bufferext\n"
          "try:\n    bufferext.CUDABuffer(4)\n"
          "except bufferext.DeviceUnavailableError as e:\n    print(e)\n"],
-        env=dict(os.environ, BUFFEREXT_CUDA_DRIVER="/nonexistent/libcuda.so"),
+        env=dict(os.environ, BUFFEREXT_CUDA_DRIVER=cuda_driver),
         capture_output=True, text=True)
+
+
+def test_driver_not_found_names_the_path() -> None:
+    result = try_cudabuffer("/nonexistent/libcuda.so")
     assert result.returncode == 0, result.stderr
     assert "CUDA driver not found" in result.stdout
     assert "/nonexistent/libcuda.so" in result.stdout
 
 
 def test_library_without_the_entry_points(driver: str) -> None:
-    libm = "libm.so.6"
-    result = harness.subprocess.run(
-        [sys.executable, "-c",
-         "import bufferext\n"
-         "try:\n    bufferext.CUDABuffer(4)\n"
-         "except bufferext.DeviceUnavailableError as e:\n    print(e)\n"],
-        env=dict(os.environ, BUFFEREXT_CUDA_DRIVER=libm),
-        capture_output=True, text=True)
+    result = try_cudabuffer("libm.so.6")
     assert "failed to load: it lacks the symbol cuGetErrorName" in result.stdout
 
 

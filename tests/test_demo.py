@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from bufferext import _demo
+from _helpers import mpiexec
 
 RUN = ("import sys, argparse; from bufferext import _demo; "
        "p = argparse.ArgumentParser(); _demo.add_arguments(p); "
@@ -48,11 +48,7 @@ def _mpiexec() -> str:
         import mpi4py  # noqa: F401
     except ImportError:
         pytest.skip("mpi4py is not installed")
-    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or \
-        shutil.which("mpiexec")
-    if exe is None:
-        pytest.skip("mpiexec not found")
-    return exe
+    return mpiexec()
 
 
 @pytest.mark.parametrize("n", [2, 4])

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import bufferext
+from _helpers import run_installed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.path.dirname(HERE)
@@ -20,12 +21,7 @@ DEVICE_KEYS = {"device", "library", "env_var", "looked_for", "loaded",
 
 def run_python(code: str, **env_overrides: str) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter (outside the source tree)."""
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    env.update(env_overrides)
-    return subprocess.run([sys.executable, "-c", code], env=env,
-                          cwd=os.path.dirname(SOURCE_ROOT),
-                          capture_output=True, text=True, timeout=120)
+    return run_installed("-c", code, **env_overrides)
 
 
 def devices_with(**env: str):

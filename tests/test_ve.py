@@ -108,18 +108,25 @@ def test_disabled_library(libs: Dict[str, str]) -> None:
     assert loaded is False and error == message
 
 
-def test_missing_library_says_what_was_looked_for(
-        tmp_path: "os.PathLike[str]") -> None:
-    missing = os.path.join(str(tmp_path), "libveo.so.1")
+def try_vebuffer(library: str) -> str:
+    """What a child that makes VEBuffer(4) with ``library`` as the VEO
+    library prints: the DeviceUnavailableError it gets."""
     proc = run_python("""
         import bufferext
         try:
             bufferext.VEBuffer(4)
         except bufferext.DeviceUnavailableError as e:
             print(e)
-        """, missing)
+        """, library)
     assert proc.returncode == 0, proc.stderr
-    assert f"VEO library not found: looked for {missing}" in proc.stdout
+    return proc.stdout
+
+
+def test_missing_library_says_what_was_looked_for(
+        tmp_path: "os.PathLike[str]") -> None:
+    missing = os.path.join(str(tmp_path), "libveo.so.1")
+    assert f"VEO library not found: looked for {missing}" in \
+        try_vebuffer(missing)
 
 
 def test_default_search_names_nec_location_first() -> None:
@@ -133,15 +140,7 @@ def test_default_search_names_nec_location_first() -> None:
 
 
 def test_veo_without_hmem_is_unavailable(libs: Dict[str, str]) -> None:
-    proc = run_python("""
-        import bufferext
-        try:
-            bufferext.VEBuffer(4)
-        except bufferext.DeviceUnavailableError as e:
-            print(e)
-        """, libs["old"])
-    assert proc.returncode == 0, proc.stderr
-    assert "lacks the symbol veo_alloc_hmem" in proc.stdout
+    assert "lacks the symbol veo_alloc_hmem" in try_vebuffer(libs["old"])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -18,6 +18,8 @@ import platform
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
+import numpy
+
 from . import _demo
 
 __all__ = ["collect_info", "format_info", "main"]
@@ -31,19 +33,11 @@ _SHOWN_FLAGS = (
 )
 
 
-def _numpy_version() -> Optional[str]:
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return str(numpy.__version__)
-
-
 def collect_info() -> Dict[str, Any]:
     """Everything ``info`` reports, as a JSON-serialisable dict.
 
     Keys: ``version``, ``include``, ``abi_version``, ``flags`` (name ->
-    int), ``python``, ``implementation``, ``numpy`` (None if missing),
+    int), ``python``, ``implementation``, ``numpy`` (its version),
     ``platform`` and ``devices`` (:func:`bufferext.devices`).
     """
     import bufferext
@@ -57,7 +51,7 @@ def collect_info() -> Dict[str, Any]:
         "flags": flags,
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
-        "numpy": _numpy_version(),
+        "numpy": str(numpy.__version__),
         "platform": platform.platform(),
         "devices": bufferext.devices(),
     }

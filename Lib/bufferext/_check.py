@@ -140,15 +140,15 @@ def _probe(obj: Any, request: int) -> Tuple[str, Any]:
 
 # ---- the extended request and device safety ---------------------------------
 
-def _where(obj: Any, report: Report) -> Tuple[Optional[str], bool]:
-    """(device or None, answered_device) from a FULL_RO|DEVICE request."""
+def _where(obj: Any, report: Report) -> Optional[str]:
+    """The device (None for CPU memory) a FULL_RO|DEVICE request answers."""
     try:
         with _bufferext.get_buffer(obj, F.FULL_RO | F.DEVICE) as view:
             device, answered = view.device, bool(view.flags & F.DEVICE)
     except BufferError as exc:
         report.add("info", "extended request",
                    f"FULL_RO|DEVICE refused: {exc}")
-        return None, False
+        return None
     if device is not None:
         report.add("ok", "extended request", f"memory on device {device!r}")
     elif answered:
@@ -157,7 +157,7 @@ def _where(obj: Any, report: Report) -> Tuple[Optional[str], bool]:
     else:
         report.add("info", "extended request",
                    "CPU memory; PyBUF_DEVICE ignored (a legacy exporter)")
-    return device, answered
+    return device
 
 
 def _device_safety(obj: Any, device: Optional[str], report: Report) -> None:
@@ -264,7 +264,7 @@ def check(obj: Any, target: str = "") -> Report:
     if not report.protocols["buffer"]:
         report.add("info", "buffer", "does not export buffers")
         return report
-    device, _ = _where(obj, report)
+    device = _where(obj, report)
     _device_safety(obj, device, report)
     _claims(obj, device, report)
     declared = report.protocols["declared_supported_flags"]

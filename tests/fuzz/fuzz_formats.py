@@ -10,6 +10,7 @@ DLPack or refused with BufferError; memory reads stay inside a real block.
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from typing import Any, Callable, Tuple
 
@@ -112,13 +113,8 @@ def check_layout(src: Source) -> None:
     try:
         memoryview(adapter).tolist()
     except (NotImplementedError, ValueError, TypeError, BufferError,
-            struct_error()):
+            struct.error):
         pass
-
-
-def struct_error() -> type:
-    import struct
-    return struct.error
 
 
 def test_one_input(data: bytes) -> None:
