@@ -342,13 +342,16 @@ class UnstructuredMap(DimMap):
     table when the indices are compact).  ``all_indices`` (one array per grid
     rank) makes ``owner`` work for every index; where an index is held by
     several ranks (``one_to_one`` False) the lowest grid rank is reported.
+    ``table``: instead of ``all_indices``, their ready ``_owner_table`` (so
+    the maps of every grid rank can share one).
     """
 
     dist_type = "u"
 
     def __init__(self, size: int, grid_size: int, grid_rank: int, indices: Any,
                  one_to_one: bool = False,
-                 all_indices: Optional[Sequence[Any]] = None) -> None:
+                 all_indices: Optional[Sequence[Any]] = None, *,
+                 table: Optional[np.ndarray] = None) -> None:
         idx = np.array(indices, dtype=np.int64).reshape(-1)
         idx.flags.writeable = False
         super().__init__(size, grid_size, grid_rank, idx.size)
@@ -363,16 +366,19 @@ class UnstructuredMap(DimMap):
             kind = np.int32 if idx.size < 2**31 else np.int64
             self._dense = np.full(span, -1, dtype=kind)
             self._dense[idx - self._base] = np.arange(idx.size)
-        self._table: Optional[np.ndarray] = None
+        self._table = table
         if all_indices is not None:
             self._table = self._owner_table(size, all_indices)
 
     @staticmethod
     def _owner_table(size: int, all_indices: Sequence[Any]) -> np.ndarray:
+        """The owning grid rank of every global index (-1: none; the lowest
+        rank where several hold it), read-only."""
         kind = np.int8 if len(all_indices) < 127 else np.int32
         table = np.full(size, -1, dtype=kind)
         for rank in range(len(all_indices) - 1, -1, -1):
             table[np.asarray(all_indices[rank], dtype=np.int64)] = rank
+        table.flags.writeable = False
         return table
 
     def dim_dict(self) -> Dict[str, Any]:
