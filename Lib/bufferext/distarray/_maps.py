@@ -155,6 +155,11 @@ class DimMap:
 
     def dim_dict(self) -> Dict[str, Any]:
         """This dimension's ``dim_data`` entry (Python ints, tuples, bools)."""
+        return self.full_dim_dict()
+
+    def full_dim_dict(self) -> Dict[str, Any]:
+        """The complete normalised dimension dictionary (never the ``{}``
+        alias of an undistributed dimension)."""
         raise NotImplementedError
 
     # -- helpers for subclasses --------------------------------------------
@@ -226,6 +231,9 @@ class BlockMap(DimMap):
         if self.alias and self.grid_size == 1 and self.padding == (0, 0) \
                 and not self.periodic:
             return {}
+        return self.full_dim_dict()
+
+    def full_dim_dict(self) -> Dict[str, Any]:
         return {"dist_type": "b", "size": self.size, "proc_grid_size": self.grid_size,
                 "proc_grid_rank": self.grid_rank, "start": self.start,
                 "stop": self.stop, "padding": self.padding, "periodic": self.periodic}
@@ -285,7 +293,7 @@ class CyclicMap(DimMap):
                          owned_count(size, grid_size, grid_rank, block_size))
         self.block_size = block_size
 
-    def dim_dict(self) -> Dict[str, Any]:
+    def full_dim_dict(self) -> Dict[str, Any]:
         return {"dist_type": "c", "size": self.size, "proc_grid_size": self.grid_size,
                 "proc_grid_rank": self.grid_rank,
                 "start": self.grid_rank * self.block_size,
@@ -381,7 +389,7 @@ class UnstructuredMap(DimMap):
         table.flags.writeable = False
         return table
 
-    def dim_dict(self) -> Dict[str, Any]:
+    def full_dim_dict(self) -> Dict[str, Any]:
         return {"dist_type": "u", "size": self.size, "proc_grid_size": self.grid_size,
                 "proc_grid_rank": self.grid_rank, "indices": self.indices,
                 "one_to_one": self.one_to_one}

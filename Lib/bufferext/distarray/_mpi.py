@@ -276,22 +276,6 @@ def _root_layout(shape: Sequence[int], root: Optional[int]) -> _Layout:
     return _Layout(dims, lambda r: (0,) * nd if root is None or r == root else (1,) * nd)
 
 
-def _normal(m: DimMap) -> Dict[str, Any]:
-    """The complete normalised dimension dictionary of a map."""
-    if isinstance(m, BlockMap):
-        return {"dist_type": "b", "size": m.size, "proc_grid_size": m.grid_size,
-                "proc_grid_rank": m.grid_rank, "start": m.start, "stop": m.stop,
-                "padding": m.padding, "periodic": m.periodic}
-    if isinstance(m, CyclicMap):
-        return {"dist_type": "c", "size": m.size, "proc_grid_size": m.grid_size,
-                "proc_grid_rank": m.grid_rank, "start": m.grid_rank * m.block_size,
-                "block_size": m.block_size}
-    assert isinstance(m, UnstructuredMap)
-    return {"dist_type": "u", "size": m.size, "proc_grid_size": m.grid_size,
-            "proc_grid_rank": m.grid_rank, "indices": m.indices,
-            "one_to_one": m.one_to_one}
-
-
 def _per_coord(all_dims: Sequence[Sequence[Dict[str, Any]]], grid: Sequence[int]
                ) -> List[List[Dict[str, Any]]]:
     """For each dimension, the dictionary of each grid coordinate (taken
@@ -309,7 +293,7 @@ def _per_coord(all_dims: Sequence[Sequence[Dict[str, Any]]], grid: Sequence[int]
 
 def _spec_layout(spec: Any) -> _Layout:
     """The layout of a ``DistSpec`` (every coordinate computed locally)."""
-    cols = [[_normal(spec.dim_map(d, c)) for c in range(p)]
+    cols = [[spec.dim_map(d, c).full_dim_dict() for c in range(p)]
             for d, p in enumerate(spec.grid)]
     return _grid_layout([_dim_layout(col) for col in cols], spec.grid)
 
@@ -471,7 +455,7 @@ def _layout(darr: Any) -> _Layout:
     if cached is not None:
         return cached
     comm = darr.comm
-    mine = tuple(_normal(m) for m in darr.maps)
+    mine = tuple(m.full_dim_dict() for m in darr.maps)
     everyone = [mine] if _size(comm) == 1 else comm.allgather(mine)
     problems = _collective_problems(everyone)
     if problems:
@@ -1003,8 +987,8 @@ def _check_out(darr: Any, out: Any, maps: Sequence[DimMap], device: str) -> None
         raise TypeError(f"out.dtype={out.dtype}: must be the source dtype {darr.dtype}")
     if out.device != device:
         raise ValueError(f"out.device={out.device!r}: must be {device!r}")
-    want = [_normal(m) for m in maps]
-    have = [_normal(m) for m in out.maps]
+    want = [m.full_dim_dict() for m in maps]
+    have = [m.full_dim_dict() for m in out.maps]
     if len(have) != len(want) or not all(_same(a, b) for a, b in zip(have, want)):
         raise ValueError(f"out: its dim_data {tuple(have)!r} are not those of the "
                          f"requested distribution {tuple(want)!r}")
