@@ -429,10 +429,9 @@ def validate_collective(distbuffer: Any, comm: Any = None) -> None:
         raise ProtocolError(problems)
 
 
-def _full_maps(darr: Any, everyone: Sequence[Sequence[Dict[str, Any]]]) -> None:
-    """Give ``darr``'s block and unstructured maps every process's layout."""
-    grid = darr.grid_shape
-    cols = _per_coord(everyone, grid)
+def _full_maps(darr: Any, cols: Sequence[Sequence[Dict[str, Any]]]) -> None:
+    """Give ``darr``'s block and unstructured maps every process's layout
+    (``cols``: each dimension's dictionary of each grid coordinate)."""
     maps: List[DimMap] = []
     for d, m in enumerate(darr.maps):
         col = cols[d]
@@ -460,8 +459,8 @@ def _layout(darr: Any) -> _Layout:
     problems = _collective_problems(everyone)
     if problems:
         raise ProtocolError(problems)
-    _full_maps(darr, everyone)
     cols = _per_coord(everyone, darr.grid_shape)
+    _full_maps(darr, cols)
     layout = _grid_layout([_dim_layout(col) for col in cols], darr.grid_shape)
     darr._mpi_layout = layout
     return layout
