@@ -17,7 +17,7 @@ import numpy as np
 from .. import _dtypes
 from ._maps import (BlockMap, CyclicMap, DimMap, UnstructuredMap, map_from_dim_dict,
                     split_bounds)
-from ._protocol import EXPORT_VERSION, check
+from ._protocol import EXPORT_VERSION, check, comm_padding
 
 __all__ = ["DistArray", "DistSpec", "dims_create"]
 
@@ -587,8 +587,7 @@ def _dim_maker(letter: str, size: int, grid: int, block: Any, pad: Any,
 
     def block_map(coord: int) -> DimMap:
         lo, hi = int(bounds[coord]), int(bounds[coord + 1])
-        left = pads[coord][0] if coord > 0 else 0
-        right = pads[coord][1] if coord < grid - 1 else 0
+        left, right = comm_padding(pads[coord], coord, grid)
         return BlockMap(size, grid, coord, lo - left, hi + right, pads[coord],
                         periodic, bounds=bounds, split=split, alias=letter == "n")
     return block_map

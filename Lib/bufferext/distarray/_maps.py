@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._protocol import owned_count
+from ._protocol import comm_padding, owned_count
 
 __all__ = ["DimMap", "BlockMap", "CyclicMap", "UnstructuredMap", "split_bounds",
            "map_from_dim_dict", "IndexLike"]
@@ -211,8 +211,7 @@ class BlockMap(DimMap):
         self.padding = (int(padding[0]), int(padding[1]))
         self.periodic = bool(periodic)
         #: Left/right communication padding (edge padding is boundary padding).
-        self.comm_padding = (self.padding[0] if grid_rank > 0 else 0,
-                             self.padding[1] if grid_rank < grid_size - 1 else 0)
+        self.comm_padding = comm_padding(self.padding, grid_rank, grid_size)
         self.bounds = None if bounds is None else np.asarray(bounds, dtype=np.int64)
         self.split = split if bounds is not None else None
         self.alias = alias

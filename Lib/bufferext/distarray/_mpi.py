@@ -42,7 +42,7 @@ from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVa
 import numpy as np
 
 from ._maps import BlockMap, CyclicMap, DimMap, UnstructuredMap
-from ._protocol import ProtocolError, check
+from ._protocol import ProtocolError, check, comm_padding
 
 __all__ = ["agree", "validate_collective", "scatter", "gather", "allgather",
            "redistribute", "update_halos", "cuda_aware", "import_collective"]
@@ -213,9 +213,8 @@ def _dim_layout(dds: Sequence[Dict[str, Any]]) -> _DimLayout:
     if dist == "b":
         for c, dd in enumerate(dds):
             pads.append(tuple(dd["padding"]))
-            start, stop, (pl, pr) = dd["start"], dd["stop"], dd["padding"]
-            lc = pl if c > 0 else 0
-            rc = pr if c < grid - 1 else 0
+            start, stop = dd["start"], dd["stop"]
+            lc, rc = comm_padding(dd["padding"], c, grid)
             held.append(_Range(start, stop, 0))
             owned.append(_Range(start + lc, stop - rc, lc))
             extents.append(stop - start)
@@ -318,9 +317,9 @@ def _axis_problems(d: int, col: List[Dict[str, Any]]) -> List[str]:
     first = col[0]
     size, grid = first["size"], len(col)
     if first["dist_type"] == "b":
-        lo = [dd["start"] + (dd["padding"][0] if c > 0 else 0) for c, dd in enumerate(col)]
-        hi = [dd["stop"] - (dd["padding"][1] if c < grid - 1 else 0)
-              for c, dd in enumerate(col)]
+        comm = [comm_padding(dd["padding"], c, grid) for c, dd in enumerate(col)]
+        lo = [dd["start"] + left for dd, (left, _) in zip(col, comm)]
+        hi = [dd["stop"] - right for dd, (_, right) in zip(col, comm)]
         for c in range(grid - 1):
             right, left = col[c]["padding"][1], col[c + 1]["padding"][0]
             if right != left:
