@@ -1185,20 +1185,14 @@ class _Halo:
                     if isinstance(buf, np.ndarray):
                         buf[_index(dst)] = buf[_index(src)]
                     else:                   # device memory, CUDA-aware MPI
-                        reqs.append(comm.Irecv([buf, 1, _keep(dst, self, dtype, types)],
+                        reqs.append(comm.Irecv(self._spec(buf, dst, dtype, types),
                                                comm.Get_rank(), 999))
-                        reqs.append(comm.Isend([buf, 1, _keep(src, self, dtype, types)],
+                        reqs.append(comm.Isend(self._spec(buf, src, dtype, types),
                                                comm.Get_rank(), 999))
                 MPI.Request.Waitall(reqs)
         finally:
             for t in types:
                 t.Free()
-
-
-def _keep(sels: Tuple[Sel, ...], halo: _Halo, dtype: np.dtype, types: List[Any]) -> Any:
-    t = _datatype(sels, halo.shape, dtype)
-    types.append(t)
-    return t
 
 
 def _needs(dl: _DimLayout) -> List[Tuple[int, int, _Range, int]]:
