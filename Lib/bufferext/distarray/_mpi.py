@@ -583,10 +583,7 @@ def _contiguous(sels: Sequence[Sel], shape: Sequence[int]) -> Optional[Tuple[int
     for d in range(len(shape) - 1, -1, -1):
         off += runs[d][0] * stride
         stride *= int(shape[d])
-    count = 1
-    for _, n in runs:
-        count *= n
-    return off, count
+    return off, _count(sels)
 
 
 # -- buffers: host views, staging ------------------------------------------
@@ -666,7 +663,7 @@ def _as_runs(sels: Tuple[Sel, ...]) -> Tuple[Sel, ...]:
     return tuple(out)
 
 
-def _count(sels: Optional[Tuple[Sel, ...]]) -> int:
+def _count(sels: Optional[Sequence[Sel]]) -> int:
     if sels is None:
         return 0
     n = 1
@@ -1313,16 +1310,10 @@ def raw_halo_exchange(darr: Any) -> Tuple[Callable[[], None], int]:
     stages = []
     nbytes = 0
 
-    def count(sels: Tuple[Sel, ...]) -> int:
-        n = 1
-        for s in sels:
-            n *= s[1] if isinstance(s, tuple) else len(s)
-        return n
-
     for sends, recvs, _ in halo.stages:
-        sb = [(peer, tag, np.zeros(count(sel) * itemsize, np.uint8))
+        sb = [(peer, tag, np.zeros(_count(sel) * itemsize, np.uint8))
               for peer, tag, sel in sends]
-        rb = [(peer, tag, np.zeros(count(sel) * itemsize, np.uint8))
+        rb = [(peer, tag, np.zeros(_count(sel) * itemsize, np.uint8))
               for peer, tag, sel in recvs]
         nbytes += sum(b.size for _, _, b in sb)
         stages.append((sb, rb))
