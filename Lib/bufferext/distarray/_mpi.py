@@ -1132,8 +1132,7 @@ class _Halo:
         nprocs = _size(comm)
         if nprocs == 1 or not any(s or r for s, r, _ in self.stages):
             for _, _, copies in self.stages:
-                for src, dst in copies:
-                    buf[_index(dst)] = buf[_index(src)]
+                _copy(buf, copies)
             return
         MPI = _mpi()
         if persistent:
@@ -1160,14 +1159,12 @@ class _Halo:
             sendrecv = comm.Sendrecv
             for many, op, copies in self.persistent[1]:
                 if not many:
-                    for src, dst in copies:
-                        buf[_index(dst)] = buf[_index(src)]
+                    _copy(buf, copies)
                     sendrecv(*op)
                     continue
                 if op:
                     MPI.Prequest.Startall(op)
-                for src, dst in copies:
-                    buf[_index(dst)] = buf[_index(src)]
+                _copy(buf, copies)
                 if op:
                     MPI.Request.Waitall(op)
             return
@@ -1178,10 +1175,10 @@ class _Halo:
                         for peer, tag, sel in recvs]
                 reqs += [comm.Isend(self._spec(buf, sel, dtype, types), peer, tag)
                          for peer, tag, sel in sends]
-                for src, dst in copies:
-                    if isinstance(buf, np.ndarray):
-                        buf[_index(dst)] = buf[_index(src)]
-                    else:                   # device memory, CUDA-aware MPI
+                if isinstance(buf, np.ndarray):
+                    _copy(buf, copies)
+                else:                       # device memory, CUDA-aware MPI
+                    for src, dst in copies:
                         reqs.append(comm.Irecv(self._spec(buf, dst, dtype, types),
                                                comm.Get_rank(), 999))
                         reqs.append(comm.Isend(self._spec(buf, src, dtype, types),
@@ -1190,6 +1187,13 @@ class _Halo:
         finally:
             for t in types:
                 t.Free()
+
+
+def _copy(buf: Any, copies: Sequence[Tuple[Tuple[Sel, ...], Tuple[Sel, ...]]]
+          ) -> None:
+    """A halo stage's local copies (numpy indexing of one process's buffer)."""
+    for src, dst in copies:
+        buf[_index(dst)] = buf[_index(src)]
 
 
 def _needs(dl: _DimLayout) -> List[Tuple[int, int, _Range, int]]:
