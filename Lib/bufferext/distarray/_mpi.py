@@ -1258,17 +1258,22 @@ def _bound_exchange(halo: _Halo, comm: Any) -> Optional[Callable[[], None]]:
     ops = [o for o in halo.persistent[1] if not o[0] or o[1] or o[2]]  # idle stages
     if any(many or copies for many, _, copies in ops):
         return None
-    sendrecv = comm.Sendrecv
     calls = [op for _, op, _ in ops]
     if not calls:
         return None
+    return _calls(comm.Sendrecv, calls)
+
+
+def _calls(fn: Callable[..., Any], calls: List[Any]) -> Callable[[], None]:
+    """A function making every call ``fn(*args)`` of ``calls`` in order (a
+    single call directly, without a loop)."""
     if len(calls) == 1:
         only = calls[0]
-        return lambda: sendrecv(*only)
+        return lambda: fn(*only)
 
     def run() -> None:
-        for op in calls:
-            sendrecv(*op)
+        for args in calls:
+            fn(*args)
     return run
 
 
@@ -1330,14 +1335,7 @@ def raw_halo_exchange(darr: Any) -> Tuple[Callable[[], None], int]:
            for sb, rb in stages):
         calls = [(sb[0][2], sb[0][0], sb[0][1], rb[0][2], rb[0][0], rb[0][1])
                  for sb, rb in stages if sb]
-        if len(calls) == 1:
-            only = calls[0]
-            return (lambda: sendrecv(*only)), nbytes
-
-        def exchange_sendrecv() -> None:
-            for args in calls:
-                sendrecv(*args)
-        return exchange_sendrecv, nbytes
+        return _calls(sendrecv, calls), nbytes
 
     def exchange() -> None:
         for sb, rb in stages:
