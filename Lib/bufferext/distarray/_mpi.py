@@ -588,10 +588,6 @@ def _contiguous(sels: Sequence[Sel], shape: Sequence[int]) -> Optional[Tuple[int
 
 # -- buffers: host views, staging ------------------------------------------
 
-def _on_host(darr: Any) -> bool:
-    return darr.device == "cpu" or darr.device == "cuda" and not cuda_aware()
-
-
 def _host_array(darr: Any) -> np.ndarray:
     """A C-contiguous host array of the local buffer: a view for CPU memory,
     a staged copy for device memory."""
@@ -857,11 +853,6 @@ def _check_root(comm: Any, root: Any) -> int:
     return int(root)
 
 
-def _new_buffer(device: str, host: np.ndarray) -> Any:
-    from ._array import _make_buffer
-    return _make_buffer(device, host)
-
-
 def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
             block_size: Any = None, padding: Any = None, periodic: Any = None,
             indices: Any = None, split: str = "balanced", device: str = "cpu",
@@ -920,8 +911,9 @@ def _alloc(device: str, shape: Tuple[int, ...], dtype: np.dtype, filled: bool
         buf = (CPUBuffer.empty if filled else CPUBuffer)(shape, dtype)
         host = np.asarray(memoryview(buf)).reshape(shape)
         return buf, host, lambda: buf
+    from ._array import _make_buffer
     host = (np.empty if filled else np.zeros)(shape, dtype)
-    return None, host, lambda: _new_buffer(device, host)
+    return None, host, lambda: _make_buffer(device, host)
 
 
 def _collect(darr: Any, root: Optional[int]) -> Optional[np.ndarray]:
