@@ -15,8 +15,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .. import _dtypes
-from ._maps import (BlockMap, CyclicMap, DimMap, UnstructuredMap, map_from_dim_dict,
-                    split_bounds)
+from ._maps import (BlockMap, CyclicMap, DimMap, UnstructuredMap, is_partition,
+                    map_from_dim_dict, split_bounds)
 from ._protocol import EXPORT_VERSION, check, comm_padding
 
 __all__ = ["DistArray", "DistSpec", "dims_create"]
@@ -574,8 +574,7 @@ def _dim_maker(letter: str, size: int, grid: int, block: Any, pad: Any,
         return lambda coord: CyclicMap(size, grid, coord, int(b))
     if letter == "u":
         all_idx = _unstructured(idx, size, grid, dim)
-        joined = np.sort(np.concatenate(all_idx)) if all_idx else np.empty(0)
-        one_to_one = joined.size == size and bool(np.all(joined == np.arange(size)))
+        one_to_one = is_partition(all_idx, size)
         table = UnstructuredMap._owner_table(size, all_idx)
         return lambda coord: UnstructuredMap(size, grid, coord, all_idx[coord],
                                              one_to_one, table=table)

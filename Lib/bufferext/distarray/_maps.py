@@ -56,6 +56,13 @@ def split_bounds(size: int, grid_size: int, split: str = "balanced") -> np.ndarr
     raise ValueError(f"split={split!r}: must be 'balanced' or 'ceil'")
 
 
+def is_partition(arrays: Sequence[Any], size: int) -> bool:
+    """Whether the index ``arrays`` together hold every index of
+    ``[0, size)`` exactly once (unstructured ``one_to_one``)."""
+    joined = np.sort(np.concatenate(arrays)) if len(arrays) else np.empty(0)
+    return joined.size == size and bool(np.array_equal(joined, np.arange(size)))
+
+
 def _as_index(value: Any, what: str) -> Tuple[np.ndarray, bool]:
     """``(int64 array, was_scalar)``; TypeError for anything not integral."""
     if isinstance(value, (bool, np.bool_)):

@@ -41,7 +41,7 @@ from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVa
 
 import numpy as np
 
-from ._maps import BlockMap, CyclicMap, DimMap, UnstructuredMap
+from ._maps import BlockMap, CyclicMap, DimMap, UnstructuredMap, is_partition
 from ._protocol import ProtocolError, check, comm_padding
 
 __all__ = ["agree", "validate_collective", "scatter", "gather", "allgather",
@@ -339,8 +339,7 @@ def _axis_problems(d: int, col: List[Dict[str, Any]]) -> List[str]:
             problems.append(f"dim {d}: the owned ranges end at {hi[-1]}, not at size "
                             f"{size}")
     elif first["dist_type"] == "u" and first["one_to_one"]:
-        joined = np.sort(np.concatenate([np.asarray(dd["indices"]) for dd in col]))
-        if joined.size != size or not np.array_equal(joined, np.arange(size)):
+        if not is_partition([np.asarray(dd["indices"]) for dd in col], size):
             problems.append(f"dim {d}: one_to_one is True but the indices of the "
                             f"{grid} grid ranks are not a partition of [0, {size})")
     return problems
