@@ -728,6 +728,12 @@ class _Plan:
         self.sends = [product(me, p, 0) for p in range(nprocs)]
         self.recvs = [product(p, me, 1) for p in range(nprocs)]
         self.types: Optional[Tuple[List[Any], List[Any]]] = None
+        #: The datatype path's ``Ialltoallw`` arguments made with ``types``:
+        #: send and receive types, displacements, and the send and receive
+        #: counts with and without our own piece (copied by numpy instead).
+        self.typed: Optional[Tuple[List[Any], List[Any], List[int],
+                                   Tuple[List[int], List[int]],
+                                   Tuple[List[int], List[int]]]] = None
         self.dtype: Optional[np.dtype] = None
         self.packed: Optional[Tuple[_Side, _Side]] = None
         #: The packed path's MPI arguments for one dtype: (dtype, base type,
@@ -745,7 +751,7 @@ class _Plan:
             for t in self.types[0] + self.types[1]:
                 if t is not None:
                     t.Free()
-            self.types = None
+            self.types = self.typed = None
         if self.packing is not None:
             if self.packing[2]:
                 self.packing[1].Free()
@@ -818,8 +824,6 @@ class _Plan:
 
     def _run_types(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
         """One ``Ialltoallw`` of derived datatypes selecting in place."""
-        MPI = _mpi()
-        nprocs = _size(comm)
         if self.types is None or self.dtype != dtype:
             self.free()
             self.dtype = dtype
@@ -827,16 +831,21 @@ class _Plan:
                            for s in self.sends],
                           [None if r is None else _datatype(r, self.tgt_shape, dtype)
                            for r in self.recvs])
-        me = comm.Get_rank()
-        stypes = [t if t is not None else MPI.BYTE for t in self.types[0]]
-        rtypes = [t if t is not None else MPI.BYTE for t in self.types[1]]
-        scounts = [0 if t is None else 1 for t in self.types[0]]
-        rcounts = [0 if t is None else 1 for t in self.types[1]]
+            MPI = _mpi()
+            stypes = [t if t is not None else MPI.BYTE for t in self.types[0]]
+            rtypes = [t if t is not None else MPI.BYTE for t in self.types[1]]
+            scounts = [0 if t is None else 1 for t in self.types[0]]
+            rcounts = [0 if t is None else 1 for t in self.types[1]]
+            sown, rown = list(scounts), list(rcounts)
+            sown[self.me] = rown[self.me] = 0
+            self.typed = (stypes, rtypes, [0] * _size(comm), (scounts, rcounts),
+                          (sown, rown))
+        assert self.typed is not None
+        stypes, rtypes, zeros, counts, own_copied = self.typed
         local = (isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray)
                  and self.own is not None)
-        if local:                   # our own piece: a numpy copy, overlapped
-            scounts[me] = rcounts[me] = 0
-        zeros = [0] * nprocs
+        # local: our own piece is a numpy copy, overlapped
+        scounts, rcounts = own_copied if local else counts
         req = comm.Ialltoallw([src, scounts, zeros, stypes], [tgt, rcounts, zeros, rtypes])
         if local:
             assert self.own is not None
