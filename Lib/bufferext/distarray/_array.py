@@ -185,7 +185,7 @@ class DistSpec:
                  nprocs: Optional[int] = None) -> None:
         shape = tuple(int(n) for n in shape)
         ndim = len(shape)
-        letters = list(dist) if isinstance(dist, str) else list(dist)
+        letters = list(dist)
         if len(letters) != ndim or not all(d in ("b", "c", "u", "n") for d in letters):
             raise ValueError(f"dist={dist!r}: need one of 'b', 'c', 'u', 'n' per "
                              f"dimension ({ndim})")
