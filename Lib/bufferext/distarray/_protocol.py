@@ -376,8 +376,7 @@ def check(distbuffer: Any) -> Tuple[Tuple[int, int, int], Tuple[int, ...],
     if missing:
         raise ProtocolError([f"missing key {k!r}" for k in sorted(missing)])
     version = _version(distbuffer["__version__"])
-    extra = () if not missing and len(distbuffer) == 3 else \
-        set(distbuffer).difference(_TOP_KEYS)
+    extra = () if len(distbuffer) == 3 else set(distbuffer).difference(_TOP_KEYS)
     if extra and version[:2] == (0, 10):
         raise ProtocolError([f"unknown key {k!r}" for k in sorted(extra, key=repr)])
     legacy = version[:2] == (0, 9)
