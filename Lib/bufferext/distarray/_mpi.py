@@ -1046,7 +1046,6 @@ def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: An
         entry.run(comm, _host_array(darr), host, dtype)
         if device != "cpu":
             out.buffer.copy_from_host(host)
-        return out
     else:
         _, host, finish = _alloc(device, shape, dtype, entry.fills_target)
         entry.run(comm, _host_array(darr), host, dtype)
