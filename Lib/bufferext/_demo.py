@@ -86,11 +86,8 @@ def _interior(d: Any) -> Tuple[Tuple[int, int], ...]:
 
 
 def _summary(d: Any) -> str:
-    parts = []
-    for dd, m in zip(d.dim_data, d.maps):
-        pad = dd.get("padding", (0, 0)) if dd else (0, 0)
-        parts.append(f"[{m.start}:{m.stop}) pad {pad[0]},{pad[1]}")
-    return " x ".join(parts)
+    return " x ".join(f"[{m.start}:{m.stop}) pad {m.padding[0]},{m.padding[1]}"
+                      for m in d.maps)
 
 
 def simulate(size: int, steps: int, device: str, comm: Any
