@@ -55,10 +55,10 @@ def _map_cases(n: int) -> List[Dict[str, Any]]:
 
 def _layout_map(size: int, grid: int, kwargs: Dict[str, Any]) -> Any:
     # a 1-element-wide global array would cost size*8 bytes; build the map only
-    from bufferext.distarray._array import _make_map
+    from bufferext.distarray._array import _dim_maker
     dist = kwargs["dist"]
-    return _make_map(dist, size, grid, 1, kwargs.get("block_size"), None, None,
-                     kwargs.get("indices"), "balanced", 0)
+    return _dim_maker(dist, size, grid, kwargs.get("block_size"), None, None,
+                      kwargs.get("indices"), "balanced", 0)(1)
 
 
 def bench_maps(quick: bool) -> List[Dict[str, Any]]:

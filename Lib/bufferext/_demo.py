@@ -86,11 +86,8 @@ def _interior(d: Any) -> Tuple[Tuple[int, int], ...]:
 
 
 def _summary(d: Any) -> str:
-    parts = []
-    for dd, m in zip(d.dim_data, d.maps):
-        pad = dd.get("padding", (0, 0)) if dd else (0, 0)
-        parts.append(f"[{m.start}:{m.stop}) pad {pad[0]},{pad[1]}")
-    return " x ".join(parts)
+    return " x ".join(f"[{m.start}:{m.stop}) pad {m.padding[0]},{m.padding[1]}"
+                      for m in d.maps)
 
 
 def simulate(size: int, steps: int, device: str, comm: Any
@@ -168,10 +165,9 @@ def run(args: argparse.Namespace) -> int:
     per_step, halo, alone, raw = (_max(comm, v) for v in (per_step, halo, alone, raw))
     rows: List[Any] = [(rank, d.device, d.grid_coords, _summary(d), nbytes)]
     if comm is not None:
-        rows = [r for part in comm.gather(rows, root=0) or [] for r in part] \
-            if rank == 0 else comm.gather(rows, root=0) or []
+        rows = [r for part in comm.gather(rows, root=0) or [] for r in part]
     if rank != 0:
-        return 0 if comm is None else int(comm.bcast(None, root=0))
+        return int(comm.bcast(None, root=0))
     expect = serial(args.size, args.steps)
     assert result is not None
     error = float(np.max(np.abs(result - expect)))

@@ -10,14 +10,14 @@ method here depends on it.
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .. import _dtypes
-from ._maps import (BlockMap, CyclicMap, DimMap, UnstructuredMap, map_from_dim_dict,
-                    split_bounds)
-from ._protocol import EXPORT_VERSION, check
+from ._maps import (BlockMap, CyclicMap, DimMap, UnstructuredMap, is_partition,
+                    map_from_dim_dict, split_bounds)
+from ._protocol import EXPORT_VERSION, check, comm_padding
 
 __all__ = ["DistArray", "DistSpec", "dims_create"]
 
@@ -185,7 +185,7 @@ class DistSpec:
                  nprocs: Optional[int] = None) -> None:
         shape = tuple(int(n) for n in shape)
         ndim = len(shape)
-        letters = list(dist) if isinstance(dist, str) else list(dist)
+        letters = list(dist)
         if len(letters) != ndim or not all(d in ("b", "c", "u", "n") for d in letters):
             raise ValueError(f"dist={dist!r}: need one of 'b', 'c', 'u', 'n' per "
                              f"dimension ({ndim})")
@@ -218,19 +218,20 @@ class DistSpec:
         self.periodic_all = isinstance(periodic, bool)
         self.periods = _per_dim(periodic, ndim, "periodic")
         self.indices = idx
-        for i in range(ndim):               # check every dimension up front
-            self.dim_map(i, 0)
+        # every dimension checked up front, its shared layout computed once
+        self._makers = [
+            _dim_maker(letter, shape[i], grid[i],
+                       self.blocks[i] if letter == "c" or not self.block_is_int
+                       else None,
+                       None if self.pads is None else self.pads[i],
+                       None if self.periodic_all and letter in "cu"
+                       else self.periods[i],
+                       idx[i], split, i)
+            for i, letter in enumerate(letters)]
 
     def dim_map(self, dim: int, coord: int) -> DimMap:
         """The map of grid coordinate ``coord`` along dimension ``dim``."""
-        letter = self.letters[dim]
-        return _make_map(letter, self.shape[dim], self.grid[dim], coord,
-                         self.blocks[dim] if letter == "c" or not self.block_is_int
-                         else None,
-                         None if self.pads is None else self.pads[dim],
-                         None if self.periodic_all and letter in "cu"
-                         else self.periods[dim],
-                         self.indices[dim], self.split, dim)
+        return self._makers[dim](coord)
 
     def maps(self, rank: int) -> List[DimMap]:
         """The maps of process ``rank`` (grid coordinates in C order)."""
@@ -548,8 +549,12 @@ class DistArray:
         return tuple(m.local_to_global(x) for m, x in zip(self.maps, parts))
 
 
-def _make_map(letter: str, size: int, grid: int, coord: int, block: Any,
-              pad: Any, periodic: Any, idx: Any, split: str, dim: int) -> DimMap:
+def _dim_maker(letter: str, size: int, grid: int, block: Any, pad: Any,
+               periodic: Any, idx: Any, split: str, dim: int
+               ) -> Callable[[int], DimMap]:
+    """Check one dimension's arguments and compute what its grid
+    coordinates share (paddings and bounds; all indices and the owner
+    table); the result makes the map of one coordinate."""
     if periodic is not None and not isinstance(periodic, (bool, np.bool_)):
         raise ValueError(f"periodic[{dim}]={periodic!r}: must be a bool")
     periodic = bool(periodic)
@@ -566,22 +571,25 @@ def _make_map(letter: str, size: int, grid: int, coord: int, block: Any,
         b = 1 if block is None else block
         if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
             raise ValueError(f"block_size[{dim}]={block!r}: must be an int >= 1")
-        return CyclicMap(size, grid, coord, int(b))
+        return lambda coord: CyclicMap(size, grid, coord, int(b))
     if letter == "u":
         all_idx = _unstructured(idx, size, grid, dim)
-        joined = np.sort(np.concatenate(all_idx)) if all_idx else np.empty(0)
-        one_to_one = joined.size == size and bool(np.all(joined == np.arange(size)))
-        return UnstructuredMap(size, grid, coord, all_idx[coord], one_to_one, all_idx)
+        one_to_one = is_partition(all_idx, size)
+        table = UnstructuredMap._owner_table(size, all_idx)
+        return lambda coord: UnstructuredMap(size, grid, coord, all_idx[coord],
+                                             one_to_one, table=table)
     if letter == "n" and grid != 1:
         raise ValueError(f"grid_shape[{dim}]={grid}: an undistributed ('n') "
                          "dimension needs grid size 1")
     pads = _paddings(pad, grid, dim)
     bounds = _block_layout(size, grid, pads, split, dim)
-    lo, hi = int(bounds[coord]), int(bounds[coord + 1])
-    left = pads[coord][0] if coord > 0 else 0
-    right = pads[coord][1] if coord < grid - 1 else 0
-    return BlockMap(size, grid, coord, lo - left, hi + right, pads[coord], periodic,
-                    bounds=bounds, split=split, alias=letter == "n")
+
+    def block_map(coord: int) -> DimMap:
+        lo, hi = int(bounds[coord]), int(bounds[coord + 1])
+        left, right = comm_padding(pads[coord], coord, grid)
+        return BlockMap(size, grid, coord, lo - left, hi + right, pads[coord],
+                        periodic, bounds=bounds, split=split, alias=letter == "n")
+    return block_map
 
 
 def _make_buffer(device: str, host: np.ndarray) -> Any:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._protocol import owned_count
+from ._protocol import comm_padding, owned_count
 
 __all__ = ["DimMap", "BlockMap", "CyclicMap", "UnstructuredMap", "split_bounds",
            "map_from_dim_dict", "IndexLike"]
@@ -54,6 +54,13 @@ def split_bounds(size: int, grid_size: int, split: str = "balanced") -> np.ndarr
         c = -(-size // grid_size)
         return np.minimum(ranks * c, size)
     raise ValueError(f"split={split!r}: must be 'balanced' or 'ceil'")
+
+
+def is_partition(arrays: Sequence[Any], size: int) -> bool:
+    """Whether the index ``arrays`` together hold every index of
+    ``[0, size)`` exactly once (unstructured ``one_to_one``)."""
+    joined = np.sort(np.concatenate(arrays)) if len(arrays) else np.empty(0)
+    return joined.size == size and bool(np.array_equal(joined, np.arange(size)))
 
 
 def _as_index(value: Any, what: str) -> Tuple[np.ndarray, bool]:
@@ -155,6 +162,11 @@ class DimMap:
 
     def dim_dict(self) -> Dict[str, Any]:
         """This dimension's ``dim_data`` entry (Python ints, tuples, bools)."""
+        return self.full_dim_dict()
+
+    def full_dim_dict(self) -> Dict[str, Any]:
+        """The complete normalised dimension dictionary (never the ``{}``
+        alias of an undistributed dimension)."""
         raise NotImplementedError
 
     # -- helpers for subclasses --------------------------------------------
@@ -206,8 +218,7 @@ class BlockMap(DimMap):
         self.padding = (int(padding[0]), int(padding[1]))
         self.periodic = bool(periodic)
         #: Left/right communication padding (edge padding is boundary padding).
-        self.comm_padding = (self.padding[0] if grid_rank > 0 else 0,
-                             self.padding[1] if grid_rank < grid_size - 1 else 0)
+        self.comm_padding = comm_padding(self.padding, grid_rank, grid_size)
         self.bounds = None if bounds is None else np.asarray(bounds, dtype=np.int64)
         self.split = split if bounds is not None else None
         self.alias = alias
@@ -226,6 +237,9 @@ class BlockMap(DimMap):
         if self.alias and self.grid_size == 1 and self.padding == (0, 0) \
                 and not self.periodic:
             return {}
+        return self.full_dim_dict()
+
+    def full_dim_dict(self) -> Dict[str, Any]:
         return {"dist_type": "b", "size": self.size, "proc_grid_size": self.grid_size,
                 "proc_grid_rank": self.grid_rank, "start": self.start,
                 "stop": self.stop, "padding": self.padding, "periodic": self.periodic}
@@ -285,7 +299,7 @@ class CyclicMap(DimMap):
                          owned_count(size, grid_size, grid_rank, block_size))
         self.block_size = block_size
 
-    def dim_dict(self) -> Dict[str, Any]:
+    def full_dim_dict(self) -> Dict[str, Any]:
         return {"dist_type": "c", "size": self.size, "proc_grid_size": self.grid_size,
                 "proc_grid_rank": self.grid_rank,
                 "start": self.grid_rank * self.block_size,
@@ -342,13 +356,16 @@ class UnstructuredMap(DimMap):
     table when the indices are compact).  ``all_indices`` (one array per grid
     rank) makes ``owner`` work for every index; where an index is held by
     several ranks (``one_to_one`` False) the lowest grid rank is reported.
+    ``table``: instead of ``all_indices``, their ready ``_owner_table`` (so
+    the maps of every grid rank can share one).
     """
 
     dist_type = "u"
 
     def __init__(self, size: int, grid_size: int, grid_rank: int, indices: Any,
                  one_to_one: bool = False,
-                 all_indices: Optional[Sequence[Any]] = None) -> None:
+                 all_indices: Optional[Sequence[Any]] = None, *,
+                 table: Optional[np.ndarray] = None) -> None:
         idx = np.array(indices, dtype=np.int64).reshape(-1)
         idx.flags.writeable = False
         super().__init__(size, grid_size, grid_rank, idx.size)
@@ -363,19 +380,22 @@ class UnstructuredMap(DimMap):
             kind = np.int32 if idx.size < 2**31 else np.int64
             self._dense = np.full(span, -1, dtype=kind)
             self._dense[idx - self._base] = np.arange(idx.size)
-        self._table: Optional[np.ndarray] = None
+        self._table = table
         if all_indices is not None:
             self._table = self._owner_table(size, all_indices)
 
     @staticmethod
     def _owner_table(size: int, all_indices: Sequence[Any]) -> np.ndarray:
+        """The owning grid rank of every global index (-1: none; the lowest
+        rank where several hold it), read-only."""
         kind = np.int8 if len(all_indices) < 127 else np.int32
         table = np.full(size, -1, dtype=kind)
         for rank in range(len(all_indices) - 1, -1, -1):
             table[np.asarray(all_indices[rank], dtype=np.int64)] = rank
+        table.flags.writeable = False
         return table
 
-    def dim_dict(self) -> Dict[str, Any]:
+    def full_dim_dict(self) -> Dict[str, Any]:
         return {"dist_type": "u", "size": self.size, "proc_grid_size": self.grid_size,
                 "proc_grid_rank": self.grid_rank, "indices": self.indices,
                 "one_to_one": self.one_to_one}

@@ -41,8 +41,8 @@ from typing import (Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVa
 
 import numpy as np
 
-from ._maps import BlockMap, CyclicMap, DimMap, UnstructuredMap
-from ._protocol import ProtocolError, check
+from ._maps import BlockMap, CyclicMap, DimMap, UnstructuredMap, is_partition
+from ._protocol import ProtocolError, check, comm_padding
 
 __all__ = ["agree", "validate_collective", "scatter", "gather", "allgather",
            "redistribute", "update_halos", "cuda_aware", "import_collective"]
@@ -213,9 +213,8 @@ def _dim_layout(dds: Sequence[Dict[str, Any]]) -> _DimLayout:
     if dist == "b":
         for c, dd in enumerate(dds):
             pads.append(tuple(dd["padding"]))
-            start, stop, (pl, pr) = dd["start"], dd["stop"], dd["padding"]
-            lc = pl if c > 0 else 0
-            rc = pr if c < grid - 1 else 0
+            start, stop = dd["start"], dd["stop"]
+            lc, rc = comm_padding(dd["padding"], c, grid)
             held.append(_Range(start, stop, 0))
             owned.append(_Range(start + lc, stop - rc, lc))
             extents.append(stop - start)
@@ -276,22 +275,6 @@ def _root_layout(shape: Sequence[int], root: Optional[int]) -> _Layout:
     return _Layout(dims, lambda r: (0,) * nd if root is None or r == root else (1,) * nd)
 
 
-def _normal(m: DimMap) -> Dict[str, Any]:
-    """The complete normalised dimension dictionary of a map."""
-    if isinstance(m, BlockMap):
-        return {"dist_type": "b", "size": m.size, "proc_grid_size": m.grid_size,
-                "proc_grid_rank": m.grid_rank, "start": m.start, "stop": m.stop,
-                "padding": m.padding, "periodic": m.periodic}
-    if isinstance(m, CyclicMap):
-        return {"dist_type": "c", "size": m.size, "proc_grid_size": m.grid_size,
-                "proc_grid_rank": m.grid_rank, "start": m.grid_rank * m.block_size,
-                "block_size": m.block_size}
-    assert isinstance(m, UnstructuredMap)
-    return {"dist_type": "u", "size": m.size, "proc_grid_size": m.grid_size,
-            "proc_grid_rank": m.grid_rank, "indices": m.indices,
-            "one_to_one": m.one_to_one}
-
-
 def _per_coord(all_dims: Sequence[Sequence[Dict[str, Any]]], grid: Sequence[int]
                ) -> List[List[Dict[str, Any]]]:
     """For each dimension, the dictionary of each grid coordinate (taken
@@ -309,7 +292,7 @@ def _per_coord(all_dims: Sequence[Sequence[Dict[str, Any]]], grid: Sequence[int]
 
 def _spec_layout(spec: Any) -> _Layout:
     """The layout of a ``DistSpec`` (every coordinate computed locally)."""
-    cols = [[_normal(spec.dim_map(d, c)) for c in range(p)]
+    cols = [[spec.dim_map(d, c).full_dim_dict() for c in range(p)]
             for d, p in enumerate(spec.grid)]
     return _grid_layout([_dim_layout(col) for col in cols], spec.grid)
 
@@ -334,9 +317,9 @@ def _axis_problems(d: int, col: List[Dict[str, Any]]) -> List[str]:
     first = col[0]
     size, grid = first["size"], len(col)
     if first["dist_type"] == "b":
-        lo = [dd["start"] + (dd["padding"][0] if c > 0 else 0) for c, dd in enumerate(col)]
-        hi = [dd["stop"] - (dd["padding"][1] if c < grid - 1 else 0)
-              for c, dd in enumerate(col)]
+        comm = [comm_padding(dd["padding"], c, grid) for c, dd in enumerate(col)]
+        lo = [dd["start"] + left for dd, (left, _) in zip(col, comm)]
+        hi = [dd["stop"] - right for dd, (_, right) in zip(col, comm)]
         for c in range(grid - 1):
             right, left = col[c]["padding"][1], col[c + 1]["padding"][0]
             if right != left:
@@ -356,8 +339,7 @@ def _axis_problems(d: int, col: List[Dict[str, Any]]) -> List[str]:
             problems.append(f"dim {d}: the owned ranges end at {hi[-1]}, not at size "
                             f"{size}")
     elif first["dist_type"] == "u" and first["one_to_one"]:
-        joined = np.sort(np.concatenate([np.asarray(dd["indices"]) for dd in col]))
-        if joined.size != size or not np.array_equal(joined, np.arange(size)):
+        if not is_partition([np.asarray(dd["indices"]) for dd in col], size):
             problems.append(f"dim {d}: one_to_one is True but the indices of the "
                             f"{grid} grid ranks are not a partition of [0, {size})")
     return problems
@@ -445,10 +427,9 @@ def validate_collective(distbuffer: Any, comm: Any = None) -> None:
         raise ProtocolError(problems)
 
 
-def _full_maps(darr: Any, everyone: Sequence[Sequence[Dict[str, Any]]]) -> None:
-    """Give ``darr``'s block and unstructured maps every process's layout."""
-    grid = darr.grid_shape
-    cols = _per_coord(everyone, grid)
+def _full_maps(darr: Any, cols: Sequence[Sequence[Dict[str, Any]]]) -> None:
+    """Give ``darr``'s block and unstructured maps every process's layout
+    (``cols``: each dimension's dictionary of each grid coordinate)."""
     maps: List[DimMap] = []
     for d, m in enumerate(darr.maps):
         col = cols[d]
@@ -471,13 +452,13 @@ def _layout(darr: Any) -> _Layout:
     if cached is not None:
         return cached
     comm = darr.comm
-    mine = tuple(_normal(m) for m in darr.maps)
+    mine = tuple(m.full_dim_dict() for m in darr.maps)
     everyone = [mine] if _size(comm) == 1 else comm.allgather(mine)
     problems = _collective_problems(everyone)
     if problems:
         raise ProtocolError(problems)
-    _full_maps(darr, everyone)
     cols = _per_coord(everyone, darr.grid_shape)
+    _full_maps(darr, cols)
     layout = _grid_layout([_dim_layout(col) for col in cols], darr.grid_shape)
     darr._mpi_layout = layout
     return layout
@@ -601,17 +582,10 @@ def _contiguous(sels: Sequence[Sel], shape: Sequence[int]) -> Optional[Tuple[int
     for d in range(len(shape) - 1, -1, -1):
         off += runs[d][0] * stride
         stride *= int(shape[d])
-    count = 1
-    for _, n in runs:
-        count *= n
-    return off, count
+    return off, _count(sels)
 
 
 # -- buffers: host views, staging ------------------------------------------
-
-def _on_host(darr: Any) -> bool:
-    return darr.device == "cpu" or darr.device == "cuda" and not cuda_aware()
-
 
 def _host_array(darr: Any) -> np.ndarray:
     """A C-contiguous host array of the local buffer: a view for CPU memory,
@@ -684,7 +658,7 @@ def _as_runs(sels: Tuple[Sel, ...]) -> Tuple[Sel, ...]:
     return tuple(out)
 
 
-def _count(sels: Optional[Tuple[Sel, ...]]) -> int:
+def _count(sels: Optional[Sequence[Sel]]) -> int:
     if sels is None:
         return 0
     n = 1
@@ -754,6 +728,12 @@ class _Plan:
         self.sends = [product(me, p, 0) for p in range(nprocs)]
         self.recvs = [product(p, me, 1) for p in range(nprocs)]
         self.types: Optional[Tuple[List[Any], List[Any]]] = None
+        #: The datatype path's ``Ialltoallw`` arguments made with ``types``:
+        #: send and receive types, displacements, and the send and receive
+        #: counts with and without our own piece (copied by numpy instead).
+        self.typed: Optional[Tuple[List[Any], List[Any], List[int],
+                                   Tuple[List[int], List[int]],
+                                   Tuple[List[int], List[int]]]] = None
         self.dtype: Optional[np.dtype] = None
         self.packed: Optional[Tuple[_Side, _Side]] = None
         #: The packed path's MPI arguments for one dtype: (dtype, base type,
@@ -771,7 +751,7 @@ class _Plan:
             for t in self.types[0] + self.types[1]:
                 if t is not None:
                     t.Free()
-            self.types = None
+            self.types = self.typed = None
         if self.packing is not None:
             if self.packing[2]:
                 self.packing[1].Free()
@@ -844,8 +824,6 @@ class _Plan:
 
     def _run_types(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
         """One ``Ialltoallw`` of derived datatypes selecting in place."""
-        MPI = _mpi()
-        nprocs = _size(comm)
         if self.types is None or self.dtype != dtype:
             self.free()
             self.dtype = dtype
@@ -853,16 +831,21 @@ class _Plan:
                            for s in self.sends],
                           [None if r is None else _datatype(r, self.tgt_shape, dtype)
                            for r in self.recvs])
-        me = comm.Get_rank()
-        stypes = [t if t is not None else MPI.BYTE for t in self.types[0]]
-        rtypes = [t if t is not None else MPI.BYTE for t in self.types[1]]
-        scounts = [0 if t is None else 1 for t in self.types[0]]
-        rcounts = [0 if t is None else 1 for t in self.types[1]]
+            MPI = _mpi()
+            stypes = [t if t is not None else MPI.BYTE for t in self.types[0]]
+            rtypes = [t if t is not None else MPI.BYTE for t in self.types[1]]
+            scounts = [0 if t is None else 1 for t in self.types[0]]
+            rcounts = [0 if t is None else 1 for t in self.types[1]]
+            sown, rown = list(scounts), list(rcounts)
+            sown[self.me] = rown[self.me] = 0
+            self.typed = (stypes, rtypes, [0] * _size(comm), (scounts, rcounts),
+                          (sown, rown))
+        assert self.typed is not None
+        stypes, rtypes, zeros, counts, own_copied = self.typed
         local = (isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray)
                  and self.own is not None)
-        if local:                   # our own piece: a numpy copy, overlapped
-            scounts[me] = rcounts[me] = 0
-        zeros = [0] * nprocs
+        # local: our own piece is a numpy copy, overlapped
+        scounts, rcounts = own_copied if local else counts
         req = comm.Ialltoallw([src, scounts, zeros, stypes], [tgt, rcounts, zeros, rtypes])
         if local:
             assert self.own is not None
@@ -876,11 +859,6 @@ def _check_root(comm: Any, root: Any) -> int:
     if not 0 <= root < _size(comm):
         raise ValueError(f"root={root}: must be in [0, {_size(comm)})")
     return int(root)
-
-
-def _new_buffer(device: str, host: np.ndarray) -> Any:
-    from ._array import _make_buffer
-    return _make_buffer(device, host)
 
 
 def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
@@ -941,8 +919,9 @@ def _alloc(device: str, shape: Tuple[int, ...], dtype: np.dtype, filled: bool
         buf = (CPUBuffer.empty if filled else CPUBuffer)(shape, dtype)
         host = np.asarray(memoryview(buf)).reshape(shape)
         return buf, host, lambda: buf
+    from ._array import _make_buffer
     host = (np.empty if filled else np.zeros)(shape, dtype)
-    return None, host, lambda: _new_buffer(device, host)
+    return None, host, lambda: _make_buffer(device, host)
 
 
 def _collect(darr: Any, root: Optional[int]) -> Optional[np.ndarray]:
@@ -1003,8 +982,8 @@ def _check_out(darr: Any, out: Any, maps: Sequence[DimMap], device: str) -> None
         raise TypeError(f"out.dtype={out.dtype}: must be the source dtype {darr.dtype}")
     if out.device != device:
         raise ValueError(f"out.device={out.device!r}: must be {device!r}")
-    want = [_normal(m) for m in maps]
-    have = [_normal(m) for m in out.maps]
+    want = [m.full_dim_dict() for m in maps]
+    have = [m.full_dim_dict() for m in out.maps]
     if len(have) != len(want) or not all(_same(a, b) for a, b in zip(have, want)):
         raise ValueError(f"out: its dim_data {tuple(have)!r} are not those of the "
                          f"requested distribution {tuple(want)!r}")
@@ -1067,7 +1046,6 @@ def redistribute(darr: Any, *, dist: Any, grid_shape: Any = None, block_size: An
         entry.run(comm, _host_array(darr), host, dtype)
         if device != "cpu":
             out.buffer.copy_from_host(host)
-        return out
     else:
         _, host, finish = _alloc(device, shape, dtype, entry.fills_target)
         entry.run(comm, _host_array(darr), host, dtype)
@@ -1153,8 +1131,7 @@ class _Halo:
         nprocs = _size(comm)
         if nprocs == 1 or not any(s or r for s, r, _ in self.stages):
             for _, _, copies in self.stages:
-                for src, dst in copies:
-                    buf[_index(dst)] = buf[_index(src)]
+                _copy(buf, copies)
             return
         MPI = _mpi()
         if persistent:
@@ -1181,14 +1158,12 @@ class _Halo:
             sendrecv = comm.Sendrecv
             for many, op, copies in self.persistent[1]:
                 if not many:
-                    for src, dst in copies:
-                        buf[_index(dst)] = buf[_index(src)]
+                    _copy(buf, copies)
                     sendrecv(*op)
                     continue
                 if op:
                     MPI.Prequest.Startall(op)
-                for src, dst in copies:
-                    buf[_index(dst)] = buf[_index(src)]
+                _copy(buf, copies)
                 if op:
                     MPI.Request.Waitall(op)
             return
@@ -1199,13 +1174,13 @@ class _Halo:
                         for peer, tag, sel in recvs]
                 reqs += [comm.Isend(self._spec(buf, sel, dtype, types), peer, tag)
                          for peer, tag, sel in sends]
-                for src, dst in copies:
-                    if isinstance(buf, np.ndarray):
-                        buf[_index(dst)] = buf[_index(src)]
-                    else:                   # device memory, CUDA-aware MPI
-                        reqs.append(comm.Irecv([buf, 1, _keep(dst, self, dtype, types)],
+                if isinstance(buf, np.ndarray):
+                    _copy(buf, copies)
+                else:                       # device memory, CUDA-aware MPI
+                    for src, dst in copies:
+                        reqs.append(comm.Irecv(self._spec(buf, dst, dtype, types),
                                                comm.Get_rank(), 999))
-                        reqs.append(comm.Isend([buf, 1, _keep(src, self, dtype, types)],
+                        reqs.append(comm.Isend(self._spec(buf, src, dtype, types),
                                                comm.Get_rank(), 999))
                 MPI.Request.Waitall(reqs)
         finally:
@@ -1213,10 +1188,11 @@ class _Halo:
                 t.Free()
 
 
-def _keep(sels: Tuple[Sel, ...], halo: _Halo, dtype: np.dtype, types: List[Any]) -> Any:
-    t = _datatype(sels, halo.shape, dtype)
-    types.append(t)
-    return t
+def _copy(buf: Any, copies: Sequence[Tuple[Tuple[Sel, ...], Tuple[Sel, ...]]]
+          ) -> None:
+    """A halo stage's local copies (numpy indexing of one process's buffer)."""
+    for src, dst in copies:
+        buf[_index(dst)] = buf[_index(src)]
 
 
 def _needs(dl: _DimLayout) -> List[Tuple[int, int, _Range, int]]:
@@ -1281,17 +1257,22 @@ def _bound_exchange(halo: _Halo, comm: Any) -> Optional[Callable[[], None]]:
     ops = [o for o in halo.persistent[1] if not o[0] or o[1] or o[2]]  # idle stages
     if any(many or copies for many, _, copies in ops):
         return None
-    sendrecv = comm.Sendrecv
     calls = [op for _, op, _ in ops]
     if not calls:
         return None
+    return _calls(comm.Sendrecv, calls)
+
+
+def _calls(fn: Callable[..., Any], calls: List[Any]) -> Callable[[], None]:
+    """A function making every call ``fn(*args)`` of ``calls`` in order (a
+    single call directly, without a loop)."""
     if len(calls) == 1:
         only = calls[0]
-        return lambda: sendrecv(*only)
+        return lambda: fn(*only)
 
     def run() -> None:
-        for op in calls:
-            sendrecv(*op)
+        for args in calls:
+            fn(*args)
     return run
 
 
@@ -1337,16 +1318,10 @@ def raw_halo_exchange(darr: Any) -> Tuple[Callable[[], None], int]:
     stages = []
     nbytes = 0
 
-    def count(sels: Tuple[Sel, ...]) -> int:
-        n = 1
-        for s in sels:
-            n *= s[1] if isinstance(s, tuple) else len(s)
-        return n
-
     for sends, recvs, _ in halo.stages:
-        sb = [(peer, tag, np.zeros(count(sel) * itemsize, np.uint8))
+        sb = [(peer, tag, np.zeros(_count(sel) * itemsize, np.uint8))
               for peer, tag, sel in sends]
-        rb = [(peer, tag, np.zeros(count(sel) * itemsize, np.uint8))
+        rb = [(peer, tag, np.zeros(_count(sel) * itemsize, np.uint8))
               for peer, tag, sel in recvs]
         nbytes += sum(b.size for _, _, b in sb)
         stages.append((sb, rb))
@@ -1359,14 +1334,7 @@ def raw_halo_exchange(darr: Any) -> Tuple[Callable[[], None], int]:
            for sb, rb in stages):
         calls = [(sb[0][2], sb[0][0], sb[0][1], rb[0][2], rb[0][0], rb[0][1])
                  for sb, rb in stages if sb]
-        if len(calls) == 1:
-            only = calls[0]
-            return (lambda: sendrecv(*only)), nbytes
-
-        def exchange_sendrecv() -> None:
-            for args in calls:
-                sendrecv(*args)
-        return exchange_sendrecv, nbytes
+        return _calls(sendrecv, calls), nbytes
 
     def exchange() -> None:
         for sb, rb in stages:

@@ -76,6 +76,14 @@ def owned_count(size: int, grid_size: int, grid_rank: int, block_size: int = 1) 
     return count
 
 
+def comm_padding(padding: Sequence[int], grid_rank: int, grid_size: int
+                 ) -> Tuple[int, int]:
+    """The communication part of a block section's ``(lo, hi)`` padding:
+    the edge ranks' outer sides are boundary padding, so they count 0."""
+    return (padding[0] if grid_rank > 0 else 0,
+            padding[1] if grid_rank < grid_size - 1 else 0)
+
+
 def _fast_dim(dd: Dict[str, Any], extent: int) -> Optional[Dict[str, Any]]:
     """The normalised form of a well-formed 0.10.0 block or cyclic dimension
     dictionary, or None to take the thorough path (which names problems)."""
@@ -329,8 +337,7 @@ def _legacy_dim(dim: int, dd: Any, extent: int, problems: List[str]) -> Any:
     if stop - start == extent:
         return dd
     periodic = dd.get("periodic") is True
-    low = pad[0] if rank > 0 else 0
-    high = pad[1] if rank < grid - 1 else 0
+    low, high = comm_padding(pad, rank, grid)
     if periodic and (rank == 0 and pad[0] or rank == grid - 1 and pad[1]):
         problems.append(f"dim_data[{dim}]['padding'] = {pad!r}: 0.9.x periodic "
                         "edge padding wraps around, which 0.10.0 cannot describe")
@@ -369,8 +376,7 @@ def check(distbuffer: Any) -> Tuple[Tuple[int, int, int], Tuple[int, ...],
     if missing:
         raise ProtocolError([f"missing key {k!r}" for k in sorted(missing)])
     version = _version(distbuffer["__version__"])
-    extra = () if not missing and len(distbuffer) == 3 else \
-        set(distbuffer).difference(_TOP_KEYS)
+    extra = () if len(distbuffer) == 3 else set(distbuffer).difference(_TOP_KEYS)
     if extra and version[:2] == (0, 10):
         raise ProtocolError([f"unknown key {k!r}" for k in sorted(extra, key=repr)])
     legacy = version[:2] == (0, 9)
