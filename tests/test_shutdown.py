@@ -332,6 +332,13 @@ def test_shutdown_with_live_exports(case: str, libs: Dict[str, str],
     CPython stops it (CPython never frees a daemon thread's frame, so its
     buffers are kept: never freed after their VEO process is gone, and
     never freed twice)."""
+    if case == "daemon_busy" and sys.version_info[:2] == (3, 10):
+        # Seen on 3.10.13: a daemon thread that wakes in take_gil() after
+        # finalization reads the freed interpreter (RESET_GIL_DROP_REQUEST)
+        # and the process dies with SIGSEGV; three daemon threads spinning
+        # on memoryview(bytearray) without bufferext crash 20 runs in 200.
+        pytest.skip("CPython 3.10 may crash at exit with busy daemon threads, "
+                    "bufferext or not")
     counters = run_child(libs, SHUTDOWN_CASES[case], tmp_path)
     assert counters["ve_errors"] == 0, counters
     if case == "daemon_thread":
