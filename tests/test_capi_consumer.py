@@ -193,9 +193,12 @@ def test_pep688_class(capi):
     with pytest.raises(BufferError, match="Declared does not support"):
         capi.get_buffer(Declared(), capi.PyBUF_ND)
     assert calls == []
+    # a Python-level __buffer__ can only hand back a memoryview: the PEP 688
+    # rule asks it without PyBUF_DEVICE (docs/capi.rst)
     d = capi.get_buffer(Declared(), DEVICE)
-    assert calls == [DEVICE]
+    assert calls == [0]
     assert d["flags"] == 0 and d["device"] is None and d["len"] == 4
+    assert capi.check_supports(Declared(), DEVICE) == 0
 
     class Plain:
         def __buffer__(self, flags):

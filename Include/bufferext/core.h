@@ -13,6 +13,10 @@
  *                 type attribute __buffer_supported_flags__ (an int) and is
  *                 cached per type and per translation unit, keyed on the
  *                 type's version tag, so a lookup costs a few loads.
+ *   PEP 688       on 3.12+, which request paths can carry an extended view:
+ *                 BufferExt_SetSupportedFlags guards a type's __buffer__,
+ *                 and the cache also records which getbuffer a device
+ *                 request may call (docs/capi.rst, "The PEP 688 rule").
  *
  * Every function here is static inline: an extension that includes this
  * header needs nothing from the bufferext package at run time, and two
@@ -59,6 +63,15 @@ static inline PyObject *BufferExtCompat_TypeGetDict(PyTypeObject *type)
 }
 #else
 #  define BufferExtCompat_TypeGetDict PyType_GetDict
+#endif
+
+/* PEP 688 (CPython 3.12) gave every buffer type a __buffer__ method, which
+ * calls the type's getbuffer with a bare Py_buffer and whatever flags its
+ * caller chose, and made a Python class with __buffer__ an exporter.  Where
+ * it exists, the header keeps PyBUF_DEVICE off both paths (see
+ * BufferExt_SetSupportedFlags and BufferExt_GetBuffer). */
+#if PY_VERSION_HEX >= 0x030C0000
+#  define BUFFEREXT_PEP688 1
 #endif
 
 /* ---- flags ------------------------------------------------------------ */
@@ -131,10 +144,22 @@ typedef struct {
 #define BUFFEREXT_CACHE_SIZE 64
 #define BUFFEREXT_INVALID_DECLARATION (-2) /* cached: the attribute is bad */
 
+/* What the header knows of a type: its declaration and, where PEP 688
+ * exists, the getbuffer function a PyBUF_DEVICE request may call (NULL: the
+ * type's getbuffer runs Python code, which can only hand back a memoryview,
+ * so the request goes to it without PyBUF_DEVICE). */
+typedef struct {
+    int declared;           /* as read; BUFFEREXT_INVALID_DECLARATION if bad */
+#ifdef BUFFEREXT_PEP688
+    getbufferproc device_getbuffer;
+    int guarded;            /* __buffer__ is the guard, or there is none */
+#endif
+} BufferExtInternal_TypeInfo;
+
 typedef struct {
     PyTypeObject *type;
     unsigned int tag;
-    int declared;
+    BufferExtInternal_TypeInfo info;
 } BufferExtInternal_CacheEntry;
 
 #if !defined(Py_GIL_DISABLED)
@@ -243,20 +268,64 @@ BufferExtInternal_CallRelease(Py_buffer *view)
 #  define BUFFEREXT_COLD_FUNC static inline
 #endif
 
-/* Read the declaration of `type` from its attribute.  Returns the declared
- * value (-1 included) or BUFFEREXT_INVALID_DECLARATION for a value that is
- * not an int in {-1} U [0, INT_MAX].  Never raises: a missing attribute, or
- * an exception while looking it up, reads as 0 (the legacy default). */
+/* The value of `name` in the dict of the first class of type's MRO that
+ * has it, as a slot lookup finds it (never through the metaclass): a new
+ * reference, or NULL (never raises). */
+static inline PyObject *
+BufferExtInternal_LookupMRO(PyTypeObject *type, const char *name)
+{
+    PyObject *key = PyUnicode_InternFromString(name), *found = NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *mro = type->tp_mro;
+    Py_ssize_t i;
+
+    for (i = 0; key != NULL && mro != NULL && i < PyTuple_GET_SIZE(mro);
+         i++) {
+        PyObject *dict = BufferExtCompat_TypeGetDict(
+            (PyTypeObject *)PyTuple_GET_ITEM(mro, i));
+        int rc;
+        if (dict == NULL) {
+            continue;
+        }
+#  if PY_VERSION_HEX >= 0x030D0000
+        rc = PyDict_GetItemRef(dict, key, &found);
+#  else
+        found = PyDict_GetItemWithError(dict, key);
+        Py_XINCREF(found);
+        rc = found != NULL ? 1 : (PyErr_Occurred() ? -1 : 0);
+#  endif
+        Py_DECREF(dict);
+        if (rc != 0) {
+            break;
+        }
+    }
+#else
+    /* Before 3.12 the lookup that also gives the type a version tag (which
+     * the cache needs) is _PyType_Lookup; it reads the MRO the same way. */
+    if (key != NULL) {
+        found = _PyType_Lookup(type, key);
+        Py_XINCREF(found);
+    }
+#endif
+    Py_XDECREF(key);
+    PyErr_Clear();
+    return found;
+}
+
+/* Read the declaration of `type`: the attribute found in its MRO.  Returns
+ * the declared value (-1 included) or BUFFEREXT_INVALID_DECLARATION for a
+ * value that is not an int in {-1} U [0, INT_MAX].  Never raises: a
+ * missing attribute reads as 0 (the legacy default).  Like a slot, the
+ * declaration belongs to the class: the metaclass is not consulted, and no
+ * descriptor is called (so no Python code runs). */
 static inline int BufferExtInternal_ReadDeclared(PyTypeObject *type)
 {
     PyObject *value;
     long declared;
     int overflow;
 
-    value = PyObject_GetAttrString((PyObject *)type,
-                                   BUFFEREXT_SUPPORTED_FLAGS_ATTR);
+    value = BufferExtInternal_LookupMRO(type, BUFFEREXT_SUPPORTED_FLAGS_ATTR);
     if (value == NULL) {
-        PyErr_Clear();
         return BUFFEREXT_SUPPORTS_LEGACY;
     }
     if (!PyLong_Check(value) || PyBool_Check(value)) {
@@ -272,45 +341,142 @@ static inline int BufferExtInternal_ReadDeclared(PyTypeObject *type)
     return (int)declared;
 }
 
+#ifdef BUFFEREXT_PEP688
+/* The guard BufferExt_SetSupportedFlags puts in place of a type's
+ * __buffer__: an instancemethod around a builtin function whose self is
+ * CPython's own __buffer__ wrapper of the type.  Its docstring marks it,
+ * so that a header in another extension recognises it. */
+#define BUFFEREXT_GUARD_DOC                                                 \
+    "__buffer__($self, flags, /)\n--\n\n"                                   \
+    "Return a memoryview of the buffer.  A request that includes\n"         \
+    "PyBUF_DEVICE raises BufferError: a memoryview carries CPU memory\n"    \
+    "only (bufferext guard, see bufferext.h)."
+
+/* The __buffer__ wrapper inside a guard, or NULL if `found` is none. */
+static inline PyObject *BufferExtInternal_GuardedWrapper(PyObject *found)
+{
+    PyObject *func;
+    PyCFunctionObject *cfunc;
+
+    if (!PyInstanceMethod_Check(found)) {
+        return NULL;
+    }
+    func = PyInstanceMethod_GET_FUNCTION(found);
+    if (!PyCFunction_Check(func)) {
+        return NULL;
+    }
+    cfunc = (PyCFunctionObject *)func;
+    if (cfunc->m_ml->ml_doc == NULL ||
+        strcmp(cfunc->m_ml->ml_doc, BUFFEREXT_GUARD_DOC) != 0 ||
+        cfunc->m_self == NULL ||
+        !Py_IS_TYPE(cfunc->m_self, &PyWrapperDescr_Type)) {
+        return NULL;
+    }
+    return cfunc->m_self;
+}
+
+/* Fill info->device_getbuffer, the getbuffer function a PyBUF_DEVICE
+ * request to instances of `type` may call (NULL when the type's getbuffer
+ * runs Python code: a class with its own __buffer__, or anything this
+ * header cannot vouch for), and info->guarded.  A Python subclass of a
+ * guarded type that keeps its base's __buffer__ gets the base's getbuffer:
+ * CPython gave the subclass the generic slot only because it saw the guard
+ * where it expected its wrapper. */
+static inline void BufferExtInternal_ReadRoute(
+    PyTypeObject *type, BufferExtInternal_TypeInfo *info)
+{
+    getbufferproc slot = type->tp_as_buffer != NULL
+                             ? type->tp_as_buffer->bf_getbuffer : NULL;
+    PyObject *found = BufferExtInternal_LookupMRO(type, "__buffer__");
+    PyObject *wrapper;
+
+    info->device_getbuffer = NULL;
+    info->guarded = found == NULL;
+    if (found == NULL) {
+        info->device_getbuffer = slot;
+        return;
+    }
+    wrapper = BufferExtInternal_GuardedWrapper(found);
+    info->guarded = wrapper != NULL;
+    if (wrapper == NULL && Py_IS_TYPE(found, &PyWrapperDescr_Type)) {
+        wrapper = found;
+    }
+    if (wrapper != NULL && slot != NULL) {
+        void *wrapped = ((PyWrapperDescrObject *)wrapper)->d_wrapped;
+        if (wrapped == (void *)slot || info->guarded) {
+            info->device_getbuffer = (getbufferproc)wrapped;
+        }
+    }
+    Py_DECREF(found);
+}
+#endif
+
+/* Everything the header needs to know of `type`, read afresh. */
+static inline BufferExtInternal_TypeInfo
+BufferExtInternal_ReadInfo(PyTypeObject *type)
+{
+    BufferExtInternal_TypeInfo info;
+
+    info.declared = BufferExtInternal_ReadDeclared(type);
+#ifdef BUFFEREXT_PEP688
+    BufferExtInternal_ReadRoute(type, &info);
+#endif
+    return info;
+}
+
+static inline int BufferExtInternal_SameInfo(BufferExtInternal_TypeInfo a,
+                                             BufferExtInternal_TypeInfo b)
+{
+#ifdef BUFFEREXT_PEP688
+    if (a.device_getbuffer != b.device_getbuffer || a.guarded != b.guarded) {
+        return 0;
+    }
+#endif
+    return a.declared == b.declared;
+}
+
 #ifdef BUFFEREXT_HAVE_TYPE_CACHE
-/* Cache miss: read the declaration and remember it under the type's (new)
- * version tag.  Out of line: the hit path below is what consumers inline. */
-BUFFEREXT_COLD_FUNC int
-BufferExtInternal_DeclaredMiss(PyTypeObject *type)
+/* Cache miss: read what the header needs and remember it under the type's
+ * (new) version tag.  Out of line: the hit path below is what consumers
+ * inline. */
+BUFFEREXT_COLD_FUNC BufferExtInternal_TypeInfo
+BufferExtInternal_InfoMiss(PyTypeObject *type)
 {
     BufferExtInternal_CacheEntry *entry;
+    BufferExtInternal_TypeInfo info;
     unsigned int before, tag;
-    int declared;
 
     BUFFEREXT_COUNT(1);
 #  if PY_VERSION_HEX >= 0x030C0000
     PyUnstable_Type_AssignVersionTag(type);
 #  endif
     before = BufferExtInternal_TypeTag(type);
-    declared = BufferExtInternal_ReadDeclared(type);
-    /* On 3.9-3.11 the attribute lookup itself may assign the tag. */
+    info = BufferExtInternal_ReadInfo(type);
+    /* On 3.9-3.11 the lookup itself may assign the tag. */
     tag = BufferExtInternal_TypeTag(type);
-    /* The lookup can run Python code (a descriptor on the metaclass) and
-     * so let another thread change the type meanwhile: a value is cached
-     * only under a tag that was valid for the whole of one lookup. */
+    /* Should the type change meanwhile (another thread, a dict key's
+     * __eq__), a value is cached only under a tag that was valid for the
+     * whole of one lookup. */
     if (tag != 0 && tag != before) {
-        int again = BufferExtInternal_ReadDeclared(type);
-        if (again != declared || BufferExtInternal_TypeTag(type) != tag) {
+        BufferExtInternal_TypeInfo again = BufferExtInternal_ReadInfo(type);
+        if (!BufferExtInternal_SameInfo(again, info) ||
+            BufferExtInternal_TypeTag(type) != tag) {
             return again;
         }
     }
     if (tag != 0) {
         entry = &BufferExtInternal_Cache()[tag % BUFFEREXT_CACHE_SIZE];
         entry->type = type;
-        entry->declared = declared;
+        entry->info = info;
         entry->tag = tag;
     }
-    return declared;
+    return info;
 }
 #endif
 
-/* The declared value for `type`, through the cache.  Never raises. */
-static inline int BufferExtInternal_Declared(PyTypeObject *type)
+/* What the header knows of `type`, through the cache.  Never raises. */
+static inline BufferExtInternal_TypeInfo
+BufferExtInternal_Info(PyTypeObject *type)
 {
 #ifdef BUFFEREXT_HAVE_TYPE_CACHE
     unsigned int tag = BufferExtInternal_TypeTag(type);
@@ -319,25 +485,35 @@ static inline int BufferExtInternal_Declared(PyTypeObject *type)
 
     if (tag != 0 && entry->tag == tag && entry->type == type) {
         BUFFEREXT_COUNT(0);
-        return entry->declared;
+        return entry->info;
     }
-    return BufferExtInternal_DeclaredMiss(type);
+    return BufferExtInternal_InfoMiss(type);
 #else
     BUFFEREXT_COUNT(1);
-    return BufferExtInternal_ReadDeclared(type);
+    return BufferExtInternal_ReadInfo(type);
 #endif
 }
 
-/* Translate a declared value into the mask of honoured request flags. */
-static inline int BufferExtInternal_EffectiveMask(int declared)
+/* The mask of request flags honoured by instances of a type with `info`:
+ * the declaration translated, less PyBUF_DEVICE where a device request
+ * cannot reach the type's getbuffer. */
+static inline int BufferExtInternal_EffectiveMask(
+    BufferExtInternal_TypeInfo info)
 {
+    int declared = info.declared, mask;
+
     if (declared == BUFFEREXT_SUPPORTS_LEGACY) {
-        return BUFFEREXT_LEGACY_FLAGS;
+        mask = BUFFEREXT_LEGACY_FLAGS;
     }
-    if (declared < 0) {           /* -1, or an invalid declaration */
-        return 0;
+    else {
+        mask = declared < 0 ? 0 : declared;    /* -1, or an invalid value */
     }
-    return declared;
+#ifdef BUFFEREXT_PEP688
+    if (info.device_getbuffer == NULL) {
+        mask &= ~PyBUF_DEVICE;
+    }
+#endif
+    return mask;
 }
 
 /* ---- public functions ------------------------------------------------- */
@@ -358,7 +534,7 @@ static inline int PyObject_CheckBufferSupports(PyObject *obj, int flags)
         return 1;
     }
     mask = BufferExtInternal_EffectiveMask(
-        BufferExtInternal_Declared(Py_TYPE(obj)));
+        BufferExtInternal_Info(Py_TYPE(obj)));
     return (flags & ~mask) == 0;
 }
 #endif
@@ -369,7 +545,7 @@ static inline int PyObject_CheckBufferSupports(PyObject *obj, int flags)
  * TypeError naming the type and the value if its declaration is invalid. */
 static inline int BufferExt_SupportedFlags(PyObject *obj)
 {
-    int declared;
+    BufferExtInternal_TypeInfo info;
 
     if (!PyObject_CheckBuffer(obj)) {
         PyErr_Format(PyExc_TypeError,
@@ -377,10 +553,10 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
-    declared = BufferExtInternal_Declared(Py_TYPE(obj));
-    if (declared == BUFFEREXT_INVALID_DECLARATION) {
-        PyObject *value = PyObject_GetAttrString(
-            (PyObject *)Py_TYPE(obj), BUFFEREXT_SUPPORTED_FLAGS_ATTR);
+    info = BufferExtInternal_Info(Py_TYPE(obj));
+    if (info.declared == BUFFEREXT_INVALID_DECLARATION) {
+        PyObject *value = BufferExtInternal_LookupMRO(
+            Py_TYPE(obj), BUFFEREXT_SUPPORTED_FLAGS_ATTR);
         if (value != NULL) {
             PyErr_Format(PyExc_TypeError,
                          "%.200s." BUFFEREXT_SUPPORTED_FLAGS_ATTR " = %R is "
@@ -390,14 +566,91 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
         }
         return -1;
     }
-    return BufferExtInternal_EffectiveMask(declared);
+    return BufferExtInternal_EffectiveMask(info);
 }
+
+#ifdef BUFFEREXT_PEP688
+/* The guard's body: __buffer__(self, flags) as CPython's wrapper computes
+ * it (flags through __index__, once), BufferError if flags include
+ * PyBUF_DEVICE, else the wrapper (`wrapper`, the guard's self) called with
+ * the computed int. */
+BUFFEREXT_COLD_FUNC PyObject *
+BufferExtInternal_GuardCall(PyObject *wrapper, PyObject *const *args,
+                            Py_ssize_t nargs)
+{
+    PyObject *call[2], *result;
+    Py_ssize_t flags;
+
+    if (nargs != 2) {
+        return PyObject_Vectorcall(wrapper, args, (size_t)nargs, NULL);
+    }
+    flags = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (flags == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (flags > INT_MAX || flags < INT_MIN) {
+        PyErr_SetString(PyExc_OverflowError,
+                        "buffer flags out of range");
+        return NULL;
+    }
+    if (flags & PyBUF_DEVICE) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: __buffer__ cannot serve a PyBUF_DEVICE "
+                     "request (flags=0x%x): it returns a memoryview, which "
+                     "describes CPU memory only; request device memory "
+                     "with BufferExt_GetBuffer or bufferext.get_buffer()",
+                     Py_TYPE(args[0])->tp_name, (unsigned int)flags);
+        return NULL;
+    }
+    call[0] = args[0];
+    call[1] = PyLong_FromSsize_t(flags);
+    if (call[1] == NULL) {
+        return NULL;
+    }
+    result = PyObject_Vectorcall(wrapper, call, 2, NULL);
+    Py_DECREF(call[1]);
+    return result;
+}
+
+/* Put the guard in place of CPython's __buffer__ wrapper in `dict`, the
+ * dict of `type`; nothing if the type has no wrapper of its own there.
+ * 0, or -1 with an exception. */
+static inline int BufferExtInternal_Guard(PyTypeObject *type, PyObject *dict)
+{
+    static PyMethodDef def = {
+        "__buffer__", (PyCFunction)(void (*)(void))BufferExtInternal_GuardCall,
+        METH_FASTCALL, BUFFEREXT_GUARD_DOC};
+    PyObject *wrapper, *func, *method;
+    int rc;
+
+    wrapper = PyDict_GetItemString(dict, "__buffer__");     /* borrowed */
+    if (wrapper == NULL || !Py_IS_TYPE(wrapper, &PyWrapperDescr_Type) ||
+        ((PyWrapperDescrObject *)wrapper)->d_wrapped !=
+            (void *)type->tp_as_buffer->bf_getbuffer) {
+        return 0;
+    }
+    func = PyCFunction_New(&def, wrapper);
+    method = func == NULL ? NULL : PyInstanceMethod_New(func);
+    Py_XDECREF(func);
+    if (method == NULL) {
+        return -1;
+    }
+    rc = PyDict_SetItemString(dict, "__buffer__", method);
+    Py_DECREF(method);
+    return rc;
+}
+#endif
 
 /* BufferExt_SetSupportedFlags: declare the request flags instances of `type`
  * honour (0 = the legacy flags, -1 = PyBUF_SIMPLE only, else a mask that
  * includes PyBUF_DEVICE if the type answers device requests).  Call it once
  * after the type is created (PyType_FromSpec / PyType_Ready).  Works for
- * static, heap and immutable types.  Returns 0, or -1 with an exception. */
+ * static, heap and immutable types.  On CPython 3.12+ it also guards the
+ * type's __buffer__ method (PEP 688), which hands the getbuffer function a
+ * bare Py_buffer: through it a PyBUF_DEVICE request raises BufferError, so
+ * a getbuffer that sees PyBUF_DEVICE may trust that its view is extended.
+ * Every type whose getbuffer writes the extension must call it.
+ * Returns 0, or -1 with an exception. */
 static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
 {
     PyObject *dict, *value;
@@ -419,6 +672,12 @@ static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
     rc = value == NULL ? -1 : PyDict_SetItemString(
         dict, BUFFEREXT_SUPPORTED_FLAGS_ATTR, value);
     Py_XDECREF(value);
+#ifdef BUFFEREXT_PEP688
+    if (rc == 0 && type->tp_as_buffer != NULL &&
+        type->tp_as_buffer->bf_getbuffer != NULL) {
+        rc = BufferExtInternal_Guard(type, dict);
+    }
+#endif
     Py_DECREF(dict);
     PyType_Modified(type);   /* new version tag: cached values go stale */
     return rc;
@@ -532,20 +791,42 @@ BufferExtInternal_RejectExport(PyObject *obj, Py_buffer_extended *view,
 static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
                                       int flags)
 {
-    int required = flags & PyBUF_REQUIRED_FLAGS;
+    int required = flags & PyBUF_REQUIRED_FLAGS, rc;
     const char *problem;
+#ifdef BUFFEREXT_PEP688
+    getbufferproc direct = NULL;
+#endif
 
     BufferExtInternal_ClearExtension(view);
-    if (required && BufferExtInternal_CheckBuffer(obj)) {
-        int declared = BufferExtInternal_Declared(Py_TYPE(obj));
-        int unsupported =
-            required & ~BufferExtInternal_EffectiveMask(declared);
+    if ((required || (flags & PyBUF_DEVICE)) &&
+        BufferExtInternal_CheckBuffer(obj)) {
+        BufferExtInternal_TypeInfo info = BufferExtInternal_Info(Py_TYPE(obj));
+        int unsupported = required & ~BufferExtInternal_EffectiveMask(info);
         if (unsupported) {
             return BufferExtInternal_RaiseUnsupported(obj, unsupported,
-                                                      declared);
+                                                      info.declared);
         }
+#ifdef BUFFEREXT_PEP688
+        /* PyBUF_DEVICE goes only to a getbuffer that gets this view. */
+        if (flags & PyBUF_DEVICE) {
+            if (info.device_getbuffer == NULL) {
+                flags &= ~PyBUF_DEVICE;
+            }
+            else if (info.device_getbuffer !=
+                     Py_TYPE(obj)->tp_as_buffer->bf_getbuffer) {
+                direct = info.device_getbuffer;
+            }
+        }
+#endif
     }
-    if (BufferExtInternal_CallGetBuffer(obj, &view->view, flags) < 0) {
+#ifdef BUFFEREXT_PEP688
+    rc = direct != NULL ? direct(obj, &view->view, flags)
+                        : BufferExtInternal_CallGetBuffer(obj, &view->view,
+                                                          flags);
+#else
+    rc = BufferExtInternal_CallGetBuffer(obj, &view->view, flags);
+#endif
+    if (rc < 0) {
         /* an exporter may have written the extension before failing */
         BufferExtInternal_ClearExtension(view);
         return -1;
@@ -576,7 +857,9 @@ static inline int BufferExt_IsDevice(const Py_buffer_extended *view)
 
 /* BufferExt_Extended: inside a getbuffer function, the extended view behind
  * `view`, or NULL when the consumer did not request PyBUF_DEVICE (then the
- * memory after the Py_buffer is not the consumer's to write). */
+ * memory after the Py_buffer is not the consumer's to write).  On CPython
+ * 3.12+ use it only in a type that BufferExt_SetSupportedFlags guarded (or
+ * use BufferExt_SetDevice, which checks). */
 static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
                                                      int flags)
 {
@@ -589,6 +872,11 @@ static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
  * device != NULL: fills device, device_info and flags if PyBUF_DEVICE was
  * requested; otherwise raises BufferError naming the exporter's type and the
  * device, so device memory never reaches a CPU-only consumer.
+ * On CPython 3.12+ a PyBUF_DEVICE request is trusted only if the type of
+ * `exporter` is guarded (BufferExt_SetSupportedFlags was called on it or a
+ * base): CPython's own __buffer__ method passes any flags with a bare
+ * Py_buffer.  An unguarded type's device memory is refused, with a message
+ * that says so; its CPU memory is exported without the extension.
  * Call it before taking any reference or counting the export.
  * Returns 0, or -1 with BufferError. */
 static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
@@ -597,6 +885,20 @@ static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
 {
     Py_buffer_extended *ext = BufferExt_Extended(view, flags);
 
+#ifdef BUFFEREXT_PEP688
+    if (ext != NULL && !BufferExtInternal_Info(Py_TYPE(exporter)).guarded) {
+        if (device == NULL) {
+            return 0;
+        }
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: cannot export memory on device '%s': the "
+                     "type's __buffer__ is not guarded, so a PyBUF_DEVICE "
+                     "request cannot be trusted (call "
+                     "BufferExt_SetSupportedFlags on the type)",
+                     Py_TYPE(exporter)->tp_name, device);
+        return -1;
+    }
+#endif
     if (ext == NULL) {
         if (device == NULL) {
             return 0;

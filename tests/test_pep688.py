@@ -1,0 +1,291 @@
+"""The PEP 688 rule: a PyBUF_DEVICE request never reaches a getbuffer
+function through a path that cannot carry a Py_buffer_extended.
+
+CPython 3.12 gave every buffer type a ``__buffer__(flags)`` method, which
+calls the type's getbuffer with a bare ``Py_buffer`` (inside a memoryview)
+and whatever flags its caller chose, and made any class with a Python
+``__buffer__`` an exporter.  The header closes both doors (docs/capi.rst,
+"The PEP 688 rule"):
+
+* ``BufferExt_SetSupportedFlags`` puts a guard in place of the type's
+  ``__buffer__``: ``__buffer__(flags)`` with PyBUF_DEVICE raises BufferError;
+* ``BufferExt_GetBuffer`` asks a Python-level exporter without PyBUF_DEVICE;
+* ``BufferExt_SetDevice`` refuses device memory for a type left unguarded.
+
+Before the rule, ``CPUBuffer(4).__buffer__(0x1011c)`` wrote past the
+Py_buffer (valgrind: invalid write), a VE adapter returned a memoryview over
+a device pointer, and a Python class delegating ``__buffer__`` to a device
+exporter laundered it.  Everything that could crash runs in a child.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from types import ModuleType
+from typing import Dict
+
+import pytest
+
+import bufferext
+from bufferext import BufferFlags
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
+import standin_harness as harness  # noqa: E402
+
+PEP688 = sys.version_info >= (3, 12)
+needs_pep688 = pytest.mark.skipif(not PEP688, reason="__buffer__ is 3.12+")
+DEVICE = int(BufferFlags.DEVICE)
+FULL_RO = int(BufferFlags.FULL_RO)
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return harness.build(str(tmp_path_factory.mktemp("standin_cuda")))
+
+
+def child(code: str, env: Dict[str, str] | None = None) -> str:
+    """Run ``code`` in a child interpreter; its stdout, or an AssertionError
+    with everything it printed if it did not exit 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=dict(os.environ, **(env or {})), capture_output=True, text=True,
+        timeout=120)
+    if result.returncode != 0:
+        raise AssertionError(f"child rc={result.returncode}\n{result.stdout}"
+                             f"\n{result.stderr}")
+    return result.stdout
+
+
+# ---- item 1: the __buffer__ door of our own types ------------------------
+
+@needs_pep688
+def test_cpubuffer_buffer_method_refuses_device_requests() -> None:
+    out = child(f"""
+        import bufferext
+        b = bufferext.CPUBuffer(4)
+        try:
+            b.__buffer__({DEVICE | FULL_RO})
+        except BufferError as e:
+            print("refused:", e)
+        m = b.__buffer__({FULL_RO})
+        print("plain:", m.shape, m.format)
+        m.release()
+        b.close()                          # no export left behind
+    """)
+    assert "refused: bufferext.CPUBuffer: __buffer__ cannot serve a " \
+        "PyBUF_DEVICE request (flags=0x1011c)" in out
+    assert "plain: (4,) d" in out
+
+
+@needs_pep688
+def test_guard_reads_flags_once() -> None:
+    # an __index__ that answers differently the second time must not slip
+    # PyBUF_DEVICE past the check
+    out = child(f"""
+        import bufferext
+        class Flags:
+            calls = 0
+            def __index__(self):
+                Flags.calls += 1
+                return {FULL_RO} if Flags.calls == 1 else {DEVICE | FULL_RO}
+        m = bufferext.CPUBuffer(4).__buffer__(Flags())
+        print(Flags.calls, m.shape)
+    """)
+    assert out.split() == ["1", "(4,)"]
+
+
+@needs_pep688
+@pytest.mark.parametrize("bad, error", [
+    ("1 << 40", "OverflowError"), ("'x'", "TypeError"), ("2.0", "TypeError")])
+def test_guard_rejects_bad_flags_like_cpython(bad: str, error: str) -> None:
+    out = child(f"""
+        import bufferext
+        for obj in (bufferext.CPUBuffer(4), bytearray(4)):
+            try:
+                obj.__buffer__({bad})
+            except Exception as e:
+                print(type(e).__name__)
+    """)
+    assert out.split() == [error, error]
+
+
+@needs_pep688
+def test_every_type_of_ours_is_guarded() -> None:
+    for name in ("CPUBuffer", "CUDABuffer", "VEBuffer", "BufferAdapter",
+                 "BufferView"):
+        method = getattr(bufferext, name).__dict__["__buffer__"]
+        assert type(method).__name__ == "instancemethod", name
+        assert "PyBUF_DEVICE" in method.__doc__
+
+
+@needs_pep688
+def test_device_adapter_buffer_method_refuses(driver: str) -> None:
+    # before: a memoryview over a device pointer
+    harness.check(driver, f"""
+        buf = bufferext.CUDABuffer(4)
+        a = bufferext.as_buffer(buf)
+        for obj in (buf, a):
+            for flags in ({DEVICE | FULL_RO}, {FULL_RO}, 0):
+                try:
+                    obj.__buffer__(flags)
+                except BufferError as e:
+                    assert type(obj).__name__ in str(e), e
+                else:
+                    raise AssertionError((obj, flags))
+        del a
+        buf.close()
+    """)
+
+
+@needs_pep688
+def test_python_class_cannot_launder_device_memory(driver: str) -> None:
+    # a class whose __buffer__ delegates to a device exporter: get_buffer
+    # must not come back with a CPU view of device memory
+    harness.check(driver, f"""
+        inner = bufferext.CUDABuffer(4)
+        class Wrapper:
+            def __buffer__(self, flags):
+                return inner.__buffer__(flags)
+        w = Wrapper()
+        assert not bufferext.check_buffer_supports(w, bufferext.BufferFlags.DEVICE)
+        for flags in ({DEVICE | FULL_RO}, {DEVICE}, {FULL_RO}):
+            try:
+                view = bufferext.get_buffer(w, flags)
+            except BufferError as e:
+                assert "CUDABuffer" in str(e), e
+            else:
+                raise AssertionError(view)
+        inner.close()
+    """)
+
+
+@needs_pep688
+def test_python_class_over_cpu_memory_still_exports() -> None:
+    out = child("""
+        import bufferext
+        inner = bufferext.CPUBuffer(4)
+        class Wrapper:
+            def __buffer__(self, flags):
+                return inner.__buffer__(flags)
+        with bufferext.get_buffer(Wrapper()) as v:
+            print(v.device, v.shape, v.nbytes)
+    """)
+    assert out.split() == ["None", "(4,)", "32"]
+
+
+# ---- subclasses ------------------------------------------------------------
+
+@needs_pep688
+def test_subclass_keeping_buffer_exports_device_memory(driver: str) -> None:
+    # CPython gives the subclass its generic slot (it sees the guard where it
+    # expected the wrapper); the header still calls the base's getbuffer
+    harness.check(driver, """
+        class Sub(bufferext.CUDABuffer):
+            pass
+        s = Sub(4)
+        assert bufferext.check_buffer_supports(s, bufferext.BufferFlags.DEVICE)
+        with bufferext.get_buffer(s) as v:
+            assert v.device == "bufferext.cuda", v.device
+            assert v.obj is s
+        try:
+            s.__buffer__(0x1011c)
+        except BufferError:
+            pass
+        else:
+            raise AssertionError("guard inherited")
+        s.close()
+    """)
+
+
+@needs_pep688
+def test_subclass_overriding_buffer_gets_no_device_request() -> None:
+    out = child("""
+        import bufferext
+        seen = []
+        class Sub(bufferext.CPUBuffer):
+            def __buffer__(self, flags):
+                seen.append(flags)
+                return super().__buffer__(flags)
+        s = Sub(4)
+        print(bufferext.check_buffer_supports(s, bufferext.BufferFlags.DEVICE))
+        with bufferext.get_buffer(s) as v:
+            print(v.device, v.shape)
+        print(all(not f & 0x10000 for f in seen), len(seen))
+    """)
+    assert out.split() == ["False", "None", "(4,)", "True", "1"]
+
+
+# ---- third-party exporters built on the header (tests/capi) ---------------
+
+@needs_pep688
+def test_header_exporters_are_guarded(capi: ModuleType) -> None:
+    for name in ("ExporterLegacy", "ExporterSimpleOnly", "ExporterFull",
+                 "ExporterNoDevice"):
+        exporter = getattr(capi, name)(device=capi.DEVICE_CUDA)
+        with pytest.raises(BufferError, match="PyBUF_DEVICE"):
+            exporter.__buffer__(DEVICE | FULL_RO)
+        assert exporter.exports == 0
+
+
+@needs_pep688
+def test_unguarded_header_exporter_refuses_device_memory(
+        capi: ModuleType) -> None:
+    # a type that never called BufferExt_SetSupportedFlags keeps CPython's
+    # wrapper: BufferExt_SetDevice then refuses device memory, whatever path
+    # the request came through, instead of writing past a bare Py_buffer
+    exporter = capi.ExporterUndeclared(device=capi.DEVICE_CUDA)
+    with pytest.raises(BufferError, match="not guarded"):
+        exporter.__buffer__(DEVICE | FULL_RO)
+    with pytest.raises(BufferError, match="not guarded"):
+        bufferext.get_buffer(exporter)
+    cpu = capi.ExporterUndeclared()
+    with cpu.__buffer__(DEVICE | FULL_RO) as m:   # CPU: no extension written
+        assert m.nbytes == 16
+    assert cpu.exports == 0 and exporter.exports == 0
+
+
+def test_guarded_header_exporter_serves_device_requests(
+        capi: ModuleType) -> None:
+    exporter = capi.ExporterFull(device=capi.DEVICE_CUDA)
+    with bufferext.get_buffer(exporter) as view:
+        assert view.device == capi.DEVICE_CUDA
+    assert exporter.exports == 0
+
+
+# ---- item 8: the declaration belongs to the class, not the metaclass ------
+
+def test_metaclass_declaration_is_not_the_types() -> None:
+    # before: the cache kept the first answer, read through the metaclass,
+    # while other paths read the changed metaclass attribute
+    class Meta(type):
+        __buffer_supported_flags__ = -1
+
+    class Exported(bytearray, metaclass=Meta):
+        pass
+
+    x = Exported(b"abcd")
+    legacy = int(BufferFlags.ND | BufferFlags.STRIDES)
+    for declared in (-1, 0x4, 0):
+        Meta.__buffer_supported_flags__ = declared
+        assert bufferext.check_buffer_supports(x, legacy)
+        assert int(bufferext.supported_flags(x)) == 0x1FD
+        with bufferext.get_buffer(x, legacy) as view:
+            assert view.shape == (4,)
+
+
+def test_class_declaration_change_is_seen_everywhere() -> None:
+    class Exported(bytearray):
+        __buffer_supported_flags__ = -1
+
+    x = Exported(b"abcd")
+    nd = int(BufferFlags.ND)
+    assert not bufferext.check_buffer_supports(x, nd)
+    with pytest.raises(BufferError, match="does not support"):
+        bufferext.get_buffer(x, nd)
+    Exported.__buffer_supported_flags__ = 0
+    assert bufferext.check_buffer_supports(x, nd)
+    with bufferext.get_buffer(x, nd) as view:
+        assert view.shape == (4,)
