@@ -150,6 +150,9 @@ typedef struct {
  * so the request goes to it without PyBUF_DEVICE). */
 typedef struct {
     int declared;           /* as read; BUFFEREXT_INVALID_DECLARATION if bad */
+    int mask;               /* the request flags honoured: the declaration
+                               translated (0: legacy, -1: none), less
+                               PyBUF_DEVICE where it cannot reach getbuffer */
 #ifdef BUFFEREXT_PEP688
     getbufferproc device_getbuffer;
     int guarded;            /* __buffer__ is the guard, or there is none */
@@ -418,8 +421,16 @@ BufferExtInternal_ReadInfo(PyTypeObject *type)
     BufferExtInternal_TypeInfo info;
 
     info.declared = BufferExtInternal_ReadDeclared(type);
+    /* 0 is the legacy default; -1 and invalid values, PyBUF_SIMPLE only */
+    info.mask = info.declared == BUFFEREXT_SUPPORTS_LEGACY
+                    ? BUFFEREXT_LEGACY_FLAGS
+                    : (info.declared < 0 ? 0 : info.declared);
 #ifdef BUFFEREXT_PEP688
     BufferExtInternal_ReadRoute(type, &info);
+    if (info.device_getbuffer == NULL) {
+        /* a device request cannot reach the type's getbuffer */
+        info.mask &= ~PyBUF_DEVICE;
+    }
 #endif
     return info;
 }
@@ -494,28 +505,6 @@ BufferExtInternal_Info(PyTypeObject *type)
 #endif
 }
 
-/* The mask of request flags honoured by instances of a type with `info`:
- * the declaration translated, less PyBUF_DEVICE where a device request
- * cannot reach the type's getbuffer. */
-static inline int BufferExtInternal_EffectiveMask(
-    BufferExtInternal_TypeInfo info)
-{
-    int declared = info.declared, mask;
-
-    if (declared == BUFFEREXT_SUPPORTS_LEGACY) {
-        mask = BUFFEREXT_LEGACY_FLAGS;
-    }
-    else {
-        mask = declared < 0 ? 0 : declared;    /* -1, or an invalid value */
-    }
-#ifdef BUFFEREXT_PEP688
-    if (info.device_getbuffer == NULL) {
-        mask &= ~PyBUF_DEVICE;
-    }
-#endif
-    return mask;
-}
-
 /* ---- public functions ------------------------------------------------- */
 
 #ifdef BUFFEREXT_BACKPORT_CHECK_SUPPORTS
@@ -533,8 +522,7 @@ static inline int PyObject_CheckBufferSupports(PyObject *obj, int flags)
     if (flags == 0) {
         return 1;
     }
-    mask = BufferExtInternal_EffectiveMask(
-        BufferExtInternal_Info(Py_TYPE(obj)));
+    mask = BufferExtInternal_Info(Py_TYPE(obj)).mask;
     return (flags & ~mask) == 0;
 }
 #endif
@@ -566,7 +554,7 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
         }
         return -1;
     }
-    return BufferExtInternal_EffectiveMask(info);
+    return info.mask;
 }
 
 #ifdef BUFFEREXT_PEP688
@@ -801,7 +789,7 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
     if ((required || (flags & PyBUF_DEVICE)) &&
         BufferExtInternal_CheckBuffer(obj)) {
         BufferExtInternal_TypeInfo info = BufferExtInternal_Info(Py_TYPE(obj));
-        int unsupported = required & ~BufferExtInternal_EffectiveMask(info);
+        int unsupported = required & ~info.mask;
         if (unsupported) {
             return BufferExtInternal_RaiseUnsupported(obj, unsupported,
                                                       info.declared);
@@ -866,6 +854,30 @@ static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
     return (flags & PyBUF_DEVICE) ? (Py_buffer_extended *)view : NULL;
 }
 
+/* The body of BufferExt_SetDevice without the check of the guard, for
+ * exporters that know their type is guarded (bufferext's own). */
+static inline int BufferExtInternal_WriteDevice(PyObject *exporter,
+                                                Py_buffer_extended *ext,
+                                                const char *device,
+                                                void *device_info)
+{
+    if (ext == NULL) {
+        if (device == NULL) {
+            return 0;
+        }
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: memory on device '%s' can only be exported to "
+                     "consumers that request PyBUF_DEVICE (memoryview, "
+                     "bytes() and numpy read CPU memory only)",
+                     Py_TYPE(exporter)->tp_name, device);
+        return -1;
+    }
+    ext->flags |= PyBUF_DEVICE;
+    ext->device = device;
+    ext->device_info = device_info;
+    return 0;
+}
+
 /* BufferExt_SetDevice: inside a getbuffer function, say where the memory is.
  * device == NULL (CPU memory): answers a PyBUF_DEVICE request explicitly
  * (flags gets PyBUF_DEVICE, device stays NULL); does nothing otherwise.
@@ -899,21 +911,7 @@ static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
         return -1;
     }
 #endif
-    if (ext == NULL) {
-        if (device == NULL) {
-            return 0;
-        }
-        PyErr_Format(PyExc_BufferError,
-                     "%.200s: memory on device '%s' can only be exported to "
-                     "consumers that request PyBUF_DEVICE (memoryview, "
-                     "bytes() and numpy read CPU memory only)",
-                     Py_TYPE(exporter)->tp_name, device);
-        return -1;
-    }
-    ext->flags |= PyBUF_DEVICE;
-    ext->device = device;
-    ext->device_info = device_info;
-    return 0;
+    return BufferExtInternal_WriteDevice(exporter, ext, device, device_info);
 }
 
 #ifdef __cplusplus
