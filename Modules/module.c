@@ -273,8 +273,20 @@ module_free(void *module)
     module_clear((PyObject *)module);
 }
 
+/* One interpreter, with the GIL (docs/platforms.rst, "Free-threading and
+ * subinterpreters"): the C core keeps process-wide state that is not yet
+ * isolated per interpreter or safe without the GIL (the CPU block cache, the
+ * driver tables loaded once, the DLPack exchange API's module reference).
+ * CPython then refuses the import in a subinterpreter, and a free-threaded
+ * build re-enables the GIL when this module is imported. */
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, (void *)module_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
     {0, NULL},
 };
 

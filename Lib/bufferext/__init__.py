@@ -17,7 +17,17 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Dict, List
 
-from . import _bufferext
+try:
+    from . import _bufferext
+except ImportError as error:
+    if "subinterpreter" not in str(error):
+        raise
+    raise ImportError(
+        "bufferext cannot be imported in a subinterpreter: its C core keeps "
+        "process-wide state (the CPU block cache, the CUDA and VEO driver "
+        "tables, the DLPack exchange API) that is not yet isolated per "
+        "interpreter; import it in the main interpreter (the header, "
+        "bufferext.h, has no such limit)") from error
 from ._bufferext import (
     BufferAdapter,
     BufferView,

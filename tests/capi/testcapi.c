@@ -957,8 +957,17 @@ tc_exec(PyObject *module)
     return 0;
 }
 
+/* The header must be safe in an extension that runs in interpreters with a
+ * GIL of their own (PEP 684) and without the GIL: this one says it is, and
+ * tests/test_interpreters.py holds it to that. */
 static PyModuleDef_Slot tc_slots[] = {
     {Py_mod_exec, (void *)tc_exec},
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL},
 };
 
