@@ -6,8 +6,10 @@
  *     #include <bufferext.h>      // -I bufferext.get_include()
  *
  * Parts: bufferext/core.h (flags, Py_buffer_extended, supported flags, the
- * consumer and exporter helpers), bufferext/cuda.h and bufferext/ve.h (the
- * device_info layouts of "bufferext.cuda" and "bufferext.ve").
+ * consumer and exporter helpers; it includes bufferext/internal/accel.h, the
+ * internal accelerator that reads CPython's type internals), bufferext/cuda.h
+ * and bufferext/ve.h (the device_info layouts of "bufferext.cuda" and
+ * "bufferext.ve").
  * Header-only: nothing from the bufferext package is needed at run time.
  * Specification: docs/capi.rst and docs/devices.rst.
  */

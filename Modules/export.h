@@ -26,7 +26,7 @@ bufferext_refuse(PyObject *exporter, const char *reason)
 
 /* The request checks in a fixed order, as CPython's memoryview makes them;
  * BufferError "Type: reason" for the first one that fails.  0 or -1. */
-BUFFEREXT_COLD_FUNC int
+BUFFEREXT_INTERNAL_COLD int
 bufferext_check_request(PyObject *exporter, int flags,
                         const bufferext_export_layout *layout)
 {

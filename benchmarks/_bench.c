@@ -421,12 +421,12 @@ static PyObject *
 cache_state(PyObject *module, PyObject *obj)
 {
     (void)module;
-#ifdef BUFFEREXT_HAVE_TYPE_CACHE
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
     {
         PyTypeObject *type = Py_TYPE(obj);
-        unsigned int tag = BufferExtInternal_TypeTag(type);
-        BufferExtInternal_CacheEntry *entry =
-            &BufferExtInternal_Cache()[tag % BUFFEREXT_CACHE_SIZE];
+        unsigned int tag = BufferExtAccel_TypeTag(type);
+        BufferExtAccel_CacheEntry *entry =
+            &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE];
         int cached = tag != 0 && entry->tag == tag && entry->type == type;
         return Py_BuildValue("(kO)", (unsigned long)tag,
                              cached ? Py_True : Py_False);

@@ -61,7 +61,8 @@ def check_syntax(capi_build, source, text: str) -> subprocess.CompletedProcess:
                           stderr=subprocess.STDOUT, universal_newlines=True)
 
 
-@pytest.mark.parametrize("part", ["core.h", "cuda.h", "ve.h"])
+@pytest.mark.parametrize("part", ["core.h", "cuda.h", "ve.h",
+                                  "internal/accel.h"])
 def test_part_headers_refuse_direct_include(capi_build, tmp_path, part):
     proc = check_syntax(capi_build, tmp_path / "direct.c",
                         f"#include <Python.h>\n#include <bufferext/{part}>\n")

@@ -55,7 +55,7 @@ def test_get_include_holds_the_headers():
     package_dir = os.path.dirname(os.path.abspath(bufferext.__file__))
     assert include == os.path.join(package_dir, "include")
     for name in ("bufferext.h", "bufferext/core.h", "bufferext/cuda.h",
-                 "bufferext/ve.h"):
+                 "bufferext/ve.h", "bufferext/internal/accel.h"):
         assert os.path.isfile(os.path.join(include, name)), name
     with open(os.path.join(include, "bufferext", "core.h")) as f:
         core = f.read()
@@ -68,7 +68,7 @@ def test_installed_headers_match_the_source():
     if not os.path.isdir(source):
         pytest.skip("no source tree next to the tests")
     for name in ("bufferext.h", "bufferext/core.h", "bufferext/cuda.h",
-                 "bufferext/ve.h"):
+                 "bufferext/ve.h", "bufferext/internal/accel.h"):
         with open(os.path.join(source, name), "rb") as a, \
                 open(os.path.join(bufferext.get_include(), name), "rb") as b:
             assert a.read() == b.read(), f"{name} is stale: reinstall"

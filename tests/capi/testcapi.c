@@ -769,8 +769,8 @@ tc_cache_stats(PyObject *module, PyObject *noargs)
 {
     (void)module;
     (void)noargs;
-    return Py_BuildValue("(nn)", BufferExtInternal_CacheStats()[0],
-                         BufferExtInternal_CacheStats()[1]);
+    return Py_BuildValue("(nn)", BufferExtAccel_CacheStats()[0],
+                         BufferExtAccel_CacheStats()[1]);
 }
 
 static PyObject *
@@ -778,8 +778,8 @@ tc_reset_cache_stats(PyObject *module, PyObject *noargs)
 {
     (void)module;
     (void)noargs;
-    BufferExtInternal_CacheStats()[0] = 0;
-    BufferExtInternal_CacheStats()[1] = 0;
+    BufferExtAccel_CacheStats()[0] = 0;
+    BufferExtAccel_CacheStats()[1] = 0;
     Py_RETURN_NONE;
 }
 
