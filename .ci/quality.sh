@@ -130,6 +130,7 @@ do_asan() {
     # run, and the refleak job covers the same paths.
     set +e
     env $(san_env) BUFFEREXT_STRESS_ACQUIRES="$STRESS" \
+        BUFFEREXT_PROPERTY_EXAMPLES=150 \
         CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS" \
         timeout 1500 "$VENVS/asan/bin/python" -m pytest -q -p no:cacheprovider \
         --capture=sys -rs --durations=5 \
@@ -185,7 +186,7 @@ do_valgrind() {
     need_apt valgrind
     python=$(pyenv_python 12)
     [[ -n $python ]] || { echo "no CPython 3.12 found under pyenv"; return 1; }
-    make_venv "$venv" "$python" numpy pytest setuptools wheel
+    make_venv "$venv" "$python" numpy pytest hypothesis setuptools wheel
     install_pkg "$venv"
     snapshot "$tests"
     rm -rf "$tests/Lib"
@@ -198,6 +199,15 @@ do_valgrind() {
         --suppressions="$CI_DIR/quality.supp" \
         "$venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys \
         tests/test_capi_*.py -k "$select"
+    # the hostile-exporter corpus in this process (its children would escape
+    # valgrind), the generated exporters, and the boundary regressions
+    echo "-- valgrind: hostile corpus, generated exporters, boundaries"
+    BUFFEREXT_CORPUS_IN_PROCESS=1 BUFFEREXT_PROPERTY_EXAMPLES=60 \
+        PYTHONMALLOC=malloc timeout 1500 valgrind -q --error-exitcode=9 \
+        --suppressions="$CI_DIR/quality.supp" \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys \
+        tests/test_hostile.py tests/test_property_exporters.py \
+        tests/test_boundary_c.py tests/test_pep688.py
 }
 
 do_refleak() {

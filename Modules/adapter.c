@@ -75,6 +75,9 @@ adapter_finish_layout(AdapterObject *self, const char *who)
     Py_ssize_t n = l->itemsize;
     int i;
 
+    if (bufferext_gate_format(who, l->format, l->itemsize) < 0) {
+        return -1;
+    }
     for (i = 0; i < l->ndim; i++) {
         if (l->shape[i] < 0) {
             PyErr_Format(PyExc_BufferError, "%s: shape[%d] = %zd is "
@@ -281,10 +284,16 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
     uintptr_t stream = 0;
 
-    if (nargs < 3 || nargs > 4 || !PyCapsule_CheckExact(args[1])) {
+    if (nargs < 3 || nargs > 4) {
         PyErr_SetString(PyExc_TypeError, "_adapter_from_dlpack(source, "
-                        "capsule, readonly[, stream]): capsule must be a "
-                        "PyCapsule");
+                        "capsule, readonly[, stream])");
+        return NULL;
+    }
+    if (!PyCapsule_CheckExact(args[1])) {
+        PyErr_Format(PyExc_TypeError,
+                     "%.200s.__dlpack__() returned a '%.200s', not a DLPack "
+                     "capsule", Py_TYPE(args[0])->tp_name,
+                     Py_TYPE(args[1])->tp_name);
         return NULL;
     }
     if (nargs == 4 && args[3] != Py_None) {
@@ -456,15 +465,19 @@ adapter_from_buffer(PyObject *module, PyObject *args)
     Py_buffer_extended ext;
     PyObject *source;
     AdapterObject *self;
-    int readonly, i;
+    int readonly, i, flags;
+    Py_ssize_t stride;
 
     if (!PyArg_ParseTuple(args, "Op:_adapter_from_buffer", &source,
                           &readonly)) {
         return NULL;
     }
-    if (BufferExt_GetBuffer(source, &ext, (readonly ? PyBUF_FULL_RO
-                                                    : PyBUF_FULL) |
-                                              PyBUF_DEVICE) < 0) {
+    flags = (readonly ? PyBUF_FULL_RO : PyBUF_FULL) | PyBUF_DEVICE;
+    if (BufferExt_GetBuffer(source, &ext, flags) < 0) {
+        return NULL;
+    }
+    if (bufferext_gate(source, &ext, flags) < 0) {
+        BufferExt_Release(&ext);
         return NULL;
     }
     self = adapter_alloc(st, source, "buffer", ext.view.ndim);
@@ -474,9 +487,14 @@ adapter_from_buffer(PyObject *module, PyObject *args)
     }
     self->held = ext.view;
     self->has_held = 1;
-    for (i = 0; i < ext.view.ndim; i++) {
+    /* the gate let through a NULL shape only for ndim 0; NULL strides mean
+     * C order (PEP 3118; ctypes leaves them NULL) */
+    stride = ext.view.itemsize;
+    for (i = ext.view.ndim - 1; i >= 0; i--) {
         self->layout.shape[i] = ext.view.shape[i];
-        self->layout.strides[i] = ext.view.strides[i];
+        self->layout.strides[i] =
+            ext.view.strides != NULL ? ext.view.strides[i] : stride;
+        stride *= ext.view.shape[i] ? ext.view.shape[i] : 1;
     }
     self->layout.buf = ext.view.buf;
     self->layout.itemsize = ext.view.itemsize;
@@ -731,7 +749,16 @@ adapter_get_cai(PyObject *op, void *closure)
 
 #define ADAPTER_ATTR(name, doc) {#name, adapter_get_##name, NULL, doc, NULL}
 
+static PyObject *
+adapter_get_array(PyObject *op, void *closure)
+{
+    (void)closure;
+    return bufferext_array_attr(op, Adapter_CAST(op)->device);
+}
+
 static PyGetSetDef adapter_getset[] = {
+    {"__array__", adapter_get_array, NULL,
+     "Present only over device memory, to refuse numpy's conversion.", NULL},
     ADAPTER_ATTR(source, "The object the memory came from."),
     ADAPTER_ATTR(protocol, "How it was read: 'buffer', 'dlpack', "
                  "'dlpack-legacy', 'cuda_array_interface', "
@@ -792,7 +819,8 @@ static PyType_Spec adapter_spec = {
     "bufferext.BufferAdapter",
     sizeof(AdapterObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+        Py_TPFLAGS_DISALLOW_INSTANTIATION,
     adapter_slots,
 };
 
@@ -832,7 +860,11 @@ bufferext_init_adapter(PyObject *module)
     if (PyModule_AddFunctions(module, adapter_functions) < 0) {
         return -1;
     }
-    return bufferext_add_type(module, &adapter_spec,
-                              BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE,
-                              &st->BufferAdapter_Type);
+    if (bufferext_add_type(module, &adapter_spec,
+                           BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE,
+                           &st->BufferAdapter_Type) < 0) {
+        return -1;
+    }
+    bufferext_disallow_instantiation(st->BufferAdapter_Type);
+    return 0;
 }

@@ -287,9 +287,9 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
             const char *name, *text;
             error_text(res, &name, &text);
             PyErr_Format(PyExc_BufferError,
-                         "%s: 0x%llx is not CUDA device memory "
+                         "%s: %p is not CUDA device memory "
                          "(cuPointerGetAttribute: %s)", who,
-                         (unsigned long long)ptr, name);
+                         (void *)(uintptr_t)ptr, name);
             return -1;
         }
         if (bufferext_cuda.cuPointerGetAttribute(
@@ -303,9 +303,9 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
         return 0;                   /* the producer says the data is ready */
     }
     if (ctx == NULL) {
-        PyErr_Format(PyExc_BufferError, "%s: cannot order on stream 0x%llx: "
+        PyErr_Format(PyExc_BufferError, "%s: cannot order on stream %p: "
                      "the memory has no CUDA context", who,
-                     (unsigned long long)stream);
+                     (void *)stream);
         return -1;
     }
     if (CU_CHECK(who, cuCtxPushCurrent_v2, (ctx)) < 0) {

@@ -675,18 +675,6 @@ cudabuffer_dlpack_device(PyObject *op, PyObject *unused)
 
 /* numpy.asarray() would wrap a refused buffer in an object array. */
 static PyObject *
-cudabuffer_array(PyObject *op, PyObject *args, PyObject *kwargs)
-{
-    (void)op;
-    (void)args;
-    (void)kwargs;
-    PyErr_SetString(PyExc_BufferError,
-                    "CUDABuffer: device memory cannot be converted to a "
-                    "numpy array implicitly; use to_host() to copy it");
-    return NULL;
-}
-
-static PyObject *
 cudabuffer_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
@@ -728,7 +716,7 @@ static PyMethodDef cudabuffer_methods[] = {
      "synchronisation)."},
     {"__dlpack_device__", cudabuffer_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(2, ordinal): kDLCUDA."},
-    {"__array__", (PyCFunction)(void (*)(void))cudabuffer_array,
+    {"__array__", (PyCFunction)(void (*)(void))bufferext_refuse_array,
      METH_VARARGS | METH_KEYWORDS,
      "__array__($self, dtype=None, copy=None)\n--\n\n"
      "Refuses: device memory is not CPU memory (use to_host())."},

@@ -48,14 +48,20 @@ holder_free(dlpack_holder *holder)
     PyGILState_Release(gil);
 }
 
-/* An extended export of one of our own types: they honour every request
- * flag, so the slot is called directly (no capability lookup). */
+/* An extended export of one of our own types, through that type's own
+ * getbuffer (not the instance's slot: a subclass may override __buffer__),
+ * so that view->internal is our layout.  They honour every request flag:
+ * no capability lookup. */
 static int
 acquire(PyObject *exporter, Py_buffer_extended *ext)
 {
+    getbufferproc getbuffer = bufferext_own_getbuffer(exporter);
+
     BufferExtInternal_ClearExtension(ext);
-    return Py_TYPE(exporter)->tp_as_buffer->bf_getbuffer(
-        exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
+    if (getbuffer == NULL) {
+        return -1;
+    }
+    return getbuffer(exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
 }
 
 static void

@@ -102,8 +102,9 @@ bufferext_layout_parse(const char *who, PyObject *shape, Py_ssize_t itemsize,
         }
     }
     else {
-        /* a dict or set is iterable but not a shape */
-        seq = PySequence_Check(shape) ? PySequence_Fast(shape, "") : NULL;
+        /* a dict or set is iterable but not a shape; a tuple, because an
+         * item's __index__ may change a list while we read it */
+        seq = PySequence_Check(shape) ? PySequence_Tuple(shape) : NULL;
         if (seq == NULL) {
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError,
@@ -111,7 +112,7 @@ bufferext_layout_parse(const char *who, PyObject *shape, Py_ssize_t itemsize,
                          "not '%.200s'", who, Py_TYPE(shape)->tp_name);
             return -1;
         }
-        n = PySequence_Fast_GET_SIZE(seq);
+        n = PyTuple_GET_SIZE(seq);
         if (n > PyBUF_MAX_NDIM) {
             Py_DECREF(seq);
             PyErr_Format(PyExc_ValueError,
@@ -121,7 +122,7 @@ bufferext_layout_parse(const char *who, PyObject *shape, Py_ssize_t itemsize,
         }
         out->ndim = (int)n;
         for (i = 0; i < n; i++) {
-            if (layout_dim(who, PySequence_Fast_GET_ITEM(seq, i), (int)i,
+            if (layout_dim(who, PyTuple_GET_ITEM(seq, i), (int)i,
                            &out->shape[i]) < 0) {
                 Py_DECREF(seq);
                 return -1;
@@ -322,4 +323,35 @@ bufferext_check_source_format(bufferext_state *st, const char *who,
         return -1;
     }
     return 0;
+}
+
+PyObject *
+bufferext_refuse_array(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    PyErr_Format(PyExc_BufferError,
+                 "%.200s: device memory cannot be converted to a numpy array "
+                 "implicitly; use to_host() to copy it",
+                 Py_TYPE(self)->tp_name);
+    return NULL;
+}
+
+PyObject *
+bufferext_array_attr(PyObject *self, const char *device)
+{
+    static PyMethodDef refuse = {
+        "__array__", (PyCFunction)(void (*)(void))bufferext_refuse_array,
+        METH_VARARGS | METH_KEYWORDS,
+        "__array__($self, dtype=None, copy=None)\n--\n\n"
+        "Refuses: device memory is not CPU memory."};
+
+    if (device == NULL) {
+        PyErr_Format(PyExc_AttributeError,
+                     "%.200s over CPU memory has no __array__: numpy reads "
+                     "it through the buffer protocol",
+                     Py_TYPE(self)->tp_name);
+        return NULL;
+    }
+    return PyCFunction_New(&refuse, self);
 }

@@ -37,6 +37,44 @@ bufferext_state_from_type(PyTypeObject *type)
 #endif
 }
 
+/* Our getbuffer functions: process constants, recorded at init. */
+static getbufferproc own_getbuffers[8];
+
+void
+bufferext_own_register(PyTypeObject *type)
+{
+    getbufferproc fn = type->tp_as_buffer != NULL
+                           ? type->tp_as_buffer->bf_getbuffer : NULL;
+    size_t i;
+
+    for (i = 0; fn != NULL && i < Py_ARRAY_LENGTH(own_getbuffers); i++) {
+        if (own_getbuffers[i] == fn || own_getbuffers[i] == NULL) {
+            own_getbuffers[i] = fn;
+            return;
+        }
+    }
+}
+
+getbufferproc
+bufferext_own_getbuffer(PyObject *obj)
+{
+    PyTypeObject *type;
+    size_t i;
+
+    for (type = Py_TYPE(obj); type != NULL; type = type->tp_base) {
+        getbufferproc fn = type->tp_as_buffer != NULL
+                               ? type->tp_as_buffer->bf_getbuffer : NULL;
+        for (i = 0; fn != NULL && i < Py_ARRAY_LENGTH(own_getbuffers); i++) {
+            if (own_getbuffers[i] == fn) {
+                return fn;
+            }
+        }
+    }
+    PyErr_Format(PyExc_TypeError, "%.200s is not a bufferext exporter",
+                 Py_TYPE(obj)->tp_name);
+    return NULL;
+}
+
 int
 bufferext_add_type(PyObject *module, PyType_Spec *spec, int supported_flags,
                    PyTypeObject **slot)
@@ -48,6 +86,7 @@ bufferext_add_type(PyObject *module, PyType_Spec *spec, int supported_flags,
         BufferExt_SetSupportedFlags(*slot, supported_flags) < 0) {
         return -1;
     }
+    bufferext_own_register(*slot);
     return PyModule_AddObject(module, name != NULL ? name + 1 : spec->name,
                               Py_NewRef(*slot));
 }

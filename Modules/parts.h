@@ -39,6 +39,53 @@ int bufferext_init_cuda(PyObject *module);       /* cudabuffer.c */
 int bufferext_init_ve(PyObject *module);         /* vebuffer.c */
 int bufferext_init_adapter(PyObject *module);    /* adapter.c */
 
+/* Types only bufferext makes (BufferView, BufferAdapter): the flag, and on
+ * 3.9, which lacks it, no tp_new (Type() -> TypeError). */
+#ifndef Py_TPFLAGS_DISALLOW_INSTANTIATION
+#  define Py_TPFLAGS_DISALLOW_INSTANTIATION 0
+#endif
+static inline void
+bufferext_disallow_instantiation(PyTypeObject *type)
+{
+#if PY_VERSION_HEX < 0x030A0000
+    type->tp_new = NULL;
+#else
+    (void)type;
+#endif
+}
+
+/* gate.c: the one validation of an export another exporter filled, right
+ * after BufferExt_GetBuffer(obj, ext, flags) succeeded and before anything
+ * reads it: ndim, itemsize, len, format, shape, strides, suboffsets, the
+ * extent and our device names' device_info.  0, or -1 with BufferError
+ * "Type: field = value ..." (the caller still holds and releases ext). */
+int bufferext_gate(PyObject *exporter, const Py_buffer_extended *ext,
+                   int flags);
+/* Its format rule alone (printable, and the item size of a format it can
+ * size equal to `itemsize`), for layouts read from other protocols; `who`
+ * names the source in the BufferError. */
+int bufferext_gate_format(const char *who, const char *format,
+                          Py_ssize_t itemsize);
+
+/* module.c: our own types' getbuffer functions.  bufferext_own_register
+ * records a type's (at init); bufferext_own_getbuffer finds the one of the
+ * bufferext type `obj` is an instance of (its type or a base), the only
+ * getbuffer whose exports carry our layout in view->internal (a subclass
+ * may override __buffer__, and from 3.12 CPython gives every Python
+ * subclass of a guarded type a generic slot).  NULL with TypeError if
+ * `obj` is not an instance of one of our types. */
+void bufferext_own_register(PyTypeObject *type);
+getbufferproc bufferext_own_getbuffer(PyObject *obj);
+
+/* export.c: __array__ of memory on a device: numpy swallows the BufferError
+ * of the buffer protocol and would build a 0-d object array; this refuses
+ * with BufferError.  A METH_VARARGS | METH_KEYWORDS method, and the
+ * __array__ attribute of types whose memory may be on the CPU or a device
+ * (AttributeError for CPU memory, so numpy takes the buffer protocol). */
+PyObject *bufferext_refuse_array(PyObject *self, PyObject *args,
+                                 PyObject *kwargs);
+PyObject *bufferext_array_attr(PyObject *self, const char *device);
+
 /* A dict per device library for bufferext.devices(). */
 PyObject *bufferext_cuda_status(void);           /* cudabuffer.c */
 PyObject *bufferext_ve_status(void);             /* vebuffer.c */

@@ -472,6 +472,10 @@ static PyMethodDef vebuffer_methods[] = {
     {"__dlpack_device__", vebuffer_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n"
      "Always raises BufferError: DLPack has no VE device type."},
+    {"__array__", (PyCFunction)(void (*)(void))bufferext_refuse_array,
+     METH_VARARGS | METH_KEYWORDS,
+     "__array__($self, dtype=None, copy=None)\n--\n\n"
+     "Refuses: device memory is not CPU memory (use to_host())."},
     {"__enter__", bufferext_producer_enter, METH_NOARGS, NULL},
     {"__exit__", bufferext_producer_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -119,6 +119,14 @@ bufferext_get_buffer(PyObject *module, PyObject *const *args,
                                   &flags) < 0) {
         return NULL;
     }
+    if (flags == PyBUF_READ || flags == PyBUF_WRITE) {
+        /* CPython 3.13 raises SystemError for these two request values */
+        PyErr_Format(PyExc_ValueError,
+                     "get_buffer: flags = 0x%x is %s, a memoryview access "
+                     "mode, not a buffer request", (unsigned int)flags,
+                     flags == PyBUF_READ ? "PyBUF_READ" : "PyBUF_WRITE");
+        return NULL;
+    }
     self = (BufferViewObject *)st->BufferView_Type->tp_alloc(
         st->BufferView_Type, 0);
     if (self == NULL) {
@@ -130,7 +138,8 @@ bufferext_get_buffer(PyObject *module, PyObject *const *args,
     }
     self->acquired = 1;
     self->request_flags = flags;
-    if (view_build_layout(self) < 0) {
+    if (bufferext_gate(obj, &self->ext, flags) < 0 ||
+        view_build_layout(self) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -471,7 +480,19 @@ view_get_device_info(PyObject *op, void *closure)
 
 #define VIEW_ATTR(name, doc) {#name, view_get_##name, NULL, doc, NULL}
 
+static PyObject *
+view_get_array(PyObject *op, void *closure)
+{
+    BufferViewObject *self = BufferView_CAST(op);
+    (void)closure;
+    return bufferext_array_attr(
+        op, self->acquired && BufferExt_IsDevice(&self->ext)
+                ? self->ext.device : NULL);
+}
+
 static PyGetSetDef view_getset[] = {
+    {"__array__", view_get_array, NULL,
+     "Present only over device memory, to refuse numpy's conversion.", NULL},
     VIEW_ATTR(obj, "The exporting object."),
     VIEW_ATTR(ptr, "Address of the first byte (a device address for "
                    "device memory)."),
@@ -542,10 +563,6 @@ static PyType_Slot view_slots[] = {
 };
 
 /* Only get_buffer() makes BufferViews (3.9 lacks the flag: see init). */
-#ifndef Py_TPFLAGS_DISALLOW_INSTANTIATION
-#  define Py_TPFLAGS_DISALLOW_INSTANTIATION 0
-#endif
-
 static PyType_Spec view_spec = {
     "bufferext.BufferView",
     sizeof(BufferViewObject),
@@ -604,11 +621,10 @@ bufferext_init_view(PyObject *module)
 
     st->BufferView_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, &view_spec, NULL);
-#if PY_VERSION_HEX < 0x030A0000
     if (st->BufferView_Type != NULL) {
-        st->BufferView_Type->tp_new = NULL;  /* BufferView() -> TypeError */
+        bufferext_disallow_instantiation(st->BufferView_Type);
+        bufferext_own_register(st->BufferView_Type);
     }
-#endif
     if (st->BufferView_Type == NULL ||
         BufferExt_SetSupportedFlags(st->BufferView_Type,
                                     BUFFEREXT_LEGACY_FLAGS |

@@ -183,7 +183,8 @@ def test_wrongly_named_capsule(name: bytes) -> None:
 
 
 def test_not_a_capsule() -> None:
-    with pytest.raises(TypeError, match="PyCapsule"):
+    with pytest.raises(TypeError, match=r"NoneType.__dlpack__\(\) returned a "
+                                        "'object', not a DLPack capsule"):
         bufferext._bufferext._adapter_from_dlpack(None, object(), None)
 
 

@@ -98,12 +98,22 @@ def test_load_target_calls_factories_and_rejects_bad_specs(tmp_path,
         "import bufferext\n"
         "def make():\n    return bufferext.CPUBuffer(3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    made = load_target("factories:make")
+    # a factory is called only when asked (before, any callable was)
+    made = load_target("factories:make", call=True)
     assert isinstance(made, bufferext.CPUBuffer) and made.shape == (3,)
-    with pytest.raises(ValueError, match="MODULE:ATTR"):
-        load_target("numpy")
+    import factories
+    assert load_target("factories:make") is factories.make
+    with pytest.raises(TypeError, match="not callable"):
+        load_target("bufferext:__version__", call=True)
+    with pytest.raises(ValueError, match="MODULE:ATTR or a Python expression"):
+        load_target("numpy:")
     obj = load_target("bufferext._check:Finding.__name__")
     assert obj == "Finding"
+    # an expression: free names are modules, imported on first use
+    made = load_target('bufferext.CPUBuffer((4,), "f4")')
+    assert made.shape == (4,) and made.format == "f"
+    with pytest.raises(NameError, match="no_such_module_xyz"):
+        load_target("no_such_module_xyz.thing")
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -116,7 +126,8 @@ def test_cli_reports_and_exits_0_for_a_conforming_producer(tmp_path) -> None:
         "import bufferext\n"
         "def cpu():\n    return bufferext.CPUBuffer((2, 2), 'int32')\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "bufferext", "check", "producers:cpu"],
+        [sys.executable, "-m", "bufferext", "check", "producers:cpu",
+         "--call"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
@@ -125,9 +136,42 @@ def test_cli_reports_and_exits_0_for_a_conforming_producer(tmp_path) -> None:
 
 
 def test_cli_json_and_load_errors() -> None:
-    proc = run_cli("bufferext._check:Finding.__name__", "--json")
-    assert proc.returncode == 0
+    proc = run_cli('bufferext.CPUBuffer((4,), "f4")', "--json")
+    assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert report["conformant"] is True and report["type_name"] == "str"
+    assert report["conformant"] is True and report["type_name"] == "CPUBuffer"
     proc = run_cli("no_such_module_xyz:thing")
     assert proc.returncode == 2 and "cannot load" in proc.stderr
+
+
+@pytest.mark.parametrize("target", ["os:path",
+                                    "bufferext._check:Finding.__name__",
+                                    "bufferext:CPUBuffer"])
+def test_cli_non_exporter_is_not_conformant(target: str) -> None:
+    # before: "conformant", exit 0 (a class is no longer called unasked)
+    proc = run_cli(target)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "is not a buffer exporter" in proc.stderr
+    assert "[violation] buffer: not a buffer exporter" in proc.stdout
+    assert "result: NOT conformant" in proc.stdout
+
+
+@pytest.mark.parametrize("target, error", [
+    ("sys:exit", "SystemExit"), ("sys.exit(0)", "SystemExit"),
+    ("_thread.interrupt_main()", "KeyboardInterrupt")])
+def test_cli_target_that_exits_is_not_a_success(target: str,
+                                                error: str) -> None:
+    args = (target, "--call") if ":" in target else (target,)
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"cannot load {target!r}: {error}" in proc.stderr
+
+
+def test_device_fields_without_the_flag_are_a_violation(c99) -> None:
+    # before: the refusal of the extended request read as "info" and the
+    # exporter was reported conformant
+    exporter = c99.ExporterFull(device=c99.DEVICE_CUDA, liar="device_noflag")
+    report = check(exporter)
+    assert not report.conformant
+    assert any("without setting PyBUF_DEVICE" in f.message
+               for f in levels(report, "violation"))

@@ -104,12 +104,21 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     from ._check import check, format_report, load_target
 
     try:
-        obj = load_target(args.target)
-    except Exception as exc:       # report any import/attribute/call error
-        sys.stderr.write(f"check: cannot load {args.target!r}: "
-                         f"{type(exc).__name__}: {exc}\n")
+        obj = load_target(args.target, call=args.call)
+    except BaseException as exc:   # SystemExit and KeyboardInterrupt too:
+        sys.stderr.write(           # the target's, never a success
+            f"check: cannot load {args.target!r}: "
+            f"{type(exc).__name__}: {exc}\n")
         return 2
-    report = check(obj, args.target)
+    try:
+        report = check(obj, args.target)
+    except BaseException as exc:
+        sys.stderr.write(f"check: {args.target!r} raised "
+                         f"{type(exc).__name__}: {exc} while checked\n")
+        return 2
+    if not report.protocols["buffer"]:
+        sys.stderr.write(f"check: {args.target!r} is not a buffer exporter "
+                         f"(a {type(obj).__name__!r})\n")
     if args.json:
         json.dump(report.as_dict(), out, indent=2, default=repr)
         out.write("\n")
@@ -130,9 +139,13 @@ def _parser() -> argparse.ArgumentParser:
                       help="print the report as JSON")
     info.set_defaults(handler=_cmd_info)
     check = commands.add_parser(
-        "check", help="conformance report for a producer: MODULE:ATTR (a "
-                      "class or function is called to make an example)")
-    check.add_argument("target", metavar="MODULE:ATTR")
+        "check", help="conformance report for a buffer exporter: MODULE:ATTR "
+                      "or a Python expression such as "
+                      "'bufferext.CPUBuffer((4,), \"f4\")' (evaluated)")
+    check.add_argument("target", metavar="TARGET")
+    check.add_argument("--call", action="store_true",
+                       help="call the target without arguments to make the "
+                            "exporter (a class or factory)")
     check.add_argument("--json", action="store_true",
                        help="print the report as JSON")
     check.set_defaults(handler=_cmd_check)

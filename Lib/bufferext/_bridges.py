@@ -154,7 +154,11 @@ def _shape(protocol: str, d: Dict[str, Any]) -> Tuple[int, ...]:
     return tuple(int(n) for n in shape)
 
 
-def _typestr(protocol: str, d: Dict[str, Any]) -> Tuple[str, int]:
+def _typestr(protocol: str, d: Dict[str, Any]
+             ) -> Tuple[str, int, Tuple[int, ...]]:
+    """(format, itemsize, sub-array shape) of the 'typestr' key.  A sub-array
+    type such as '(2,3)<f4' describes items of its base type, its shape
+    appended to the array's (as NumPy reads it)."""
     typestr = _require(protocol, d, "typestr")
     if not isinstance(typestr, str):
         raise _fail(protocol, "typestr", typestr, "a str such as '<f8'")
@@ -167,6 +171,9 @@ def _typestr(protocol: str, d: Dict[str, Any]) -> Tuple[str, int]:
     if dtype.itemsize == 0 or dtype.hasobject:
         raise _fail(protocol, "typestr", typestr,
                     "a fixed-size type without Python objects")
+    subshape: Tuple[int, ...] = ()
+    if dtype.subdtype is not None:
+        dtype, subshape = dtype.subdtype
     try:
         fmt = resolve(dtype)[0]
     except TypeError:
@@ -177,7 +184,7 @@ def _typestr(protocol: str, d: Dict[str, Any]) -> Tuple[str, int]:
             raise _fail(protocol, "typestr", typestr, "a type the buffer "
                         "protocol can describe (not datetime/timedelta)"
                         ) from None
-    return fmt, dtype.itemsize
+    return fmt, dtype.itemsize, subshape
 
 
 def _strides(protocol: str, d: Dict[str, Any], shape: Tuple[int, ...],
@@ -242,10 +249,34 @@ def _common(protocol: str, interface: Any, low: int, high: int
     d = _get_dict(protocol, interface)
     _version(protocol, d, low, high)
     shape = _shape(protocol, d)
-    fmt, itemsize = _typestr(protocol, d)
-    strides = _strides(protocol, d, shape, itemsize)
+    fmt, itemsize, subshape = _typestr(protocol, d)
+    strides = _strides(protocol, d, shape, itemsize * _product(subshape))
     _no_mask(protocol, d)
+    if subshape:
+        if len(shape) + len(subshape) > 64:
+            raise _fail(protocol, "typestr", d["typestr"], "a sub-array "
+                        "that keeps the array within 64 dimensions")
+        shape += subshape
+        strides += _strides(protocol, {}, subshape, itemsize)
     return d, shape, strides, fmt, itemsize
+
+
+def _product(values: Tuple[int, ...]) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+def _extent(shape: Tuple[int, ...], strides: Tuple[int, ...],
+            itemsize: int) -> Tuple[int, int]:
+    """The bytes a strided layout touches, as [low, high) offsets from its
+    first element ((0, 0) when it has no element)."""
+    if 0 in shape:
+        return 0, 0
+    low = sum(s * (n - 1) for n, s in zip(shape, strides) if s < 0)
+    high = sum(s * (n - 1) for n, s in zip(shape, strides) if s > 0)
+    return low, high + itemsize
 
 
 def _from_cai(obj: Any, interface: Any,
@@ -296,6 +327,14 @@ def _from_array_interface(obj: Any, interface: Any,
     elif data is not None and _bufferext.check_buffer_supports(data):
         keepalive = _bufferext.get_buffer(data, BufferFlags.FULL_RO)
         ptr, ro = keepalive.ptr, keepalive.readonly
+        low, high = _extent(shape, strides, itemsize)
+        if int(offset) + low < 0 or int(offset) + high > keepalive.nbytes:
+            size = keepalive.nbytes
+            keepalive.release()
+            raise BufferError(
+                f"{protocol}: shape {shape}, strides {strides} and offset "
+                f"{int(offset)} reach bytes [{int(offset) + low}, "
+                f"{int(offset) + high}) of 'data', a buffer of {size} bytes")
     else:
         raise _fail(protocol, "data", data,
                     "a tuple (pointer, readonly) or a buffer object")

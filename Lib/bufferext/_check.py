@@ -73,18 +73,46 @@ class Report:
         return out
 
 
-def load_target(spec: str) -> Any:
-    """The object ``module:attr`` names (dotted attr allowed).  A class or
-    function is called without arguments to make an example producer."""
+class _Modules(Dict[str, Any]):
+    """The namespace of a target expression: a free name is the module of
+    that name, imported on first use."""
+
+    def __missing__(self, name: str) -> Any:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            raise NameError(f"name {name!r} is not defined (nor a module)"
+                            ) from None
+        self[name] = module
+        return module
+
+
+def load_target(spec: str, call: bool = False) -> Any:
+    """The object a target names.
+
+    ``module:attr`` (a dotted attr allowed) is that attribute, as it is: a
+    class or function is called, without arguments, only with ``call=True``.
+    Anything else is a Python expression, evaluated with every free name
+    bound to the module of that name (``bufferext.CPUBuffer((4,), "f4")``,
+    ``numpy.zeros(3)``): it runs the code it says.
+    """
     module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"expected MODULE:ATTR, not {spec!r}")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    if isinstance(obj, type) or (callable(obj)
-                                 and not _bufferext.check_buffer_supports(obj)
-                                 and not hasattr(obj, "__dlpack__")):
+    if sep and module_name.replace(".", "").isidentifier() and \
+            attr.replace(".", "").isidentifier():
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    else:
+        try:
+            code = compile(spec, "<target>", "eval")
+        except SyntaxError as exc:
+            raise ValueError(f"expected MODULE:ATTR or a Python expression, "
+                             f"not {spec!r} ({exc.msg})") from None
+        obj = eval(code, _Modules())
+    if call:
+        if not callable(obj):
+            raise TypeError(f"--call: {spec} is a "
+                            f"{type(obj).__name__!r}, not callable")
         obj = obj()
     return obj
 
@@ -146,8 +174,11 @@ def _where(obj: Any, report: Report) -> Optional[str]:
         with _bufferext.get_buffer(obj, F.FULL_RO | F.DEVICE) as view:
             device, answered = view.device, bool(view.flags & F.DEVICE)
     except BufferError as exc:
-        report.add("info", "extended request",
-                   f"FULL_RO|DEVICE refused: {exc}")
+        if any(text in str(exc) for text in _EXTENSION_PROBLEMS):
+            report.add("violation", "extended request", str(exc))
+        else:
+            report.add("info", "extended request",
+                       f"FULL_RO|DEVICE refused: {exc}")
         return None
     if device is not None:
         report.add("ok", "extended request", f"memory on device {device!r}")
@@ -262,9 +293,13 @@ def check(obj: Any, target: str = "") -> Report:
     report = Report(target or repr(obj)[:80], type(obj).__qualname__)
     _protocols(obj, report)
     if not report.protocols["buffer"]:
-        report.add("info", "buffer", "does not export buffers")
+        report.add("violation", "buffer",
+                   f"not a buffer exporter (a {type(obj).__name__!r} has no "
+                   "buffer slot)")
         return report
     device = _where(obj, report)
+    if device is None and not report.conformant:
+        return report          # the extension was written wrongly: said
     _device_safety(obj, device, report)
     _claims(obj, device, report)
     declared = report.protocols["declared_supported_flags"]

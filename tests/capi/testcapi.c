@@ -44,11 +44,23 @@ enum {
     LIAR_UNASKED,       /* writes the extension without PyBUF_DEVICE */
     LIAR_DEVICE_NOFLAG, /* fills device fields, leaves flags at 0 */
     LIAR_EXTRA_FLAGS,   /* sets an extended flag nobody requested */
-    LIAR_FAIL_LATE      /* fills the extension, then fails the request */
+    LIAR_FAIL_LATE,     /* fills the extension, then fails the request */
+    /* lies in the PEP 3118 fields or the device info, after an honest fill
+     * (what bufferext's gate must refuse) */
+    LIAR_NDIM_65,
+    LIAR_NDIM_NEGATIVE,
+    LIAR_ITEMSIZE_0,
+    LIAR_LEN_PAST_SHAPE,
+    LIAR_SHAPE_NULL,
+    LIAR_FORMAT_LONG,
+    LIAR_INFO_NULL,     /* our device name, device_info NULL */
+    LIAR_INFO_VERSION   /* our device name, device_info of major version 2 */
 };
 
 static const char *const liar_names[] = {
-    "none", "unasked", "device_noflag", "extra_flags", "fail_late", NULL,
+    "none", "unasked", "device_noflag", "extra_flags", "fail_late",
+    "ndim_65", "ndim_negative", "itemsize_0", "len_past_shape", "shape_null",
+    "format_long", "info_null", "info_version", NULL,
 };
 
 typedef struct {
@@ -86,21 +98,32 @@ parse_liar(const char *name)
     return -1;
 }
 
-/* Fill the device_info double for the device name `name`. */
+/* Fill a device_info double (cuda and ve share storage) for the device
+ * name `name`; `owner` stands for the context or process handle. */
+static void
+exporter_fill_info_for(BufferExt_CUDADeviceInfo *cuda,
+                       BufferExt_VEDeviceInfo *ve, const char *name,
+                       void *owner)
+{
+    if (strcmp(name, BUFFEREXT_DEVICE_VE) == 0) {
+        memset(ve, 0, sizeof(*ve));
+        ve->version = BUFFEREXT_VE_INFO_VERSION;
+        ve->node = 3;
+        ve->proc = owner;
+    }
+    else {
+        memset(cuda, 0, sizeof(*cuda));
+        cuda->version = BUFFEREXT_CUDA_INFO_VERSION;
+        cuda->device = 1;
+        cuda->context = owner;
+    }
+}
+
 static void
 exporter_fill_info(ExporterObject *self, const char *name)
 {
     memset(&self->info, 0, sizeof(self->info));
-    if (strcmp(name, BUFFEREXT_DEVICE_VE) == 0) {
-        self->info.ve.version = BUFFEREXT_VE_INFO_VERSION;
-        self->info.ve.node = 3;
-        self->info.ve.proc = self;
-    }
-    else {
-        self->info.cuda.version = BUFFEREXT_CUDA_INFO_VERSION;
-        self->info.cuda.device = 1;
-        self->info.cuda.context = self;
-    }
+    exporter_fill_info_for(&self->info.cuda, &self->info.ve, name, self);
 }
 
 static int
@@ -251,11 +274,32 @@ exporter_lie(ExporterObject *self, PyObject *op, Py_buffer *view, int flags)
     return 0;
 }
 
+/* The lies told after an honest fill of the PEP 3118 fields. */
+static void
+exporter_lie_fields(ExporterObject *self, Py_buffer *view)
+{
+    static char long_format[300];
+
+    switch (self->liar) {
+    case LIAR_NDIM_65: view->ndim = 65; break;
+    case LIAR_NDIM_NEGATIVE: view->ndim = -1; break;
+    case LIAR_ITEMSIZE_0: view->itemsize = 0; break;
+    case LIAR_LEN_PAST_SHAPE: view->len = 1 << 20; break;
+    case LIAR_SHAPE_NULL: view->shape = NULL; break;
+    case LIAR_FORMAT_LONG:
+        memset(long_format, 'i', sizeof(long_format) - 1);
+        view->format = long_format;
+        break;
+    default: break;
+    }
+}
+
 static int
 exporter_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
     ExporterObject *self = Exporter_CAST(op);
     const char *device;
+    void *info;
 
     self->getbuffer_calls++;
     view->obj = NULL;
@@ -263,13 +307,16 @@ exporter_getbuffer(PyObject *op, Py_buffer *view, int flags)
         return -1;
     }
     device = self->device ? PyUnicode_AsUTF8(self->device) : NULL;
-    if (self->liar != LIAR_NONE) {
+    info = device && self->liar != LIAR_INFO_NULL ? &self->info : NULL;
+    if (self->liar == LIAR_INFO_VERSION) {
+        self->info.cuda.version = 2u << 16;      /* ve's is first too */
+    }
+    if (self->liar != LIAR_NONE && self->liar <= LIAR_FAIL_LATE) {
         if (exporter_lie(self, op, view, flags) < 0) {
             return -1;
         }
     }
-    else if (BufferExt_SetDevice(op, view, flags, device,
-                                 device ? &self->info : NULL) < 0) {
+    else if (BufferExt_SetDevice(op, view, flags, device, info) < 0) {
         return -1;
     }
     view->buf = self->data;
@@ -282,6 +329,7 @@ exporter_getbuffer(PyObject *op, Py_buffer *view, int flags)
     view->strides = REQ_STRIDES(flags) ? self->strides : NULL;
     view->suboffsets = NULL;
     view->internal = NULL;
+    exporter_lie_fields(self, view);
     view->obj = Py_NewRef(op);
     self->exports++;
     return 0;
@@ -382,6 +430,218 @@ add_exporter_type(PyObject *module, PyType_Spec *spec, int declared)
     }
     return 0;
 }
+
+/* ---- the configurable liar -------------------------------------------- */
+
+/* Configurable(block_size, len, itemsize, ndim, format=None, shape=None,
+ * strides=None, suboffsets=None, readonly=False, device=None,
+ * info="valid", offset=0): an exporter that answers every request with
+ * exactly these fields, whatever was asked (it honours no request flag),
+ * over a zeroed block of block_size bytes (buf = block + offset).  device
+ * is None, "bufferext.cuda", "bufferext.ve" or a foreign name; info is
+ * "valid", "null" or "bad_version".  The fuzz corpus and the property
+ * test (tests/test_hostile.py, tests/test_property_exporters.py) drive it;
+ * the arrays hold PyBUF_MAX_NDIM + 8 entries (zeros past those given), so
+ * a consumer that trusts an ndim up to that reads no further than ours. */
+#define CONF_DIMS (PyBUF_MAX_NDIM + 8)
+
+typedef struct {
+    PyObject_HEAD
+    char *block;
+    Py_ssize_t block_size, len, itemsize, offset;
+    int ndim, readonly, info_mode;
+    char *format;                     /* owned copy, or NULL */
+    Py_ssize_t *dims[3];              /* shape, strides, suboffsets */
+    char device[64];
+    int has_device;
+    union {
+        BufferExt_CUDADeviceInfo cuda;
+        BufferExt_VEDeviceInfo ve;
+    } info;
+    Py_ssize_t exports;
+} ConfObject;
+
+#define Conf_CAST(op) ((ConfObject *)(op))
+
+/* dims[which] from a tuple of ints, or NULL for None.  0 or -1. */
+static int
+conf_dims(ConfObject *self, int which, PyObject *values)
+{
+    Py_ssize_t i, n;
+
+    if (values == Py_None) {
+        return 0;
+    }
+    if (!PyTuple_Check(values) || PyTuple_GET_SIZE(values) > CONF_DIMS) {
+        PyErr_SetString(PyExc_TypeError, "Configurable: shape, strides and "
+                        "suboffsets are None or short tuples of ints");
+        return -1;
+    }
+    self->dims[which] =
+        (Py_ssize_t *)PyMem_Calloc(CONF_DIMS, sizeof(Py_ssize_t));
+    if (self->dims[which] == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    n = PyTuple_GET_SIZE(values);
+    for (i = 0; i < n; i++) {
+        self->dims[which][i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(values, i));
+        if (self->dims[which][i] == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+conf_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {
+        (char *)"block_size", (char *)"len", (char *)"itemsize",
+        (char *)"ndim", (char *)"format", (char *)"shape", (char *)"strides",
+        (char *)"suboffsets", (char *)"readonly", (char *)"device",
+        (char *)"info", (char *)"offset", NULL};
+    Py_ssize_t block_size, len, itemsize, offset = 0;
+    int ndim, readonly = 0;
+    const char *format = NULL, *device = NULL, *info = "valid";
+    PyObject *shape = Py_None, *strides = Py_None, *suboffsets = Py_None;
+    ConfObject *self;
+
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwargs, "nnni|zOOOpzsn:Configurable", kwlist, &block_size,
+            &len, &itemsize, &ndim, &format, &shape, &strides, &suboffsets,
+            &readonly, &device, &info, &offset)) {
+        return NULL;
+    }
+    if (block_size < 0 || block_size > (1 << 24) || offset < 0 ||
+        offset > block_size || (device && strlen(device) >= 64)) {
+        PyErr_SetString(PyExc_ValueError, "Configurable: block_size in "
+                        "[0, 2**24], offset in [0, block_size], short device");
+        return NULL;
+    }
+    self = (ConfObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->block = (char *)PyMem_Calloc((size_t)block_size + 1, 1);
+    self->format = format ? (char *)PyMem_Malloc(strlen(format) + 1) : NULL;
+    if (self->block == NULL || (format && self->format == NULL)) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    if (format) {
+        strcpy(self->format, format);
+    }
+    self->block_size = block_size;
+    self->len = len;
+    self->itemsize = itemsize;
+    self->offset = offset;
+    self->ndim = ndim;
+    self->readonly = readonly;
+    self->has_device = device != NULL;
+    if (device) {
+        strcpy(self->device, device);
+    }
+    self->info_mode = strcmp(info, "null") == 0 ? 0
+                      : strcmp(info, "bad_version") == 0 ? 2 : 1;
+    exporter_fill_info_for(&self->info.cuda, &self->info.ve,
+                           device ? device : "", self);
+    if (self->info_mode == 2) {
+        self->info.cuda.version = 2u << 16;   /* ve's version is first too */
+    }
+    if (conf_dims(self, 0, shape) < 0 || conf_dims(self, 1, strides) < 0 ||
+        conf_dims(self, 2, suboffsets) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void
+conf_dealloc(PyObject *op)
+{
+    ConfObject *self = Conf_CAST(op);
+    PyTypeObject *tp = Py_TYPE(op);
+    int i;
+
+    PyMem_Free(self->block);
+    PyMem_Free(self->format);
+    for (i = 0; i < 3; i++) {
+        PyMem_Free(self->dims[i]);
+    }
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static int
+conf_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    ConfObject *self = Conf_CAST(op);
+    const char *device = self->has_device ? self->device : NULL;
+
+    view->obj = NULL;
+    if (BufferExt_SetDevice(op, view, flags, device,
+                            device && self->info_mode ? &self->info
+                                                      : NULL) < 0) {
+        return -1;
+    }
+    view->buf = self->block + self->offset;
+    view->len = self->len;
+    view->readonly = self->readonly;
+    view->itemsize = self->itemsize;
+    view->format = self->format;
+    view->ndim = self->ndim;
+    view->shape = self->dims[0];
+    view->strides = self->dims[1];
+    view->suboffsets = self->dims[2];
+    view->internal = NULL;
+    view->obj = Py_NewRef(op);
+    self->exports++;
+    return 0;
+}
+
+static void
+conf_releasebuffer(PyObject *op, Py_buffer *view)
+{
+    (void)view;
+    Conf_CAST(op)->exports--;
+}
+
+static PyObject *
+conf_get_exports(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(Conf_CAST(op)->exports);
+}
+
+static PyObject *
+conf_get_address(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromVoidPtr(Conf_CAST(op)->block);
+}
+
+static PyGetSetDef conf_getset[] = {
+    {(char *)"exports", conf_get_exports, NULL,
+     (char *)"number of live exports", NULL},
+    {(char *)"address", conf_get_address, NULL,
+     (char *)"address of the block", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot conf_slots[] = {
+    {Py_tp_new, (void *)conf_new},
+    {Py_tp_dealloc, (void *)conf_dealloc},
+    {Py_tp_getset, (void *)conf_getset},
+    {Py_bf_getbuffer, (void *)conf_getbuffer},
+    {Py_bf_releasebuffer, (void *)conf_releasebuffer},
+    {0, NULL},
+};
+
+static PyType_Spec conf_spec = {
+    TC_MODNAME ".Configurable", sizeof(ConfObject), 0, Py_TPFLAGS_DEFAULT,
+    conf_slots,
+};
 
 /* ---- consumer side ---------------------------------------------------- */
 
@@ -951,7 +1211,9 @@ tc_exec(PyObject *module)
         add_exporter_type(module, &spec_simple,
                           BUFFEREXT_SUPPORTS_SIMPLE_ONLY) < 0 ||
         add_exporter_type(module, &spec_full, MASK_FULL) < 0 ||
-        add_exporter_type(module, &spec_nodevice, MASK_NODEVICE) < 0) {
+        add_exporter_type(module, &spec_nodevice, MASK_NODEVICE) < 0 ||
+        add_exporter_type(module, &conf_spec,
+                          BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE) < 0) {
         return -1;
     }
     return 0;

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .._bufferext import get_buffer
+from .._dtypes import resolve
 from .._flags import BufferFlags
 
 __all__ = ["ProtocolError", "validate", "EXPORT_VERSION", "owned_count"]
@@ -59,6 +60,9 @@ class ProtocolError(ValueError):
 
 def _is_int(value: Any) -> bool:
     return type(value) is int
+
+
+_INT64_MAX = 2**63 - 1
 
 
 def owned_count(size: int, grid_size: int, grid_rank: int, block_size: int = 1) -> int:
@@ -146,6 +150,9 @@ class _Checker:
             return None
         if value < low:
             self.bad(dim, key, value, f"must be >= {low}")
+            return None
+        if value > _INT64_MAX:
+            self.bad(dim, key, value, "must fit an int64 (at most 2**63 - 1)")
             return None
         return int(value)
 
@@ -298,7 +305,7 @@ def _index_buffer(raw: Any, legacy: bool) -> Optional[np.ndarray]:
 
 
 def _version(value: Any) -> Tuple[int, int, int]:
-    if value == EXPORT_VERSION and type(value) is str:
+    if type(value) is str and value == EXPORT_VERSION:
         return (0, 10, 0)
     if type(value) is not str or _VERSION.match(value) is None:
         raise ProtocolError([f"'__version__' = {value!r}: must be a "
@@ -354,9 +361,19 @@ def _buffer_shape(buffer: Any) -> Tuple[Tuple[int, ...], Optional[str], str]:
         raise ProtocolError([f"'buffer' = {type(buffer).__name__} object: does not "
                              f"export a buffer ({exc})"]) from None
     try:
-        return tuple(view.shape), view.device, view.format
+        shape, device, fmt = tuple(view.shape), view.device, view.format
     finally:
         view.release()
+    if device is not None:
+        # device memory moves as a numeric array (staged or handed to MPI)
+        try:
+            resolve(fmt)
+        except (TypeError, ValueError):
+            raise ProtocolError([f"'buffer' = {type(buffer).__name__} object: "
+                                 f"memory on device {device!r} with format "
+                                 f"{fmt!r}; device buffers must hold a numeric "
+                                 "type (bool, int, float, complex)"]) from None
+    return shape, device, fmt
 
 
 def check(distbuffer: Any) -> Tuple[Tuple[int, int, int], Tuple[int, ...],

@@ -1,0 +1,192 @@
+/* gate.c -- the one validation of a buffer that another exporter filled.
+ * get_buffer() (view.c) and as_buffer() of a buffer (adapter.c) pass every
+ * export through bufferext_gate() before any code reads its fields; the
+ * DLPack paths (dlpack.c) read only our own exports, found through
+ * bufferext_own_getbuffer().  A refusal is a BufferError naming the
+ * exporter's type, the field and the value. */
+#include "parts.h"
+
+/* Longest format or device name we read (they are NUL-terminated strings
+ * of the exporter; a longer one is refused rather than scanned on). */
+#define GATE_MAX_NAME 256
+
+static int
+gate_refuse_named(const char *who, const char *format, ...)
+{
+    char what[320];
+    va_list va;
+
+    va_start(va, format);
+    PyOS_vsnprintf(what, sizeof(what), format, va);
+    va_end(va);
+    PyErr_Format(PyExc_BufferError, "%.200s: %s", who, what);
+    return -1;
+}
+
+#define gate_refuse(exporter, ...) \
+    gate_refuse_named(Py_TYPE(exporter)->tp_name, __VA_ARGS__)
+
+/* 1 if `s` is a NUL-terminated string of printable ASCII, at most
+ * GATE_MAX_NAME bytes long (the terminator not counted). */
+static int
+printable(const char *s)
+{
+    int i;
+
+    for (i = 0; i <= GATE_MAX_NAME; i++) {
+        if (s[i] == '\0') {
+            return 1;
+        }
+        if (s[i] < 0x20 || s[i] > 0x7e) {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* The device-info checks: our device names promise a layout. */
+static int
+gate_device(PyObject *exporter, const Py_buffer_extended *ext)
+{
+    uint32_t major;
+
+    if (!printable(ext->device)) {
+        return gate_refuse(exporter, "device name is not a short printable "
+                                     "ASCII string");
+    }
+    if (strcmp(ext->device, BUFFEREXT_DEVICE_CUDA) == 0) {
+        major = BUFFEREXT_CUDA_INFO_MAJOR;
+    }
+    else if (strcmp(ext->device, BUFFEREXT_DEVICE_VE) == 0) {
+        major = BUFFEREXT_VE_INFO_MAJOR;
+    }
+    else {
+        return 0;                   /* a foreign device: opaque to us */
+    }
+    if (ext->device_info == NULL) {
+        return gate_refuse(exporter, "device '%s' with device_info NULL",
+                           ext->device);
+    }
+    /* both layouts start with uint32_t version = major << 16 | minor */
+    if (*(const uint32_t *)ext->device_info >> 16 != major) {
+        return gate_refuse(exporter, "device '%s': device_info version "
+                           "0x%x, expected major version %u", ext->device,
+                           (unsigned int)*(const uint32_t *)ext->device_info,
+                           (unsigned int)major);
+    }
+    return 0;
+}
+
+/* The shape and strides checks: sizes >= 0, len == product(shape) *
+ * itemsize (PEP 3118), and no span past PY_SSIZE_T_MAX. */
+static int
+gate_dims(PyObject *exporter, const Py_buffer *v)
+{
+    Py_ssize_t items = 1, span = v->itemsize;
+    int i;
+
+    for (i = 0; i < v->ndim; i++) {
+        Py_ssize_t n = v->shape[i], stride;
+        if (n < 0) {
+            return gate_refuse(exporter, "shape[%d] = %zd is negative", i, n);
+        }
+        if (n != 0 && items > PY_SSIZE_T_MAX / n) {
+            return gate_refuse(exporter, "shape[%d] = %zd: the element "
+                               "count overflows", i, n);
+        }
+        items *= n;
+        if (v->strides == NULL || n == 0) {
+            continue;
+        }
+        stride = v->strides[i];
+        if (stride == PY_SSIZE_T_MIN ||
+            (n > 1 && (stride < 0 ? -stride : stride) >
+                          (PY_SSIZE_T_MAX - span) / (n - 1))) {
+            return gate_refuse(exporter, "strides[%d] = %zd with shape[%d] "
+                               "= %zd spans more than PY_SSIZE_T_MAX bytes",
+                               i, stride, i, n);
+        }
+        span += (stride < 0 ? -stride : stride) * (n - 1);
+    }
+    if (items > PY_SSIZE_T_MAX / v->itemsize ||
+        items * v->itemsize != v->len) {
+        return gate_refuse(exporter, "len = %zd, but shape and itemsize %zd "
+                           "describe %zd elements", v->len, v->itemsize,
+                           items);
+    }
+    return 0;
+}
+
+int
+bufferext_gate_format(const char *who, const char *format,
+                      Py_ssize_t itemsize)
+{
+    uint32_t packed;
+
+    if (!printable(format)) {
+        return gate_refuse_named(who, "format is not a short printable "
+                                      "ASCII string");
+    }
+    if (bufferext_format_dlpack(format, itemsize, &packed) == 3) {
+        return gate_refuse_named(who, "format '%s' does not describe items "
+                                 "of itemsize = %zd bytes", format, itemsize);
+    }
+    return 0;
+}
+
+int
+bufferext_gate(PyObject *exporter, const Py_buffer_extended *ext, int flags)
+{
+    const Py_buffer *v = &ext->view;
+
+    if (v->ndim < 0 || v->ndim > PyBUF_MAX_NDIM) {
+        return gate_refuse(exporter, "ndim = %d is outside [0, %d]", v->ndim,
+                           PyBUF_MAX_NDIM);
+    }
+    if (v->itemsize <= 0) {
+        return gate_refuse(exporter, "itemsize = %zd (an item must have at "
+                           "least one byte)", v->itemsize);
+    }
+    if (v->len < 0) {
+        return gate_refuse(exporter, "len = %zd is negative", v->len);
+    }
+    if (v->format != NULL) {
+        if (bufferext_gate_format(Py_TYPE(exporter)->tp_name, v->format,
+                                  v->itemsize) < 0) {
+            return -1;
+        }
+    }
+    else if ((flags & PyBUF_FORMAT) && v->itemsize != 1) {
+        return gate_refuse(exporter, "format is NULL (unsigned bytes) "
+                           "although PyBUF_FORMAT was requested, and "
+                           "itemsize = %zd", v->itemsize);
+    }
+    if (v->suboffsets != NULL && (flags & PyBUF_INDIRECT) != PyBUF_INDIRECT) {
+        return gate_refuse(exporter, "suboffsets is set although "
+                                     "PyBUF_INDIRECT was not requested");
+    }
+    if (v->shape == NULL) {
+        /* PEP 3118: no shape, 1-D unsigned bytes; a 0-d export may leave
+         * it NULL even when asked */
+        if ((flags & PyBUF_ND) == PyBUF_ND && v->ndim > 0) {
+            return gate_refuse(exporter, "shape is NULL although PyBUF_ND "
+                                         "was requested (ndim = %d)",
+                               v->ndim);
+        }
+        if ((flags & PyBUF_ND) == PyBUF_ND && v->len != v->itemsize) {
+            return gate_refuse(exporter, "len = %zd, but a 0-d buffer holds "
+                               "one item of itemsize %zd", v->len,
+                               v->itemsize);
+        }
+    }
+    else if (gate_dims(exporter, v) < 0) {
+        return -1;
+    }
+    if (BufferExt_IsDevice(ext)) {
+        return gate_device(exporter, ext);
+    }
+    if (v->buf == NULL && v->len > 0) {
+        return gate_refuse(exporter, "buf is NULL but len = %zd", v->len);
+    }
+    return 0;
+}
