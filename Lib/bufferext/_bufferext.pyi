@@ -406,6 +406,8 @@ class VEBuffer:
     ) -> NoReturn:
         """Refused: DLPack has no NEC VE device type."""
     def __dlpack_device__(self) -> NoReturn: ...
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> NDArray[Any]:
+        """Refused with BufferError: device memory is not CPU memory."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

@@ -272,7 +272,7 @@ static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type)
  * CPython's own __buffer__ wrapper of the type.  Its docstring marks it,
  * so that a header in another extension recognises it. */
 #define BUFFEREXT_ACCEL_GUARD_DOC                                                 \
-    "__buffer__($self, flags, /)\n--\n\n"                                   \
+    "__buffer__($wrapper, self, flags, /)\n--\n\n"                          \
     "Return a memoryview of the buffer.  A request that includes\n"         \
     "PyBUF_DEVICE raises BufferError: a memoryview carries CPU memory\n"    \
     "only (bufferext guard, see bufferext.h)."
