@@ -10,8 +10,13 @@
  * of the exporter; a longer one is refused rather than scanned on). */
 #define GATE_MAX_NAME 256
 
+/* The words that tell the gate's refusals (a lying exporter) from an
+ * exporter's own; bufferext.check reports them as violations. */
+#define GATE_LIE "exported an invalid buffer: "
+
+/* BufferError "who: <lie>what", -1. */
 static int
-gate_refuse_named(const char *who, const char *format, ...)
+refuse(const char *who, const char *lie, const char *format, ...)
 {
     char what[320];
     va_list va;
@@ -19,12 +24,12 @@ gate_refuse_named(const char *who, const char *format, ...)
     va_start(va, format);
     PyOS_vsnprintf(what, sizeof(what), format, va);
     va_end(va);
-    PyErr_Format(PyExc_BufferError, "%.200s: %s", who, what);
+    PyErr_Format(PyExc_BufferError, "%.200s: %s%s", who, lie, what);
     return -1;
 }
 
 #define gate_refuse(exporter, ...) \
-    gate_refuse_named(Py_TYPE(exporter)->tp_name, __VA_ARGS__)
+    refuse(Py_TYPE(exporter)->tp_name, GATE_LIE, __VA_ARGS__)
 
 /* 1 if `s` is a NUL-terminated string of printable ASCII, at most
  * GATE_MAX_NAME bytes long (the terminator not counted). */
@@ -117,21 +122,29 @@ gate_dims(PyObject *exporter, const Py_buffer *v)
     return 0;
 }
 
-int
-bufferext_gate_format(const char *who, const char *format,
-                      Py_ssize_t itemsize)
+/* The format rule; `lie` says whose fault it is (see GATE_LIE). */
+static int
+gate_format(const char *who, const char *lie, const char *format,
+            Py_ssize_t itemsize)
 {
     uint32_t packed;
 
     if (!printable(format)) {
-        return gate_refuse_named(who, "format is not a short printable "
-                                      "ASCII string");
+        return refuse(who, lie, "format is not a short printable ASCII "
+                                "string");
     }
     if (bufferext_format_dlpack(format, itemsize, &packed) == 3) {
-        return gate_refuse_named(who, "format '%s' does not describe items "
-                                 "of itemsize = %zd bytes", format, itemsize);
+        return refuse(who, lie, "format '%s' does not describe items of "
+                      "itemsize = %zd bytes", format, itemsize);
     }
     return 0;
+}
+
+int
+bufferext_gate_format(const char *who, const char *format,
+                      Py_ssize_t itemsize)
+{
+    return gate_format(who, "", format, itemsize);
 }
 
 int
@@ -151,8 +164,8 @@ bufferext_gate(PyObject *exporter, const Py_buffer_extended *ext, int flags)
         return gate_refuse(exporter, "len = %zd is negative", v->len);
     }
     if (v->format != NULL) {
-        if (bufferext_gate_format(Py_TYPE(exporter)->tp_name, v->format,
-                                  v->itemsize) < 0) {
+        if (gate_format(Py_TYPE(exporter)->tp_name, GATE_LIE, v->format,
+                        v->itemsize) < 0) {
             return -1;
         }
     }

@@ -175,3 +175,132 @@ def test_device_fields_without_the_flag_are_a_violation(c99) -> None:
     assert not report.conformant
     assert any("without setting PyBUF_DEVICE" in f.message
                for f in levels(report, "violation"))
+
+
+# ---- exact reports: every protocol key and every finding -----------------
+# (what a mutation run showed unguarded: reports could lose findings, keys
+# or words and every test still passed)
+
+def findings(report: Any) -> list:
+    return [(f.level, f.subject, f.message) for f in report.findings]
+
+
+NO_PROTOCOLS = {"dlpack": False, "dlpack_device": None,
+                "dlpack_c_exchange_api": False, "cuda_array_interface": None,
+                "ve_array_interface": None, "array_interface": None}
+
+
+def test_report_of_cpubuffer() -> None:
+    report = check(bufferext.CPUBuffer((2, 2), "i4"), "cpu")
+    assert (report.target, report.type_name) == ("cpu", "CPUBuffer")
+    assert report.protocols == {
+        "buffer": True, "declared_supported_flags": 0x101FD, "dlpack": True,
+        "dlpack_device": (1, 0), "dlpack_c_exchange_api": True,
+        "cuda_array_interface": None, "ve_array_interface": None,
+        "array_interface": 3}
+    # 28 requests; the 4 that ask F_CONTIGUOUS of a 2x2 C-ordered block
+    # are refused
+    assert findings(report) == [
+        ("ok", "extended request",
+         "CPU memory, answered explicitly (flags has DEVICE)"),
+        ("info", "supported flags", "effective mask 0x101fd"),
+        ("ok", "requests", "24 declared requests answered, 4 refused")]
+    assert report.conformant and report.as_dict()["conformant"] is True
+
+
+def test_report_of_a_legacy_exporter() -> None:
+    report = check(b"ab")
+    assert report.protocols == {"buffer": True,
+                                "declared_supported_flags": None,
+                                **NO_PROTOCOLS}
+    # bytes is read-only: the 14 WRITABLE requests are refused
+    assert findings(report) == [
+        ("info", "extended request",
+         "CPU memory; PyBUF_DEVICE ignored (a legacy exporter)"),
+        ("info", "supported flags", "effective mask 0x1fd"),
+        ("ok", "requests", "14 declared requests answered, 14 refused")]
+
+
+def test_report_of_device_memory(c99: Any) -> None:
+    report = check(c99.ExporterFull(device=c99.DEVICE_CUDA))
+    assert report.protocols["declared_supported_flags"] == 0x101FD
+    assert findings(report) == [
+        ("ok", "extended request", "memory on device 'bufferext.cuda'"),
+        ("ok", "device safety", "all 28 plain requests refused"),
+        ("info", "supported flags", "effective mask 0x101fd"),
+        ("ok", "requests", "28 declared requests answered, 0 refused")]
+    assert report.conformant
+
+
+def test_report_of_partial_declarations(c99: Any) -> None:
+    report = check(c99.ExporterNoDevice())
+    # FORMAT, ND and STRIDES only: the requests made of those bits and the
+    # soft INDIRECT bit are checked, 8 of them
+    assert findings(report) == [
+        ("ok", "extended request",
+         "CPU memory, answered explicitly (flags has DEVICE)"),
+        ("info", "supported flags", "effective mask 0x1c; not declared: "
+         "WRITABLE, C_CONTIGUOUS, F_CONTIGUOUS, ANY_CONTIGUOUS"),
+        ("ok", "requests", "8 declared requests answered, 0 refused")]
+    report = check(c99.ExporterSimpleOnly())
+    assert findings(report)[1:] == [
+        ("info", "supported flags", "effective mask 0x0; not declared: "
+         "WRITABLE, FORMAT, ND, STRIDES, C_CONTIGUOUS, F_CONTIGUOUS, "
+         "ANY_CONTIGUOUS, INDIRECT"),
+        ("ok", "requests", "1 declared requests answered, 0 refused")]
+    assert findings(report)[0][:2] == ("info", "extended request")
+    assert findings(report)[0][2].startswith("FULL_RO|DEVICE refused: ")
+
+
+def test_report_of_a_refusal_that_is_not_a_buffer_error() -> None:
+    report = check(np.arange(6.0)[::2])
+    refusals = [f for f in findings(report) if "refused with" in f[2]]
+    assert len(refusals) == 20 and refusals[0] == (
+        "info", "SIMPLE", "refused with ValueError (BufferError is the "
+        "standard): ndarray is not C-contiguous")
+    assert findings(report)[-1] == ("ok", "requests",
+                                    "8 declared requests answered, 20 "
+                                    "refused")
+
+
+@pytest.mark.parametrize("config, problem", [
+    (dict(readonly=True), "WRITABLE answered with a read-only buffer"),
+    (dict(format=None, itemsize=1, len=8, shape=(8,)),
+     "FORMAT answered without a format"),
+    (dict(strides=(16,), len=32, shape=(4,), block_size=64),
+     "C_CONTIGUOUS answered with a non-C-contiguous layout"),
+    (dict(strides=(16,), len=32, shape=(4,), block_size=64),
+     "F_CONTIGUOUS answered with a non-Fortran layout"),
+    (dict(strides=(16,), len=32, shape=(4,), block_size=64),
+     "ANY_CONTIGUOUS answered with a non-contiguous layout"),
+])
+def test_lies_about_declared_requests_are_violations(
+        c99: Any, config: dict, problem: str) -> None:
+    # Configurable answers every request with the same fields, whatever
+    # was asked, while declaring every legacy flag and DEVICE
+    base = dict(block_size=32, len=32, itemsize=8, ndim=1, format="d",
+                shape=(4,))
+    report = check(c99.Configurable(**{**base, **config}))
+    assert not report.conformant
+    assert any(f == ("violation", f[1], problem) for f in findings(report)), \
+        findings(report)
+
+
+def test_gate_refusals_are_violations(c99: Any) -> None:
+    report = check(c99.Configurable(64, 8, 8, 65, "d", shape=(1,) * 65))
+    violations = levels(report, "violation")
+    assert violations and all("exported an invalid buffer: ndim = 65"
+                              in f.message for f in violations)
+
+
+def test_flag_names_of_compound_requests() -> None:
+    from bufferext._check import flag_names
+    F = bufferext.BufferFlags
+    assert flag_names(0) == "SIMPLE"
+    assert flag_names(int(F.WRITABLE | F.FORMAT | F.DEVICE)) == \
+        "WRITABLE|FORMAT|DEVICE"
+    assert flag_names(int(F.STRIDES)) == "ND|STRIDES"
+    assert flag_names(int(F.FULL)) == "WRITABLE|FORMAT|ND|INDIRECT"
+    assert flag_names(int(F.ANY_CONTIGUOUS)) == "ND|ANY_CONTIGUOUS"
+    assert flag_names(int(F.F_CONTIGUOUS | F.FORMAT)) == \
+        "FORMAT|ND|F_CONTIGUOUS"
