@@ -209,15 +209,15 @@ bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
     const char *f = format;
     Py_ssize_t size;
     uint32_t code;
-    int native = 1;
+    int native = 1, swapped = 0;
 
     if (*f == '@') {
         f++;
     }
     else if (*f == '=' || *f == '<' || *f == '>' || *f == '!') {
-        if (*f != '=' && (*f == '<') != little) {
-            return 1;
-        }
+        /* sized before the byte order is judged: a swapped format of the
+         * wrong item size is that first */
+        swapped = *f != '=' && (*f == '<') != little;
         native = 0;
         f++;
     }
@@ -238,6 +238,9 @@ bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
     }
     if (itemsize != size) {
         return 3;
+    }
+    if (swapped) {
+        return 1;
     }
     *packed = code | (uint32_t)(size * 8) << 8 | (uint32_t)1 << 16;
     return 0;
