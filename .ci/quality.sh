@@ -169,7 +169,8 @@ do_fuzz() {
         asan_budget=(--seconds $(( (seconds + 1) / 2 )))
     fi
     "$venv/bin/python" tests/fuzz/run.py "${budget[@]}" --workdir "$corpus"
-    for name in fuzz_dlpack fuzz_interfaces fuzz_formats fuzz_dim_data; do
+    for name in fuzz_dlpack fuzz_interfaces fuzz_formats fuzz_dim_data \
+            fuzz_exporters; do
         printf '%-16s under ASan+UBSan: ' "$name"
         env $(san_env) "$VENVS/asan/bin/python" "tests/fuzz/$name.py" \
             --replay "$corpus/$name/corpus"

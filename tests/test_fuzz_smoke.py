@@ -28,7 +28,8 @@ def _harness(name: str) -> Callable[[bytes], None]:
 
 
 @pytest.mark.parametrize("name", ["fuzz_dlpack", "fuzz_interfaces",
-                                  "fuzz_formats", "fuzz_dim_data"])
+                                  "fuzz_formats", "fuzz_dim_data",
+                                  "fuzz_exporters"])
 def test_harness_on_fixed_corpus(name: str) -> None:
     test_one_input = _harness(name)
     rnd = random.Random(name)

@@ -21,9 +21,9 @@ from typing import List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HARNESSES = ["fuzz_dlpack", "fuzz_interfaces", "fuzz_formats",
-             "fuzz_dim_data"]
+             "fuzz_dim_data", "fuzz_exporters"]
 MAX_LEN = {"fuzz_dlpack": 384, "fuzz_interfaces": 256, "fuzz_formats": 128,
-           "fuzz_dim_data": 256}
+           "fuzz_dim_data": 256, "fuzz_exporters": 256}
 
 
 def run_one(name: str, args: argparse.Namespace) -> dict:
