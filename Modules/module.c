@@ -312,8 +312,8 @@ module_free(void *module)
     module_clear((PyObject *)module);
 }
 
-/* One interpreter, with the GIL (docs/platforms.rst, "Free-threading and
- * subinterpreters"): the C core keeps process-wide state that is not yet
+/* One interpreter, with the GIL (docs/platforms.rst, "The C core"): the C
+ * core keeps process-wide state that is not yet
  * isolated per interpreter or safe without the GIL (the CPU block cache, the
  * driver tables loaded once, the DLPack exchange API's module reference).
  * CPython then refuses the import in a subinterpreter, and a free-threaded
