@@ -466,18 +466,13 @@ adapter_from_buffer(PyObject *module, PyObject *args)
     PyObject *source;
     AdapterObject *self;
     int readonly, i, flags;
-    Py_ssize_t stride;
 
     if (!PyArg_ParseTuple(args, "Op:_adapter_from_buffer", &source,
                           &readonly)) {
         return NULL;
     }
     flags = (readonly ? PyBUF_FULL_RO : PyBUF_FULL) | PyBUF_DEVICE;
-    if (BufferExt_GetBuffer(source, &ext, flags) < 0) {
-        return NULL;
-    }
-    if (bufferext_gate(source, &ext, flags) < 0) {
-        BufferExt_Release(&ext);
+    if (bufferext_gate_acquire(source, &ext, flags) < 0) {
         return NULL;
     }
     self = adapter_alloc(st, source, "buffer", ext.view.ndim);
@@ -489,17 +484,21 @@ adapter_from_buffer(PyObject *module, PyObject *args)
     self->has_held = 1;
     /* the gate let through a NULL shape only for ndim 0; NULL strides mean
      * C order (PEP 3118; ctypes leaves them NULL) */
-    stride = ext.view.itemsize;
-    for (i = ext.view.ndim - 1; i >= 0; i--) {
+    for (i = 0; i < ext.view.ndim; i++) {
         self->layout.shape[i] = ext.view.shape[i];
-        self->layout.strides[i] =
-            ext.view.strides != NULL ? ext.view.strides[i] : stride;
-        stride *= ext.view.shape[i] ? ext.view.shape[i] : 1;
+    }
+    if (ext.view.strides != NULL) {
+        memcpy(self->layout.strides, ext.view.strides,
+               sizeof(Py_ssize_t) * (size_t)ext.view.ndim);
+    }
+    else {
+        bufferext_c_strides(ext.view.ndim, ext.view.shape,
+                            ext.view.itemsize, self->layout.strides);
     }
     self->layout.buf = ext.view.buf;
     self->layout.itemsize = ext.view.itemsize;
     self->layout.readonly = readonly || ext.view.readonly;
-    self->layout.suboffsets = ext.view.suboffsets;
+    self->layout.suboffsets = ext.view.ndim > 0 ? ext.view.suboffsets : NULL;
     if (adapter_set_format(self, ext.view.format ? ext.view.format : "B") < 0) {
         Py_DECREF(self);
         return NULL;
@@ -535,18 +534,24 @@ static int
 adapter_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
     AdapterObject *self = Adapter_CAST(op);
+    int rc;
 
     view->obj = NULL;
-    return bufferext_export(op, view, flags, &self->layout, self->device,
-                            self->device ? (void *)&self->info : NULL,
-                            &self->exports);
+    BUFFEREXT_LOCKED_BEGIN(op);
+    rc = bufferext_export(op, view, flags, &self->layout, self->device,
+                          self->device ? (void *)&self->info : NULL,
+                          &self->exports);
+    BUFFEREXT_LOCKED_END();
+    return rc;
 }
 
 static void
 adapter_releasebuffer(PyObject *op, Py_buffer *view)
 {
     (void)view;
+    BUFFEREXT_LOCKED_BEGIN(op);
     Adapter_CAST(op)->exports--;
+    BUFFEREXT_LOCKED_END();
 }
 
 static int

@@ -1,6 +1,7 @@
 /* gate.c -- the one validation of a buffer that another exporter filled.
- * get_buffer() (view.c) and as_buffer() of a buffer (adapter.c) pass every
- * export through bufferext_gate() before any code reads its fields; the
+ * get_buffer() (view.c) and as_buffer() of a buffer (adapter.c) acquire
+ * every export through bufferext_gate_acquire() before any code reads its
+ * fields; the
  * DLPack paths (dlpack.c) read only our own exports, found through
  * bufferext_own_getbuffer().  A refusal is a BufferError naming the
  * exporter's type, the field and the value. */
@@ -83,24 +84,30 @@ gate_device(PyObject *exporter, const Py_buffer_extended *ext)
 }
 
 /* The shape and strides checks: sizes >= 0, len == product(shape) *
- * itemsize (PEP 3118), and no span past PY_SSIZE_T_MAX. */
+ * itemsize (PEP 3118), and no span past PY_SSIZE_T_MAX.  An empty array
+ * (a dimension of 0) addresses no memory: its other sizes and its strides
+ * are not bounded. */
 static int
 gate_dims(PyObject *exporter, const Py_buffer *v)
 {
     Py_ssize_t items = 1, span = v->itemsize;
-    int i;
+    int i, empty = 0;
 
     for (i = 0; i < v->ndim; i++) {
-        Py_ssize_t n = v->shape[i], stride;
-        if (n < 0) {
-            return gate_refuse(exporter, "shape[%d] = %zd is negative", i, n);
+        if (v->shape[i] < 0) {
+            return gate_refuse(exporter, "shape[%d] = %zd is negative", i,
+                               v->shape[i]);
         }
-        if (n != 0 && items > PY_SSIZE_T_MAX / n) {
+        empty |= v->shape[i] == 0;
+    }
+    for (i = 0; i < v->ndim && !empty; i++) {
+        Py_ssize_t n = v->shape[i], stride;
+        if (items > PY_SSIZE_T_MAX / n) {
             return gate_refuse(exporter, "shape[%d] = %zd: the element "
                                "count overflows", i, n);
         }
         items *= n;
-        if (v->strides == NULL || n == 0) {
+        if (v->strides == NULL) {
             continue;
         }
         stride = v->strides[i];
@@ -113,6 +120,9 @@ gate_dims(PyObject *exporter, const Py_buffer *v)
         }
         span += (stride < 0 ? -stride : stride) * (n - 1);
     }
+    if (empty) {
+        items = 0;
+    }
     if (items > PY_SSIZE_T_MAX / v->itemsize ||
         items * v->itemsize != v->len) {
         return gate_refuse(exporter, "len = %zd, but shape and itemsize %zd "
@@ -120,6 +130,23 @@ gate_dims(PyObject *exporter, const Py_buffer *v)
                            items);
     }
     return 0;
+}
+
+/* C-order strides of a layout the gate let through.  Sizes of 0 count as 1
+ * (as numpy does); only an empty array can make the product overflow, and
+ * as its strides address nothing, the outer ones are then 0. */
+void
+bufferext_c_strides(int ndim, const Py_ssize_t *shape, Py_ssize_t itemsize,
+                    Py_ssize_t *strides)
+{
+    Py_ssize_t stride = itemsize;
+    int i;
+
+    for (i = ndim - 1; i >= 0; i--) {
+        Py_ssize_t n = shape[i] ? shape[i] : 1;
+        strides[i] = stride;
+        stride = stride <= PY_SSIZE_T_MAX / n ? stride * n : 0;
+    }
 }
 
 /* The format rule; `lie` says whose fault it is (see GATE_LIE). */
@@ -147,8 +174,8 @@ bufferext_gate_format(const char *who, const char *format,
     return gate_format(who, "", format, itemsize);
 }
 
-int
-bufferext_gate(PyObject *exporter, const Py_buffer_extended *ext, int flags)
+static int
+gate_export(PyObject *exporter, const Py_buffer_extended *ext, int flags)
 {
     const Py_buffer *v = &ext->view;
 
@@ -162,6 +189,10 @@ bufferext_gate(PyObject *exporter, const Py_buffer_extended *ext, int flags)
     }
     if (v->len < 0) {
         return gate_refuse(exporter, "len = %zd is negative", v->len);
+    }
+    if ((flags & PyBUF_WRITABLE) && v->readonly) {
+        return gate_refuse(exporter, "readonly = %d although PyBUF_WRITABLE "
+                           "was requested", v->readonly);
     }
     if (v->format != NULL) {
         if (gate_format(Py_TYPE(exporter)->tp_name, GATE_LIE, v->format,
@@ -200,6 +231,42 @@ bufferext_gate(PyObject *exporter, const Py_buffer_extended *ext, int flags)
     }
     if (v->buf == NULL && v->len > 0) {
         return gate_refuse(exporter, "buf is NULL but len = %zd", v->len);
+    }
+    return 0;
+}
+
+int
+bufferext_gate_acquire(PyObject *exporter, Py_buffer_extended *ext, int flags)
+{
+    PyObject *type, *value, *tb, *type2, *value2, *tb2;
+
+    if (BufferExt_GetBuffer(exporter, ext, flags) < 0) {
+        if (!PyErr_Occurred()) {
+            return gate_refuse(exporter, "getbuffer failed without setting "
+                                         "an exception");
+        }
+        return -1;
+    }
+    if (PyErr_Occurred()) {
+        /* the exporter's pending exception becomes our refusal's context */
+        PyErr_Fetch(&type, &value, &tb);
+        BufferExt_Release(ext);
+        PyErr_NormalizeException(&type, &value, &tb);
+        gate_refuse(exporter, "getbuffer succeeded with an exception set");
+        PyErr_Fetch(&type2, &value2, &tb2);
+        PyErr_NormalizeException(&type2, &value2, &tb2);
+        if (tb != NULL) {
+            PyException_SetTraceback(value, tb);
+        }
+        PyException_SetContext(value2, value);   /* steals value */
+        PyErr_Restore(type2, value2, tb2);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    if (gate_export(exporter, ext, flags) < 0) {
+        BufferExt_Release(ext);
+        return -1;
     }
     return 0;
 }

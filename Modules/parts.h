@@ -39,6 +39,48 @@ int bufferext_init_cuda(PyObject *module);       /* cudabuffer.c */
 int bufferext_init_ve(PyObject *module);         /* vebuffer.c */
 int bufferext_init_adapter(PyObject *module);    /* adapter.c */
 
+/* Without the GIL (a build with Py_GIL_DISABLED, docs/platforms.rst).  With
+ * the GIL all of these are nothing and the code is as it always was.
+ * - BUFFEREXT_LOCKED_BEGIN(op) ... BUFFEREXT_LOCKED_END(): the object's
+ *   critical section, held by every slot and method that reads or changes
+ *   its export count, open state, pins or layout (getbuffer,
+ *   releasebuffer, close, resize, release, the pins around copies).  A
+ *   critical section is suspended while the thread waits without its
+ *   thread state (Py_BEGIN_ALLOW_THREADS): what must survive the wait is
+ *   pinned first (an export or `busy` count that close and resize refuse).
+ * - BUFFEREXT_MUTEX(name), BUFFEREXT_MUTEX_LOCK/UNLOCK(name): a mutex for
+ *   process-wide state made lazily (the CPU block cache, the device
+ *   library tables, the VE nodes, the dtype resolver); never held while
+ *   Python code runs. */
+#ifdef Py_GIL_DISABLED
+#  define BUFFEREXT_LOCKED_BEGIN(op) Py_BEGIN_CRITICAL_SECTION(op)
+#  define BUFFEREXT_LOCKED_END() Py_END_CRITICAL_SECTION()
+#  define BUFFEREXT_LOCKED_BEGIN2(a, b) Py_BEGIN_CRITICAL_SECTION2(a, b)
+#  define BUFFEREXT_LOCKED_END2() Py_END_CRITICAL_SECTION2()
+#  define BUFFEREXT_MUTEX(name) static PyMutex name
+#  define BUFFEREXT_MUTEX_LOCK(name) PyMutex_Lock(&(name))
+#  define BUFFEREXT_MUTEX_UNLOCK(name) PyMutex_Unlock(&(name))
+#else
+#  define BUFFEREXT_LOCKED_BEGIN(op) {
+#  define BUFFEREXT_LOCKED_END() }
+#  define BUFFEREXT_LOCKED_BEGIN2(a, b) {
+#  define BUFFEREXT_LOCKED_END2() }
+#  define BUFFEREXT_MUTEX(name) struct bufferext_unused_##name
+#  define BUFFEREXT_MUTEX_LOCK(name) ((void)0)
+#  define BUFFEREXT_MUTEX_UNLOCK(name) ((void)0)
+#endif
+/* `name`, a METH_NOARGS or METH_O method: `impl` in the critical section
+ * (write `static` before it for a file's own method). */
+#define BUFFEREXT_LOCKED_METHOD(name, impl)                                 \
+    PyObject *name(PyObject *op, PyObject *arg)                             \
+    {                                                                       \
+        PyObject *result;                                                   \
+        BUFFEREXT_LOCKED_BEGIN(op);                                         \
+        result = impl(op, arg);                                             \
+        BUFFEREXT_LOCKED_END();                                             \
+        return result;                                                      \
+    }
+
 /* Types only bufferext makes (BufferView, BufferAdapter): the flag, and on
  * 3.9, which lacks it, no tp_new (Type() -> TypeError). */
 #ifndef Py_TPFLAGS_DISALLOW_INSTANTIATION
@@ -54,18 +96,24 @@ bufferext_disallow_instantiation(PyTypeObject *type)
 #endif
 }
 
-/* gate.c: the one validation of an export another exporter filled, right
- * after BufferExt_GetBuffer(obj, ext, flags) succeeded and before anything
- * reads it: ndim, itemsize, len, format, shape, strides, suboffsets, the
- * extent and our device names' device_info.  0, or -1 with BufferError
- * "Type: field = value ..." (the caller still holds and releases ext). */
-int bufferext_gate(PyObject *exporter, const Py_buffer_extended *ext,
-                   int flags);
+/* gate.c: BufferExt_GetBuffer(obj, ext, flags) and the one validation of
+ * the export another exporter filled, before anything reads it: the C
+ * conventions (an exception iff it failed), ndim, itemsize, len, readonly,
+ * format, shape, strides, suboffsets, the extent and our device names'
+ * device_info.  0 with `ext` held, or -1 with an exception and nothing held
+ * (a refusal is BufferError "Type: exported an invalid buffer: field = value
+ * ..."). */
+int bufferext_gate_acquire(PyObject *exporter, Py_buffer_extended *ext,
+                           int flags);
 /* Its format rule alone (printable, and the item size of a format it can
  * size equal to `itemsize`), for layouts read from other protocols; `who`
  * names the source in the BufferError. */
 int bufferext_gate_format(const char *who, const char *format,
                           Py_ssize_t itemsize);
+/* C-order strides for a layout that passed the gate (sizes of 0 count as 1;
+ * the outer strides of an empty array too large to multiply are 0). */
+void bufferext_c_strides(int ndim, const Py_ssize_t *shape,
+                         Py_ssize_t itemsize, Py_ssize_t *strides);
 
 /* module.c: our own types' getbuffer functions.  bufferext_own_register
  * records a type's (at init); bufferext_own_getbuffer finds the one of the

@@ -40,7 +40,6 @@ view_build_layout(BufferViewObject *self)
 {
     Py_buffer *v = &self->ext.view;
     bufferext_export_layout *l = &self->layout;
-    int i;
 
     l->buf = v->buf;
     l->len = v->len;
@@ -50,7 +49,9 @@ view_build_layout(BufferViewObject *self)
     l->ndim = v->ndim;
     l->shape = v->shape;
     l->strides = v->strides;
-    l->suboffsets = v->suboffsets;
+    /* a 0-d buffer has no dimension to offset (CPython would follow an
+     * empty suboffsets array into its indirect copy) */
+    l->suboffsets = v->ndim > 0 ? v->suboffsets : NULL;
     if (v->shape == NULL &&
         !(v->ndim == 0 && REQ_SHAPE(self->request_flags))) {
         /* PEP 3118: without a shape, the consumer assumes bytes (but a
@@ -64,17 +65,14 @@ view_build_layout(BufferViewObject *self)
         l->strides = &self->itemsize_one;
     }
     else if (v->strides == NULL && v->ndim > 0) {
-        Py_ssize_t stride = v->itemsize;
         self->computed_strides =
             PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)v->ndim);
         if (self->computed_strides == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        for (i = v->ndim - 1; i >= 0; i--) {
-            self->computed_strides[i] = stride;
-            stride *= v->shape[i] ? v->shape[i] : 1;
-        }
+        bufferext_c_strides(v->ndim, v->shape, v->itemsize,
+                            self->computed_strides);
         l->strides = self->computed_strides;
     }
     bufferext_layout_contiguity(l);
@@ -132,14 +130,13 @@ bufferext_get_buffer(PyObject *module, PyObject *const *args,
     if (self == NULL) {
         return NULL;
     }
-    if (BufferExt_GetBuffer(obj, &self->ext, flags) < 0) {
+    if (bufferext_gate_acquire(obj, &self->ext, flags) < 0) {
         Py_DECREF(self);
         return NULL;
     }
     self->acquired = 1;
     self->request_flags = flags;
-    if (bufferext_gate(obj, &self->ext, flags) < 0 ||
-        view_build_layout(self) < 0) {
+    if (view_build_layout(self) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -188,29 +185,34 @@ static int
 view_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
     BufferViewObject *self = BufferView_CAST(op);
-    int device = BufferExt_IsDevice(&self->ext);
+    int device, rc;
 
     view->obj = NULL;
-    if (!self->acquired) {
-        return bufferext_refuse(op, "BufferView is released");
-    }
-    return bufferext_export(op, view, flags, &self->layout,
-                            device ? self->ext.device : NULL,
-                            device ? self->ext.device_info : NULL,
-                            &self->exports);
+    BUFFEREXT_LOCKED_BEGIN(op);
+    device = BufferExt_IsDevice(&self->ext);
+    rc = !self->acquired
+             ? bufferext_refuse(op, "BufferView is released")
+             : bufferext_export(op, view, flags, &self->layout,
+                                device ? self->ext.device : NULL,
+                                device ? self->ext.device_info : NULL,
+                                &self->exports);
+    BUFFEREXT_LOCKED_END();
+    return rc;
 }
 
 static void
 view_releasebuffer(PyObject *op, Py_buffer *view)
 {
     (void)view;
+    BUFFEREXT_LOCKED_BEGIN(op);
     BufferView_CAST(op)->exports--;
+    BUFFEREXT_LOCKED_END();
 }
 
 /* ---- methods ---------------------------------------------------------- */
 
 static PyObject *
-view_release(PyObject *op, PyObject *unused)
+view_release_impl(PyObject *op, PyObject *unused)
 {
     BufferViewObject *self = BufferView_CAST(op);
     (void)unused;
@@ -224,6 +226,9 @@ view_release(PyObject *op, PyObject *unused)
     view_release_held(self);
     Py_RETURN_NONE;
 }
+
+/* from two threads: the first releases, the second finds nothing held */
+static BUFFEREXT_LOCKED_METHOD(view_release, view_release_impl)
 
 static PyObject *
 view_enter(PyObject *op, PyObject *unused)
@@ -276,6 +281,7 @@ view_tobytes(PyObject *op, PyObject *unused)
     copy.ndim = self->layout.ndim;
     copy.shape = self->layout.shape;
     copy.strides = self->layout.strides;
+    copy.suboffsets = self->layout.suboffsets;
     copy.itemsize = self->layout.itemsize;
     if (PyBuffer_ToContiguous(PyBytes_AS_STRING(bytes), &copy,
                               self->layout.len, 'C') < 0) {

@@ -12,6 +12,7 @@ in a child interpreter, so a crash is a failure here, not a dead pytest.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def test_ctypes_array_with_null_strides(readonly: object) -> None:
         if {readonly!r} is None:            # an exporter is returned as it is
             assert a is arr
             a = bufferext.as_buffer(arr, readonly=True)
-        print(a.shape, a.strides, np.from_dlpack(a).tolist())
+        print(a.shape, a.strides, np.frombuffer(a, "<f8").tolist())
         with bufferext.get_buffer(arr) as v:
             print(v.shape, v.strides, v.itemsize)
     """)
@@ -249,3 +250,129 @@ def test_gate_names_the_field_and_value(c99: ModuleType, liar: str,
             door()
         assert "ExporterFull" in str(info.value)
     assert exporter.exports == 0
+
+
+@pytest.mark.parametrize("liar, message", [
+    ("silent_fail", "getbuffer failed without setting an exception"),
+    ("error_set", "getbuffer succeeded with an exception set"),
+])
+def test_broken_c_conventions_are_named(c99: ModuleType, liar: str,
+                                        message: str) -> None:
+    """CPython would say SystemError; we name the exporter and the fault,
+    and the exporter's own exception stays attached as the context."""
+    exporter = c99.ExporterFull(liar=liar)
+    for door in (lambda: bufferext.get_buffer(exporter),
+                 lambda: bufferext.as_buffer(exporter, readonly=True)):
+        with pytest.raises(BufferError, match=message) as info:
+            door()
+        assert "ExporterFull" in str(info.value)
+        if liar == "error_set":
+            assert isinstance(info.value.__context__, RuntimeError)
+    assert exporter.exports == 0
+
+
+def test_read_only_answer_to_a_writable_request_is_refused(
+        c99: ModuleType) -> None:
+    exporter = c99.ExporterFull(liar="readonly")
+    with pytest.raises(BufferError, match=r"readonly = 1 although "
+                                          r"PyBUF_WRITABLE was requested"):
+        bufferext.get_buffer(exporter, BufferFlags.FULL | BufferFlags.DEVICE)
+    with pytest.raises(BufferError, match="ExporterFull.*readonly = 1"):
+        bufferext.as_buffer(exporter, readonly=False)
+    # asked for read-only access, read-only memory is the right answer
+    with bufferext.get_buffer(exporter) as view:
+        assert view.readonly
+    assert bufferext.as_buffer(exporter, readonly=True).readonly
+    assert exporter.exports == 0
+
+
+def test_zero_dim_export_with_suboffsets(c99: ModuleType) -> None:
+    """A 0-d export has no dimension to offset: a non-NULL (empty)
+    suboffsets array must not send CPython's copy down the indirect path."""
+    x = c99.Configurable(block_size=8, ndim=0, itemsize=8, format="d",
+                         shape=(), strides=(), suboffsets=(), len=8)
+    with bufferext.get_buffer(x) as view:
+        assert view.ndim == 0 and len(view.tobytes()) == 8
+    adapter = bufferext.as_buffer(x, readonly=True)
+    assert bytes(memoryview(adapter)) == bytes(8)
+    del adapter
+    gc.collect()
+    assert x.exports == 0
+
+
+# ---- empty arrays: their strides address nothing ---------------------------
+
+def test_empty_array_with_huge_sizes_and_null_strides(
+        capi_modules: Dict[str, ModuleType]) -> None:
+    """A 0 in the shape makes the other sizes unbounded: C strides computed
+    for them must not overflow, and the re-export must stay valid."""
+    shape = (0,) + (1 << 20,) * 4
+    x = capi_modules["c99"].Configurable(block_size=64, ndim=5, itemsize=1,
+                                         shape=shape, strides=None, len=0)
+    with bufferext.get_buffer(x) as v:
+        assert v.shape == shape and v.nbytes == 0
+        assert v.strides[-1] == 1 and v.strides[0] == 0
+        assert v.tobytes() == b""
+    a = bufferext.as_buffer(x, readonly=True)
+    with bufferext.get_buffer(a) as v:
+        assert v.shape == shape and v.nbytes == 0 and v.tobytes() == b""
+
+
+def test_empty_array_strides_are_not_bounded(
+        capi_modules: Dict[str, ModuleType]) -> None:
+    x = capi_modules["c99"].Configurable(
+        block_size=64, ndim=2, itemsize=8, shape=(3, 0),
+        strides=(1 << 62, -(1 << 62)), len=0, format="d")
+    with bufferext.get_buffer(x) as v:
+        assert v.shape == (3, 0) and v.nbytes == 0
+    with bufferext.get_buffer(bufferext.as_buffer(x, readonly=True)) as v:
+        assert v.strides == (1 << 62, -(1 << 62))
+
+
+# ---- a source that closes or resizes the target while it is read ------------
+
+needs_pep688 = pytest.mark.skipif(sys.version_info < (3, 12),
+                                  reason="Python classes export buffers "
+                                         "from 3.12 (PEP 688)")
+
+
+@needs_pep688
+@pytest.mark.parametrize("action", ["close", "resize"])
+def test_copy_source_cannot_close_the_target(action: str) -> None:
+    """copy_from_host pins its target before it asks the source for its
+    buffer: the source's __buffer__ (Python code) cannot free or shrink the
+    memory about to be written."""
+    target = bufferext.CPUBuffer(10)
+
+    class Source:
+        def __buffer__(self, flags: int) -> memoryview:
+            getattr(target, action)(*([] if action == "close" else [(1,)]))
+            return memoryview(bytearray(80))
+
+    with pytest.raises(BufferError, match=f"cannot {action} while 1 "
+                                          f"export"):
+        target.copy_from_host(Source())
+    assert target.exports == 0 and target.shape == (10,)
+    target.copy_from_host(np.arange(10.0))
+    assert np.asarray(target).tolist() == list(range(10))
+
+
+@needs_pep688
+def test_copy_source_cannot_close_a_device_target(driver: str) -> None:
+    harness.check(driver, """
+        target = bufferext.CUDABuffer(4)
+
+        class Source:
+            def __buffer__(self, flags):
+                target.close()
+                return memoryview(bytearray(32))
+
+        try:
+            target.copy_from_host(Source())
+        except BufferError as e:
+            assert "cannot close while 1 export" in str(e), e
+        else:
+            raise AssertionError("the source closed the target")
+        assert target.exports == 0
+        target.close()
+    """)

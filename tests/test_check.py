@@ -264,7 +264,9 @@ def test_report_of_a_refusal_that_is_not_a_buffer_error() -> None:
 
 
 @pytest.mark.parametrize("config, problem", [
-    (dict(readonly=True), "WRITABLE answered with a read-only buffer"),
+    # get_buffer's gate refuses this one before check reads the fields
+    (dict(readonly=True), "exported an invalid buffer: readonly = 1 "
+                          "although PyBUF_WRITABLE was requested"),
     (dict(format=None, itemsize=1, len=8, shape=(8,)),
      "FORMAT answered without a format"),
     (dict(strides=(16,), len=32, shape=(4,), block_size=64),
@@ -282,8 +284,8 @@ def test_lies_about_declared_requests_are_violations(
                 shape=(4,))
     report = check(c99.Configurable(**{**base, **config}))
     assert not report.conformant
-    assert any(f == ("violation", f[1], problem) for f in findings(report)), \
-        findings(report)
+    assert any(f[0] == "violation" and f[2].endswith(problem)
+               for f in findings(report)), findings(report)
 
 
 def test_gate_refusals_are_violations(c99: Any) -> None:

@@ -96,7 +96,9 @@ def check_view(view: Any, x: Any, config: Dict[str, Any]) -> None:
     start = x.address
     inside = extent is None or (
         start <= view.ptr + extent[0] and view.ptr + extent[1] <= start + BLOCK)
-    if inside and config["suboffsets"] is None:
+    # (zero strides describe any size over a few bytes: a copy of more than
+    # 16 MiB is not made, it could only end in MemoryError)
+    if inside and config["suboffsets"] is None and view.nbytes <= 1 << 24:
         assert len(view.tobytes()) == view.nbytes
 
 
@@ -135,5 +137,6 @@ def test_generated_exporters(conf: Any, config: Dict[str, Any]) -> None:
         else:
             del capsule
         del adapter
-    gc.collect()
+    if x.exports:           # only a cycle could still hold one
+        gc.collect()
     assert x.exports == 0

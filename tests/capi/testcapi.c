@@ -54,13 +54,18 @@ enum {
     LIAR_SHAPE_NULL,
     LIAR_FORMAT_LONG,
     LIAR_INFO_NULL,     /* our device name, device_info NULL */
-    LIAR_INFO_VERSION   /* our device name, device_info of major version 2 */
+    LIAR_INFO_VERSION,  /* our device name, device_info of major version 2 */
+    LIAR_READONLY,      /* read-only memory although PyBUF_WRITABLE was asked */
+    /* broken C conventions */
+    LIAR_SILENT_FAIL,   /* returns -1 without an exception */
+    LIAR_ERROR_SET      /* returns 0 with an exception set */
 };
 
 static const char *const liar_names[] = {
     "none", "unasked", "device_noflag", "extra_flags", "fail_late",
     "ndim_65", "ndim_negative", "itemsize_0", "len_past_shape", "shape_null",
-    "format_long", "info_null", "info_version", NULL,
+    "format_long", "info_null", "info_version", "readonly", "silent_fail",
+    "error_set", NULL,
 };
 
 typedef struct {
@@ -286,6 +291,7 @@ exporter_lie_fields(ExporterObject *self, Py_buffer *view)
     case LIAR_ITEMSIZE_0: view->itemsize = 0; break;
     case LIAR_LEN_PAST_SHAPE: view->len = 1 << 20; break;
     case LIAR_SHAPE_NULL: view->shape = NULL; break;
+    case LIAR_READONLY: view->readonly = 1; break;
     case LIAR_FORMAT_LONG:
         memset(long_format, 'i', sizeof(long_format) - 1);
         view->format = long_format;
@@ -303,6 +309,9 @@ exporter_getbuffer(PyObject *op, Py_buffer *view, int flags)
 
     self->getbuffer_calls++;
     view->obj = NULL;
+    if (self->liar == LIAR_SILENT_FAIL) {
+        return -1;
+    }
     if (exporter_check_request(self, op, flags) < 0) {
         return -1;
     }
@@ -332,6 +341,9 @@ exporter_getbuffer(PyObject *op, Py_buffer *view, int flags)
     exporter_lie_fields(self, view);
     view->obj = Py_NewRef(op);
     self->exports++;
+    if (self->liar == LIAR_ERROR_SET) {
+        PyErr_SetString(PyExc_RuntimeError, "left over by the exporter");
+    }
     return 0;
 }
 
