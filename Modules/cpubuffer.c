@@ -43,7 +43,7 @@ typedef struct {
  * too and clears them: no slower than the kernel's zeroing of fresh pages,
  * whereas faulting in fresh blocks while others sit in the cache measured
  * seven times slower on the 2-core VM this was written on.  Guarded by
- * the GIL, which every caller holds. */
+ * the GIL, which every caller holds, and without it by cache_mutex. */
 #define CACHE_SLOTS 8
 #define CACHE_ENV "BUFFEREXT_CPU_CACHE_BYTES"
 
@@ -51,6 +51,7 @@ static struct { void *block; size_t size; } cache[CACHE_SLOTS];
 static int cache_count;             /* oldest first */
 static size_t cache_bytes;
 static size_t cache_limit = (size_t)256 << 20;
+BUFFEREXT_MUTEX(cache_mutex);
 
 static void
 cache_drop_oldest(void)
@@ -65,17 +66,21 @@ cache_drop_oldest(void)
 static void *
 cache_take(size_t size)
 {
+    void *block = NULL;
+
+    BUFFEREXT_MUTEX_LOCK(cache_mutex);
     for (int i = cache_count - 1; i >= 0; i--) {
         if (cache[i].size == size) {
-            void *block = cache[i].block;
+            block = cache[i].block;
             cache_bytes -= size;
             cache_count--;
             memmove(&cache[i], &cache[i + 1],
                     (size_t)(cache_count - i) * sizeof cache[0]);
-            return block;
+            break;
         }
     }
-    return NULL;
+    BUFFEREXT_MUTEX_UNLOCK(cache_mutex);
+    return block;
 }
 
 static void
@@ -85,16 +90,18 @@ cache_keep(void *block, size_t size)
         (void)munmap(block, size);
         return;
     }
-    while (cache_count == CACHE_SLOTS || cache_bytes + size > cache_limit) {
-        cache_drop_oldest();
-    }
 #  ifdef MADV_FREE
     (void)madvise(block, size, MADV_FREE);
 #  endif
+    BUFFEREXT_MUTEX_LOCK(cache_mutex);
+    while (cache_count == CACHE_SLOTS || cache_bytes + size > cache_limit) {
+        cache_drop_oldest();
+    }
     cache[cache_count].block = block;
     cache[cache_count].size = size;
     cache_count++;
     cache_bytes += size;
+    BUFFEREXT_MUTEX_UNLOCK(cache_mutex);
 }
 #endif  /* __linux__ */
 
@@ -286,6 +293,7 @@ cpubuffer_copy_from_host(PyObject *op, PyObject *source)
     }
     rc = PyBuffer_ToContiguous(self->head.layout.buf, &view, view.len, 'C');
     PyBuffer_Release(&view);
+    bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
@@ -309,7 +317,7 @@ cpubuffer_to_host(PyObject *op, PyObject *unused)
 }
 
 static PyObject *
-cpubuffer_resize(PyObject *op, PyObject *shape)
+cpubuffer_resize_impl(PyObject *op, PyObject *shape)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
     bufferext_layout layout;
@@ -338,6 +346,8 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
     cpubuffer_install(self, allocation, data, mapped);
     Py_RETURN_NONE;
 }
+
+static BUFFEREXT_LOCKED_METHOD(cpubuffer_resize, cpubuffer_resize_impl)
 
 static PyObject *
 cpubuffer_dlpack_device(PyObject *op, PyObject *unused)

@@ -72,8 +72,11 @@ bufferext_cuda_error(CUresult rc, const char *who, const char *call)
 
 /* ---- driver start-up --------------------------------------------------- */
 
+/* cuda_init and bridge_streams, without the GIL */
+BUFFEREXT_MUTEX(cuda_mutex);
+
 static void
-cuda_init_once(void)
+cuda_init_locked(void)
 {
     const char *name, *text;
 
@@ -100,6 +103,14 @@ cuda_init_once(void)
                       text);
         cuda_init.count = 0;
     }
+}
+
+static void
+cuda_init_once(void)
+{
+    BUFFEREXT_MUTEX_LOCK(cuda_mutex);
+    cuda_init_locked();
+    BUFFEREXT_MUTEX_UNLOCK(cuda_mutex);
 }
 
 int
@@ -237,6 +248,7 @@ bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal)
     const char *who = "as_buffer";
     CUcontext ctx;
     CUdevice dev;
+    CUstream stream = NULL;
     int rc;
 
     if (bufferext_cuda_ready(st) < 0) {
@@ -247,21 +259,21 @@ bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal)
                      "(%d found)", who, ordinal, cuda_init.count);
         return NULL;
     }
+    BUFFEREXT_MUTEX_LOCK(cuda_mutex);
     if (bridge_streams[ordinal] == NULL) {
-        if (CU_CHECK(who, cuDeviceGet, (&dev, ordinal)) < 0 ||
-            CU_CHECK(who, cuDevicePrimaryCtxRetain, (&ctx, dev)) < 0 ||
-            CU_CHECK(who, cuCtxPushCurrent_v2, (ctx)) < 0) {
-            return NULL;
+        rc = -1;
+        if (CU_CHECK(who, cuDeviceGet, (&dev, ordinal)) == 0 &&
+            CU_CHECK(who, cuDevicePrimaryCtxRetain, (&ctx, dev)) == 0 &&
+            CU_CHECK(who, cuCtxPushCurrent_v2, (ctx)) == 0) {
+            rc = CU_CHECK(who, cuStreamCreate, (&stream,
+                                                CU_STREAM_NON_BLOCKING));
+            bufferext_cuda_ctx_pop();
         }
-        rc = CU_CHECK(who, cuStreamCreate, (&bridge_streams[ordinal],
-                                            CU_STREAM_NON_BLOCKING));
-        bufferext_cuda_ctx_pop();
-        if (rc < 0) {
-            bridge_streams[ordinal] = NULL;
-            return NULL;
-        }
+        bridge_streams[ordinal] = rc < 0 ? NULL : stream;
     }
-    return PyLong_FromVoidPtr(bridge_streams[ordinal]);
+    stream = bridge_streams[ordinal];
+    BUFFEREXT_MUTEX_UNLOCK(cuda_mutex);
+    return stream == NULL ? NULL : PyLong_FromVoidPtr(stream);
 }
 
 int

@@ -26,7 +26,7 @@ typedef struct {
 
 #define CUDABuffer_CAST(op) ((CUDABufferObject *)(op))
 
-static PyObject *cudabuffer_close(PyObject *op, PyObject *unused);
+static PyObject *cudabuffer_close(PyObject *op, PyObject *arg);
 static CUresult tear_down(CUDABufferObject *self, const char **call);
 
 static void
@@ -102,11 +102,15 @@ stream_sync(CUDABufferObject *self, const char *who)
 {
     CUresult rc;
 
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
     self->busy++;
+    BUFFEREXT_LOCKED_END();
     Py_BEGIN_ALLOW_THREADS
     rc = bufferext_cuda.cuStreamSynchronize(self->stream);
     Py_END_ALLOW_THREADS
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
     self->busy--;
+    BUFFEREXT_LOCKED_END();
     if (rc != CUDA_SUCCESS) {
         return bufferext_cuda_error(rc, who, "cuStreamSynchronize");
     }
@@ -338,6 +342,7 @@ cudabuffer_copy_from_host(PyObject *op, PyObject *source)
     }
     PyMem_RawFree(staged);
     PyBuffer_Release(&view);
+    bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
@@ -644,7 +649,7 @@ cudabuffer_synchronize(PyObject *op, PyObject *unused)
 }
 
 static PyObject *
-cudabuffer_close(PyObject *op, PyObject *unused)
+cudabuffer_close_impl(PyObject *op, PyObject *unused)
 {
     CUDABufferObject *self = CUDABuffer_CAST(op);
     const char *call = NULL;
@@ -665,6 +670,8 @@ cudabuffer_close(PyObject *op, PyObject *unused)
     }
     Py_RETURN_NONE;
 }
+
+static BUFFEREXT_LOCKED_METHOD(cudabuffer_close, cudabuffer_close_impl)
 
 static PyObject *
 cudabuffer_dlpack_device(PyObject *op, PyObject *unused)

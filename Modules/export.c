@@ -2,27 +2,54 @@
  * types (through bufferext._dtypes), shapes, contiguity. */
 #include "parts.h"
 
+BUFFEREXT_MUTEX(resolver_mutex);
+
+/* bufferext._dtypes.resolve, imported once (a new reference), or NULL. */
+static PyObject *
+resolver(bufferext_state *st)
+{
+    PyObject *mod, *found;
+
+    BUFFEREXT_MUTEX_LOCK(resolver_mutex);
+    found = st->resolve_dtype;
+    Py_XINCREF(found);
+    BUFFEREXT_MUTEX_UNLOCK(resolver_mutex);
+    if (found != NULL) {
+        return found;
+    }
+    /* the import runs Python code: outside the mutex; a thread that loses
+     * the race drops its copy */
+    mod = PyImport_ImportModule("bufferext._dtypes");
+    if (mod == NULL) {
+        return NULL;
+    }
+    found = PyObject_GetAttrString(mod, "resolve");
+    Py_DECREF(mod);
+    if (found == NULL) {
+        return NULL;
+    }
+    BUFFEREXT_MUTEX_LOCK(resolver_mutex);
+    if (st->resolve_dtype == NULL) {
+        st->resolve_dtype = Py_NewRef(found);
+    }
+    BUFFEREXT_MUTEX_UNLOCK(resolver_mutex);
+    return found;
+}
+
 int
 bufferext_dtype_resolve(bufferext_state *st, PyObject *dtype,
                         bufferext_dtype *out)
 {
-    PyObject *res, *fmt;
+    PyObject *res, *fmt, *resolve;
     const char *fmt_utf8;
     Py_ssize_t len;
 
     memset(out, 0, sizeof(*out));
-    if (st->resolve_dtype == NULL) {
-        PyObject *mod = PyImport_ImportModule("bufferext._dtypes");
-        if (mod == NULL) {
-            return -1;
-        }
-        st->resolve_dtype = PyObject_GetAttrString(mod, "resolve");
-        Py_DECREF(mod);
-        if (st->resolve_dtype == NULL) {
-            return -1;
-        }
+    if ((resolve = resolver(st)) == NULL) {
+        return -1;
     }
-    res = PyObject_CallFunctionObjArgs(st->resolve_dtype, dtype, NULL);
+    res = PyObject_CallFunctionObjArgs(resolve, dtype, NULL);
+    Py_DECREF(resolve);
     if (res == NULL) {
         return -1;
     }

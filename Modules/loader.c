@@ -19,6 +19,8 @@
 #  define LIB_ERROR() dlerror()
 #endif
 
+BUFFEREXT_MUTEX(load_mutex);
+
 /* A path (not a bare name searched by the loader) naming an existing file. */
 static int
 file_exists(const char *path)
@@ -108,10 +110,16 @@ bufferext_library_load(bufferext_state *st,
                        const bufferext_library_spec *spec,
                        bufferext_library *lib)
 {
+    int state;
+
+    /* once per process: the first caller loads, the others wait for it */
+    BUFFEREXT_MUTEX_LOCK(load_mutex);
     if (lib->state == 0) {
         try_load(spec, lib);
     }
-    if (lib->state == 1) {
+    state = lib->state;
+    BUFFEREXT_MUTEX_UNLOCK(load_mutex);
+    if (state == 1) {
         return 0;
     }
     PyErr_SetString(st->DeviceUnavailableError, lib->message);

@@ -127,21 +127,26 @@ bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
                               const char *who, PyObject *source,
                               Py_buffer *view)
 {
+    /* The source's exporter may run Python code (a __buffer__ method, 3.12+)
+     * that closes or resizes this buffer: pinned, they refuse. */
+    if (bufferext_producer_pin(p, who) < 0) {
+        return -1;
+    }
     if (PyObject_GetBuffer(source, view, PyBUF_FULL_RO) < 0) {
+        bufferext_producer_unpin(p);
         return -1;
     }
     if (view->len != p->layout.len) {
         PyErr_Format(PyExc_ValueError,
                      "%s: source has %zd bytes, the buffer %zd", who,
                      view->len, p->layout.len);
-        PyBuffer_Release(view);
-        return -1;
     }
-    if (bufferext_check_source_format(st, who, view, p->dt.dtype) < 0) {
-        PyBuffer_Release(view);
-        return -1;
+    else if (bufferext_check_source_format(st, who, view, p->dt.dtype) == 0) {
+        return 0;
     }
-    return 0;
+    PyBuffer_Release(view);
+    bufferext_producer_unpin(p);
+    return -1;
 }
 
 const void *
@@ -184,11 +189,39 @@ bufferext_producer_repr(PyObject *op, const char *extra, const char *closed,
     return result;
 }
 
+int
+bufferext_producer_pin(bufferext_producer *p, const char *who)
+{
+    int rc = 0;
+
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
+    if (!p->open) {
+        PyErr_Format(PyExc_ValueError, "%s: the %s was closed meanwhile",
+                     who, p->kind->name);
+        rc = -1;
+    }
+    else {
+        p->exports++;
+    }
+    BUFFEREXT_LOCKED_END();
+    return rc;
+}
+
+void
+bufferext_producer_unpin(bufferext_producer *p)
+{
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
+    p->exports--;
+    BUFFEREXT_LOCKED_END();
+}
+
 void
 bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view)
 {
     (void)view;
+    BUFFEREXT_LOCKED_BEGIN(op);
     BufferExtProducer_CAST(op)->exports--;
+    BUFFEREXT_LOCKED_END();
 }
 
 int
@@ -225,8 +258,8 @@ bufferext_producer_enter(PyObject *op, PyObject *unused)
     return Py_NewRef(op);
 }
 
-PyObject *
-bufferext_producer_close(PyObject *op, PyObject *unused)
+static PyObject *
+producer_close(PyObject *op, PyObject *unused)
 {
     bufferext_producer *p = BufferExtProducer_CAST(op);
     (void)unused;
@@ -239,6 +272,8 @@ bufferext_producer_close(PyObject *op, PyObject *unused)
     }
     Py_RETURN_NONE;
 }
+
+BUFFEREXT_LOCKED_METHOD(bufferext_producer_close, producer_close)
 
 PyObject *
 bufferext_producer_dlpack(PyObject *op, PyObject *const *args,

@@ -38,7 +38,8 @@ typedef struct {
 
 /* The body of every producer's getbuffer (inline: the hot path calls
  * nothing more than before): refuse a closed buffer, fill the request, say
- * where the memory is (`device` NULL: CPU memory), count the export.  Each
+ * where the memory is (`device` NULL: CPU memory), count the export, in the
+ * object's critical section (without the GIL).  Each
  * type calls it with its constant device, so the compiler drops what that
  * device does not need.  0 or -1 with BufferError. */
 static inline int
@@ -46,13 +47,15 @@ bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
                           const char *device, void *device_info)
 {
     bufferext_producer *p = (bufferext_producer *)op;
+    int rc;
 
     view->obj = NULL;
-    if (!p->open) {
-        return bufferext_refuse(op, "buffer is closed");
-    }
-    return bufferext_export(op, view, flags, &p->layout, device, device_info,
-                            &p->exports);
+    BUFFEREXT_LOCKED_BEGIN(op);
+    rc = p->open ? bufferext_export(op, view, flags, &p->layout, device,
+                                    device_info, &p->exports)
+                 : bufferext_refuse(op, "buffer is closed");
+    BUFFEREXT_LOCKED_END();
+    return rc;
 }
 
 /* The dtype/shape part of tp_new: set p->kind, resolve `dtype` (NULL:
@@ -85,7 +88,8 @@ PyObject *bufferext_producer_host_array(bufferext_producer *p,
                                         Py_buffer *view);
 /* Export `source` (PyBUF_FULL_RO) into `view` for copy_from_host: the
  * same number of bytes, raw bytes or items of the dtype, else ValueError
- * naming `who`.  0, or -1 with `view` released. */
+ * naming `who`.  0 with `p` pinned (bufferext_producer_pin) and `view`
+ * held: release both after the copy.  -1 with neither held. */
 int bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
                                   const char *who, PyObject *source,
                                   Py_buffer *view);
@@ -100,6 +104,11 @@ PyObject *bufferext_producer_repr(PyObject *op, const char *extra,
                                   const char *closed, const char *after);
 
 /* Slots and methods every producer uses as they are. */
+/* Hold the memory of an open producer across a wait without the GIL (an
+ * export that close and resize refuse): 0, or -1 with ValueError naming
+ * `who` if it was closed meanwhile.  Unpin when done. */
+int bufferext_producer_pin(bufferext_producer *p, const char *who);
+void bufferext_producer_unpin(bufferext_producer *p);
 void bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view);
 int bufferext_producer_traverse(PyObject *op, visitproc visit, void *arg);
 void bufferext_producer_dealloc(PyObject *op);

@@ -77,6 +77,7 @@ typedef struct {
 static ve_node ve_nodes[VE_MAX_NODES];
 static int ve_exiting;          /* Py_AtExit ran: tear down when unused */
 static int ve_atexit_registered;
+BUFFEREXT_MUTEX(ve_mutex);      /* the table, without the GIL */
 
 static void
 node_teardown(ve_node *node)
@@ -111,13 +112,10 @@ ve_atexit(void)
 /* Start VEO on `number` (once) and count one more user.  Returns the node,
  * or NULL with DeviceUnavailableError naming the node. */
 static ve_node *
-node_acquire(bufferext_state *st, int number)
+node_acquire_locked(bufferext_state *st, int number)
 {
     ve_node *node = &ve_nodes[number];
 
-    if (bufferext_library_load(st, &veo_spec, &veo_library) < 0) {
-        return NULL;
-    }
     if (node->proc == NULL) {
         node->proc = VEO(veo_proc_create)(number);
         if (node->proc == NULL) {
@@ -139,12 +137,28 @@ node_acquire(bufferext_state *st, int number)
     return node;
 }
 
+static ve_node *
+node_acquire(bufferext_state *st, int number)
+{
+    ve_node *node;
+
+    if (bufferext_library_load(st, &veo_spec, &veo_library) < 0) {
+        return NULL;
+    }
+    BUFFEREXT_MUTEX_LOCK(ve_mutex);
+    node = node_acquire_locked(st, number);
+    BUFFEREXT_MUTEX_UNLOCK(ve_mutex);
+    return node;
+}
+
 static void
 node_release(ve_node *node)
 {
+    BUFFEREXT_MUTEX_LOCK(ve_mutex);
     if (--node->users == 0 && ve_exiting) {
         node_teardown(node);
     }
+    BUFFEREXT_MUTEX_UNLOCK(ve_mutex);
 }
 
 /* ---- the object -------------------------------------------------------- */
@@ -312,12 +326,11 @@ vebuffer_copy_from_host(PyObject *op, PyObject *source)
     }
     src = bufferext_contiguous_bytes(&view, &staged);
     if (src != NULL) {
-        self->head.exports++;
         rc = hmemcpy(who, self->head.layout.buf, src, view.len);
-        self->head.exports--;
     }
     PyMem_RawFree(staged);
     PyBuffer_Release(&view);
+    bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
@@ -334,9 +347,12 @@ vebuffer_to_host(PyObject *op, PyObject *unused)
     if (array == NULL) {
         return NULL;
     }
-    self->head.exports++;
-    rc = hmemcpy("VEBuffer.to_host", view.buf, self->head.layout.buf, view.len);
-    self->head.exports--;
+    rc = bufferext_producer_pin(&self->head, "VEBuffer.to_host");
+    if (rc == 0) {
+        rc = hmemcpy("VEBuffer.to_host", view.buf, self->head.layout.buf,
+                     view.len);
+        bufferext_producer_unpin(&self->head);
+    }
     PyBuffer_Release(&view);
     if (rc < 0) {
         Py_CLEAR(array);
@@ -403,14 +419,18 @@ vebuffer_copy_from(PyObject *op, PyObject *arg)
     if (other == self) {
         Py_RETURN_NONE;
     }
-    self->head.exports++;
-    other->head.exports++;
-    rc = self->node == other->node
-             ? hmemcpy("VEBuffer.copy_from", self->head.layout.buf, other->head.layout.buf,
-                       self->head.layout.len)
-             : copy_staged(self, other);
-    self->head.exports--;
-    other->head.exports--;
+    if (bufferext_producer_pin(&self->head, "VEBuffer.copy_from") < 0) {
+        return NULL;
+    }
+    rc = bufferext_producer_pin(&other->head, "VEBuffer.copy_from");
+    if (rc == 0) {
+        rc = self->node == other->node
+                 ? hmemcpy("VEBuffer.copy_from", self->head.layout.buf,
+                           other->head.layout.buf, self->head.layout.len)
+                 : copy_staged(self, other);
+        bufferext_producer_unpin(&other->head);
+    }
+    bufferext_producer_unpin(&self->head);
     if (rc < 0) {
         return NULL;
     }

@@ -272,3 +272,72 @@ def test_cache_never_keeps_a_declaration_changed_during_its_lookup() -> None:
             assert not bufferext.check_buffer_supports(obj, DEVICE), round_
     finally:
         sys.setswitchinterval(old)
+
+
+# ---- the serialisation rules of docs/platforms.rst ---------------------------
+# With the GIL these hold by construction; they are the tests a free-threaded
+# run must pass before the module may declare Py_MOD_GIL_NOT_USED.
+
+def _race(target: Any, count: int = THREADS) -> List[Any]:
+    """Run target(i) in `count` threads started together; their results or
+    exceptions, in order."""
+    results: List[Any] = [None] * count
+    barrier = threading.Barrier(count)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = target(i)
+        except Exception as exc:           # the outcome under test
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def test_view_release_from_many_threads_releases_once() -> None:
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for _ in range(200):
+            buf = bufferext.CPUBuffer(16)
+            view = bufferext.get_buffer(buf)
+            assert buf.exports == 1
+            results = _race(lambda i: view.release())
+            assert results == [None] * THREADS
+            assert view.released and buf.exports == 0
+    finally:
+        sys.setswitchinterval(old)
+
+
+def test_close_against_exports_never_frees_exported_memory() -> None:
+    """Threads export while one closes: every export either happened
+    before the close (which then refuses) or is refused as closed."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for _ in range(100):
+            buf = bufferext.CPUBuffer(1024)
+
+            def act(i: int) -> Any:
+                if i == 0:
+                    return buf.close()
+                with bufferext.get_buffer(buf) as view:
+                    return view.ptr
+
+            results = _race(act)
+            closed = results[0] is None
+            for r in results[1:]:
+                assert isinstance(r, int) or (
+                    isinstance(r, BufferError) and "closed" in str(r)), r
+            if not closed:
+                assert isinstance(results[0], BufferError)
+                assert "export" in str(results[0])
+                buf.close()
+            assert buf.exports == 0 and buf.closed
+    finally:
+        sys.setswitchinterval(old)
