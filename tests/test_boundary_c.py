@@ -376,3 +376,17 @@ def test_copy_source_cannot_close_a_device_target(driver: str) -> None:
         assert target.exports == 0
         target.close()
     """)
+
+
+def test_dlpack_rereads_the_device_info_version(c99: ModuleType) -> None:
+    """The exporter owns device_info and may change it after the gate read
+    it: the DLPack export of a view checks the version again."""
+    x = c99.Configurable(block_size=32, len=32, itemsize=8, ndim=1,
+                         format="d", shape=(4,), device="bufferext.cuda")
+    with bufferext.get_buffer(x) as view:
+        assert view.device == "bufferext.cuda"
+        x.info_version = 2 << 16
+        with pytest.raises(BufferError, match=r"BufferView: CUDA "
+                           r"device_info version 0x20000 is not understood"):
+            view.__dlpack__(max_version=(1, 0), stream=-1)
+    assert x.exports == 0

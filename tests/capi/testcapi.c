@@ -633,9 +633,37 @@ conf_get_address(PyObject *op, void *closure)
     return PyLong_FromVoidPtr(Conf_CAST(op)->block);
 }
 
+/* The version field of its device_info (CUDA and VE share the first
+ * member): an exporter may change it after the gate has read it. */
+static PyObject *
+conf_get_info_version(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromUnsignedLong(Conf_CAST(op)->info.cuda.version);
+}
+
+static int
+conf_set_info_version(PyObject *op, PyObject *value, void *closure)
+{
+    unsigned long v;
+    (void)closure;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "cannot delete info_version");
+        return -1;
+    }
+    v = PyLong_AsUnsignedLong(value);
+    if (v == (unsigned long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    Conf_CAST(op)->info.cuda.version = (uint32_t)v;
+    return 0;
+}
+
 static PyGetSetDef conf_getset[] = {
     {(char *)"exports", conf_get_exports, NULL,
      (char *)"number of live exports", NULL},
+    {(char *)"info_version", conf_get_info_version, conf_set_info_version,
+     (char *)"device_info's version field", NULL},
     {(char *)"address", conf_get_address, NULL,
      (char *)"address of the block", NULL},
     {NULL, NULL, NULL, NULL, NULL},
