@@ -4,6 +4,7 @@ conform and on test doubles that break the rules in known ways."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from types import ModuleType
@@ -129,7 +130,8 @@ def test_cli_reports_and_exits_0_for_a_conforming_producer(tmp_path) -> None:
         [sys.executable, "-m", "bufferext", "check", "producers:cpu",
          "--call"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path), os.environ.get("PYTHONPATH", "")])})
     assert proc.returncode == 0, proc.stderr
     assert "result: conformant" in proc.stdout
     assert "[ok] extended request: CPU memory" in proc.stdout
