@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import bufferext
-from bufferext._check import check, legacy_requests, load_target
+from bufferext._check import check, flag_names, legacy_requests, load_target
 
 
 def levels(report: Any, level: str) -> list:
@@ -292,6 +292,37 @@ def test_lies_about_declared_requests_are_violations(
     assert not report.conformant
     assert any(f[0] == "violation" and f[2].endswith(problem)
                for f in findings(report)), findings(report)
+
+
+def test_strides_missing_is_a_violation_of_each_strided_request(
+        c99: Any) -> None:
+    report = check(c99.Configurable(32, 32, 8, 1, "d", shape=(4,),
+                                    strides=None))
+    subjects = {f[1] for f in findings(report)
+                if f == ("violation", f[1], "STRIDES answered without "
+                                            "strides")}
+    assert subjects == {flag_names(r) for r in legacy_requests()
+                        if r & bufferext.BufferFlags.STRIDES ==
+                        bufferext.BufferFlags.STRIDES}
+    assert "ND|STRIDES" in subjects and "ND" not in subjects
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12),
+                    reason="Python classes export buffers from 3.12")
+def test_invalid_declaration_is_a_violation() -> None:
+    class Declared:
+        __buffer_supported_flags__ = "abc"
+
+        def __buffer__(self, flags: int) -> memoryview:
+            return memoryview(b"ab")
+
+    report = check(Declared())
+    assert not report.conformant
+    assert ("violation", "supported flags",
+            "Declared.__buffer_supported_flags__ = 'abc' is invalid: "
+            "expected an int, -1 or a flag mask >= 0") in findings(report)
+    # nothing is probed against a declaration that cannot be read
+    assert not any(f[1] == "requests" for f in findings(report))
 
 
 def test_gate_refusals_are_violations(c99: Any) -> None:

@@ -221,13 +221,12 @@ def _device_safety(obj: Any, device: Optional[str], report: Report) -> None:
 
 def _violations_of(request: int, raw: Dict[str, Any],
                    view: Any) -> List[str]:
-    # (a read-only answer to WRITABLE never gets here: get_buffer's gate
-    # refuses it, and _probe reports that refusal as a violation)
+    # What get_buffer's gate refuses never gets here (_probe reports that
+    # refusal as a violation): a read-only answer to WRITABLE, no shape for
+    # ND, suboffsets without INDIRECT.  NULL strides read as C order.
     problems = []
     if request & F.FORMAT and raw["format"] is None:
         problems.append("FORMAT answered without a format")
-    if request & F.ND == F.ND and raw["ndim"] > 0 and raw["shape"] is None:
-        problems.append("ND answered without a shape")
     if request & F.STRIDES == F.STRIDES and raw["ndim"] > 0 and \
             raw["strides"] is None:
         problems.append("STRIDES answered without strides")
@@ -238,11 +237,6 @@ def _violations_of(request: int, raw: Dict[str, Any],
     if request & F.ANY_CONTIGUOUS == F.ANY_CONTIGUOUS and not (
             view.c_contiguous or view.f_contiguous):
         problems.append("ANY_CONTIGUOUS answered with a non-contiguous layout")
-    if request & F.STRIDES != F.STRIDES and raw["strides"] is None and \
-            not view.c_contiguous:
-        problems.append("no strides for a layout that is not C-contiguous")
-    if request & F.INDIRECT != F.INDIRECT and raw["suboffsets"] is not None:
-        problems.append("suboffsets without INDIRECT")
     return problems
 
 
