@@ -1,0 +1,154 @@
+"""The bridges' refusals, word for word: each names the protocol, the key
+and the value it got and says what it expected (docs/bridges.rst), and the
+layout rules behind them hold at their edges.  Written against the
+survivors of a mutation run (mutmut) that changed a message, a bound or a
+key and was not noticed."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+import pytest
+
+import bufferext
+
+AI = "__array_interface__"
+CAI = "__cuda_array_interface__"
+VAI = "__ve_array_interface__"
+
+
+class Speaker:
+    """An object that speaks one interface."""
+
+    def __init__(self, attr: str, d: Any) -> None:
+        setattr(self, attr, d)
+
+
+def ai(**d: Any) -> Dict[str, Any]:
+    return {"version": 3, "shape": (2,), "typestr": "<f8",
+            "data": bytearray(16), **d}
+
+
+def cai(**d: Any) -> Dict[str, Any]:
+    return {"version": 3, "shape": (2,), "typestr": "<f8",
+            "data": (4096, False), **d}
+
+
+ROWS = [
+    (AI, ai(data=(1, "x")), "__array_interface__: 'data' is (1, 'x'); "
+     "expected a tuple (pointer: int >= 0, readonly: bool)"),
+    (AI, ai(data=(-1, False)), "__array_interface__: 'data' is (-1, False); "
+     "expected a tuple (pointer: int >= 0, readonly: bool)"),
+    (CAI, cai(data=(2**64, False)), "__cuda_array_interface__: 'data' is "
+     "(18446744073709551616, False); expected a tuple (pointer: int >= 0, "
+     "readonly: bool)"),
+    (AI, ai(data="abc"), "__array_interface__: 'data' is 'abc'; expected a "
+     "tuple (pointer, readonly) or a buffer object"),
+    (AI, ai(typestr=8), "__array_interface__: 'typestr' is 8; expected a str "
+     "such as '<f8'"),
+    (AI, ai(typestr="zz"), "__array_interface__: 'typestr' is 'zz'; expected "
+     "a NumPy type string such as '<f8'"),
+    (AI, ai(typestr="|O"), "__array_interface__: 'typestr' is '|O'; "
+     "expected a fixed-size type without Python objects"),
+    (AI, ai(typestr="<M8[s]"), "__array_interface__: 'typestr' is '<M8[s]'; "
+     "expected a type the buffer protocol can describe (not "
+     "datetime/timedelta)"),
+    (AI, ai(shape=(1,) * 64, typestr="(2,)<f4"), "__array_interface__: "
+     "'typestr' is '(2,)<f4'; expected a sub-array that keeps the array "
+     "within 64 dimensions"),
+    (AI, ai(shape=[2]), "__array_interface__: 'shape' is [2]; expected a "
+     "tuple of at most 64 non-negative ints"),
+    (AI, ai(strides=(8, 8)), "__array_interface__: 'strides' is (8, 8); "
+     "expected None or a tuple of 1 ints"),
+    (AI, ai(shape=(0, 2**40, 2**40), data=(4096, False)),
+     "__array_interface__: 'shape' is (0, 1099511627776, 1099511627776); "
+     "expected C-contiguous strides that fit a Py_ssize_t"),
+    (AI, ai(version=2), "__array_interface__: 'version' is 2; expected 3"),
+    (CAI, cai(version=4), "__cuda_array_interface__: 'version' is 4; "
+     "expected an int from 0 to 3"),
+    (AI, ai(mask=np.zeros(2, bool)), "__array_interface__: 'mask' is not "
+     "supported (got 'ndarray')"),
+    (AI, {"version": 3, "shape": (2,), "data": bytearray(16)},
+     "__array_interface__: required key 'typestr' is missing"),
+    (AI, {"version": 3, "typestr": "<f8", "data": bytearray(16)},
+     "__array_interface__: required key 'shape' is missing"),
+    (CAI, {"version": 3, "shape": (2,), "typestr": "<f8"},
+     "__cuda_array_interface__: required key 'data' is missing"),
+    (AI, ai(offset=-1), "__array_interface__: 'offset' is -1; expected an "
+     "int >= 0"),
+    (AI, ai(data=(2**64 - 8, False), offset=16), "__array_interface__: "
+     "'offset' is 16; expected an offset inside the address space"),
+    (CAI, cai(stream=0), "__cuda_array_interface__: 'stream' is 0; "
+     "expected None or a positive int (0 is disallowed by CAI v3)"),
+    (VAI, cai(version=1, veo_ctxt=-1), "__ve_array_interface__: 'veo_ctxt' "
+     "is -1; expected None or an int >= 0"),
+    # the extent of the layout against the 'data' buffer
+    (AI, ai(data=bytearray(8)), "__array_interface__: shape (2,), strides "
+     "(8,) and offset 0 reach bytes [0, 16) of 'data', a buffer of 8 bytes"),
+    (AI, ai(shape=(1,), data=bytearray(4)), "__array_interface__: shape "
+     "(1,), strides (8,) and offset 0 reach bytes [0, 8) of 'data', a "
+     "buffer of 4 bytes"),
+    (AI, ai(shape=(3,), typestr="|u1", strides=(1,), data=bytearray(2)),
+     "__array_interface__: shape (3,), strides (1,) and offset 0 reach "
+     "bytes [0, 3) of 'data', a buffer of 2 bytes"),
+    (AI, ai(shape=(3,), strides=(-8,), offset=8, data=bytearray(24)),
+     "__array_interface__: shape (3,), strides (-8,) and offset 8 reach "
+     "bytes [-8, 16) of 'data', a buffer of 24 bytes"),
+]
+
+
+@pytest.mark.parametrize("attr, d, message", ROWS,
+                         ids=[m.split(";")[0][:60] for _, _, m in ROWS])
+def test_refusal_says_protocol_key_value_and_expectation(
+        attr: str, d: Dict[str, Any], message: str) -> None:
+    with pytest.raises(BufferError) as info:
+        bufferext.as_buffer(Speaker(attr, d), readonly=True)
+    assert str(info.value) == message
+
+
+def test_not_a_dict_is_a_type_error() -> None:
+    with pytest.raises(TypeError) as info:
+        bufferext.as_buffer(Speaker(AI, [1]))
+    assert str(info.value) == "__array_interface__ must be a dict, not 'list'"
+
+
+def test_read_only_memory_is_not_made_writable() -> None:
+    memory = np.zeros(2)
+    d = ai(data=(memory.ctypes.data, True))
+    with pytest.raises(BufferError) as info:
+        bufferext.as_buffer(Speaker(AI, d), readonly=False)
+    assert str(info.value) == ("__array_interface__: the memory is read-only "
+                               "but readonly=False was requested")
+    assert bufferext.as_buffer(Speaker(AI, d)).readonly
+
+
+def test_readonly_request_makes_writable_memory_read_only() -> None:
+    memory = np.zeros(2)
+    d = ai(data=(memory.ctypes.data, False))
+    assert bufferext.as_buffer(Speaker(AI, d), readonly=True).readonly
+    assert not bufferext.as_buffer(Speaker(AI, d), readonly=False).readonly
+    assert not bufferext.as_buffer(Speaker(AI, d)).readonly
+
+
+def test_c_strides_skip_size_one_and_zero_dimensions() -> None:
+    memory = np.zeros(3)
+    d = ai(shape=(3, 1), data=(memory.ctypes.data, False))
+    assert bufferext.as_buffer(Speaker(AI, d)).strides == (8, 8)
+    d = ai(shape=(1, 3, 0), data=(memory.ctypes.data, False))
+    assert bufferext.as_buffer(Speaker(AI, d)).strides == (24, 8, 8)
+
+
+def test_structured_type_keeps_numpys_format() -> None:
+    d = ai(typestr="i4,f8", data=bytearray(32))
+    want = np.empty((0,), np.dtype("i4,f8")).data.format
+    assert bufferext.as_buffer(Speaker(AI, d)).format == want
+
+
+def test_extent_inside_the_buffer_is_accepted() -> None:
+    # the rows above, one byte short; these fit exactly
+    for d in (ai(shape=(3,), typestr="|u1", strides=(1,),
+                 data=bytearray(3)),
+              ai(shape=(3,), strides=(-8,), offset=16, data=bytearray(24)),
+              ai(shape=(3,), strides=(0,), data=bytearray(8))):
+        assert bufferext.as_buffer(Speaker(AI, d), readonly=True).shape == (3,)
