@@ -343,3 +343,37 @@ def test_flag_names_of_compound_requests() -> None:
     assert flag_names(int(F.ANY_CONTIGUOUS)) == "ND|ANY_CONTIGUOUS"
     assert flag_names(int(F.F_CONTIGUOUS | F.FORMAT)) == \
         "FORMAT|ND|F_CONTIGUOUS"
+
+
+class _DLPackDevice(np.ndarray):
+    """A CPU array whose __dlpack_device__ says what the test sets."""
+
+    device = (1, 0)
+
+    def __dlpack_device__(self) -> tuple:
+        return self.device
+
+
+def _on(device: tuple) -> Any:
+    x = np.zeros(4).view(_DLPackDevice)
+    x.device = device
+    return x
+
+
+def test_plain_requests_answered_for_device_memory_are_a_leak() -> None:
+    # __dlpack_device__ says CUDA; the buffer answers every plain request
+    report = check(_on((2, 0)))
+    safety = [f for f in findings(report) if f[1] == "device safety"]
+    first = ", ".join(flag_names(r) for r in legacy_requests()[:6])
+    assert safety == [("violation", "device safety",
+                       "device memory handed to plain requests: " + first +
+                       " ...")]
+    assert not report.conformant
+
+
+@pytest.mark.parametrize("device_type", [1, 3, 13])
+def test_host_visible_dlpack_devices_are_not_device_memory(
+        device_type: int) -> None:
+    # kDLCPU, kDLCUDAHost and kDLCUDAManaged: CPU code may read them
+    report = check(_on((device_type, 0)))
+    assert not any(f[1] == "device safety" for f in findings(report))
