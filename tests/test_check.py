@@ -377,3 +377,22 @@ def test_host_visible_dlpack_devices_are_not_device_memory(
     # kDLCPU, kDLCUDAHost and kDLCUDAManaged: CPU code may read them
     report = check(_on((device_type, 0)))
     assert not any(f[1] == "device safety" for f in findings(report))
+
+
+@pytest.mark.parametrize("liar, device", [("unasked_cpu", None),
+                                          ("unasked", "liar.unasked")])
+def test_extension_written_for_each_plain_request_is_a_violation(
+        c99: Any, liar: str, device: Any) -> None:
+    # answers FULL_RO|DEVICE (CPU memory, or a device), then writes the
+    # extension for every plain request too: one violation per request
+    report = check(c99.ExporterFull(liar=liar))
+    assert findings(report)[0][:2] == ("ok", "extended request")
+    text = ("testcapi_c99.ExporterFull wrote the buffer extension although "
+            "no extended flag was requested")
+    violations = [f for f in findings(report) if f[0] == "violation"]
+    assert violations[:len(legacy_requests())] == [
+        ("violation", flag_names(r), text) for r in legacy_requests()]
+    assert not report.conformant
+    if device is None:
+        # and the declared requests, probed again, say so once more
+        assert findings(report)[-1][:2] == ("info", "requests")

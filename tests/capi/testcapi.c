@@ -42,6 +42,7 @@
 enum {
     LIAR_NONE = 0,
     LIAR_UNASKED,       /* writes the extension without PyBUF_DEVICE */
+    LIAR_UNASKED_CPU,   /* the same, saying "CPU memory" (device NULL) */
     LIAR_DEVICE_NOFLAG, /* fills device fields, leaves flags at 0 */
     LIAR_EXTRA_FLAGS,   /* sets an extended flag nobody requested */
     LIAR_FAIL_LATE,     /* fills the extension, then fails the request */
@@ -62,8 +63,8 @@ enum {
 };
 
 static const char *const liar_names[] = {
-    "none", "unasked", "device_noflag", "extra_flags", "fail_late",
-    "ndim_65", "ndim_negative", "itemsize_0", "len_past_shape", "shape_null",
+    "none", "unasked", "unasked_cpu", "device_noflag", "extra_flags",
+    "fail_late", "ndim_65", "ndim_negative", "itemsize_0", "len_past_shape", "shape_null",
     "format_long", "info_null", "info_version", "readonly", "silent_fail",
     "error_set", NULL,
 };
@@ -260,6 +261,9 @@ exporter_lie(ExporterObject *self, PyObject *op, Py_buffer *view, int flags)
         (void)flags;   /* lies the same whatever was requested */
         ext->flags = PyBUF_DEVICE;
         ext->device = "liar.unasked";
+        break;
+    case LIAR_UNASKED_CPU:
+        ext->flags = PyBUF_DEVICE;
         break;
     case LIAR_DEVICE_NOFLAG:
         ext->device = "liar.noflag";

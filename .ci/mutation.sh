@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# .ci/mutation.sh -- a bounded mutation run (mutmut) over the Python modules
+# that judge what others hand us: _check.py, _bridges.py and
+# distarray/_protocol.py.  Not part of .ci/run (it takes ~10 min on two
+# cores); run it when those modules or their tests change:
+#
+#   bash .ci/mutation.sh            prints killed/survived per module
+#   MUTATION_KEEP=DIR bash .ci/mutation.sh   keeps the work (mutmut show ...)
+#
+# mutmut wants the package under src/: the work happens in a copy of the
+# tracked files with Lib/ renamed, the C extension built in place.  Tests
+# that start a child interpreter in another directory (the CLI's) cannot
+# see the mutant and are left out.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WORK=${MUTATION_KEEP:-$(mktemp -d "${TMPDIR:-/tmp}/bufferext-mutation.XXXXXX")}
+PY=${PYTHON:-python3}
+[[ -n ${MUTATION_KEEP:-} ]] || trap 'rm -rf "$WORK"' EXIT
+
+rm -rf "$WORK/tree" "$WORK/venv"
+mkdir -p "$WORK/tree"
+git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 tar -cf -) |
+    tar -C "$WORK/tree" -xf -
+"$PY" -m venv "$WORK/venv"
+"$WORK/venv/bin/python" -m pip install -q "mutmut>=3.3" numpy pytest \
+    hypothesis setuptools 2>&1 | { grep -v "^WARNING: Location" || true; }
+
+cd "$WORK/tree"
+# the extension and the installed header layout, in place under Lib/
+"$WORK/venv/bin/python" setup.py -q build_ext --inplace >/dev/null
+mkdir -p Lib/bufferext/include
+cp -r Include/. Lib/bufferext/include/
+mv Lib src
+cat >setup.cfg <<'CFG'
+[mutmut]
+source_paths=src/bufferext
+only_mutate=
+    src/bufferext/_check.py
+    src/bufferext/_bridges.py
+    src/bufferext/distarray/_protocol.py
+also_copy=tests
+pytest_add_cli_args_test_selection=
+    tests/test_check.py
+    tests/test_bridges.py
+    tests/test_bridges_cuda.py
+    tests/test_bridges_fuzz.py
+    tests/test_bridges_messages.py
+    tests/test_boundary_python.py
+    tests/test_distarray_protocol.py
+    tests/test_distarray_messages.py
+    tests/test_distarray_examples.py
+    tests/test_distarray_roundtrip.py
+    tests/test_conformance_protocols.py
+    tests/test_edges.py
+pytest_add_cli_args=
+    -p
+    no:cacheprovider
+    -k
+    not test_cli_reports_and_exits_0_for_a_conforming_producer
+CFG
+# Children of the tests import the mutated package too; the folder must
+# exist before the interpreter starts (an absent path is cached as such).
+mkdir -p mutants/src
+PYTHONPATH=$PWD/mutants/src "$WORK/venv/bin/mutmut" run \
+    --max-children "$(nproc)" >"$WORK/mutmut.log" 2>&1 || {
+    tail -40 "$WORK/mutmut.log"; exit 1; }
+"$WORK/venv/bin/mutmut" results --all true 2>/dev/null | "$WORK/venv/bin/python" -c '
+import collections, re, sys
+count = collections.defaultdict(collections.Counter)
+for line in sys.stdin:
+    m = re.match(r"\s*bufferext\.([\w.]+?)\.x.*: (\w[\w ]*)$", line.strip())
+    if m:
+        count[m.group(1)][m.group(2)] += 1
+for module, c in sorted(count.items()):
+    tested = sum(c.values()) - c["no tests"]
+    print(f"{module:22} killed {c[\"killed\"]:4} of {tested:4} tested "
+          f"({100 * c[\"killed\"] / max(tested, 1):.0f} %); survived "
+          f"{c[\"survived\"]}, timeout {c[\"timeout\"]}, no tests "
+          f"{c[\"no tests\"]}")
+'
