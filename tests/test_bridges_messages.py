@@ -152,3 +152,32 @@ def test_extent_inside_the_buffer_is_accepted() -> None:
               ai(shape=(3,), strides=(-8,), offset=16, data=bytearray(24)),
               ai(shape=(3,), strides=(0,), data=bytearray(8))):
         assert bufferext.as_buffer(Speaker(AI, d), readonly=True).shape == (3,)
+
+
+def vai(**d: Any) -> Dict[str, Any]:
+    return {"version": 1, "shape": (2,), "typestr": "<f8",
+            "data": (4096, False), **d}
+
+
+@pytest.mark.parametrize("attr, d", [(CAI, cai(data=(4096, True))),
+                                     (VAI, vai(data=(4096, True)))])
+def test_device_interfaces_keep_read_only_memory_read_only(
+        attr: str, d: Dict[str, Any]) -> None:
+    # refused before any device library is needed
+    with pytest.raises(BufferError) as info:
+        bufferext.as_buffer(Speaker(attr, d), readonly=False)
+    assert str(info.value) == (f"{attr}: the memory is read-only but "
+                               "readonly=False was requested")
+
+
+def test_ve_interface_adapter_carries_layout_and_policy() -> None:
+    # VE adapters need no VEO library until their memory is touched
+    d = vai(shape=(2, 3), strides=(8, 16), veo_ctxt=7)
+    a = bufferext.as_buffer(Speaker(VAI, d))
+    assert (a.shape, a.strides, a.format, a.readonly) == \
+        ((2, 3), (8, 16), "d", False)
+    assert bufferext.as_buffer(Speaker(VAI, d), readonly=True).readonly
+    ro = bufferext.as_buffer(Speaker(VAI, vai(data=(4096, True))))
+    assert ro.readonly
+    with bufferext.get_buffer(a) as view:
+        assert view.device == "bufferext.ve" and view.ptr == 4096

@@ -396,3 +396,60 @@ def test_extension_written_for_each_plain_request_is_a_violation(
     if device is None:
         # and the declared requests, probed again, say so once more
         assert findings(report)[-1][:2] == ("info", "requests")
+
+
+def test_non_exporter_report_word_for_word() -> None:
+    report = check(object())
+    assert findings(report) == [
+        ("violation", "buffer",
+         "not a buffer exporter (a 'object' has no buffer slot)")]
+    assert set(report.protocols) == {
+        "buffer", "declared_supported_flags", "dlpack", "dlpack_device",
+        "dlpack_c_exchange_api", "cuda_array_interface",
+        "ve_array_interface", "array_interface"}
+    assert report.protocols["buffer"] is False
+
+
+class _Raising(np.ndarray):
+    """A CPU array whose other protocols raise when read."""
+
+    def __dlpack_device__(self) -> tuple:
+        raise ValueError("no device")
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        raise RuntimeError("boom")
+
+
+def test_protocols_that_raise_are_reported_not_raised() -> None:
+    report = check(np.zeros(4).view(_Raising))
+    got = findings(report)
+    assert ("violation", "dlpack",
+            "__dlpack_device__() raised ValueError('no device')") in got
+    assert ("info", "__cuda_array_interface__",
+            "reading it raised RuntimeError('boom')") in got
+    p = report.protocols
+    assert p["dlpack_device"] is None and p["cuda_array_interface"] is None
+    assert p["array_interface"] == 3 and p["ve_array_interface"] is None
+
+
+def test_declaration_is_read_from_the_class() -> None:
+    class Declared(np.ndarray):
+        __buffer_supported_flags__ = int(bufferext.BufferFlags.LEGACY)
+
+    class Inherits(Declared):
+        pass
+
+    for cls in (Declared, Inherits):
+        report = check(np.zeros(4).view(cls))
+        assert report.protocols["declared_supported_flags"] == \
+            int(bufferext.BufferFlags.LEGACY)
+    assert check(np.zeros(4)).protocols["declared_supported_flags"] is None
+
+
+def test_undeclared_device_exporter_word_for_word(c99: Any) -> None:
+    # ExporterNoDevice declares 0x1c (SIMPLE, FORMAT, ND, STRIDES)
+    report = check(c99.ExporterNoDevice(4, device="bufferext.cuda"))
+    assert findings(report)[-1] == (
+        "violation", "supported flags",
+        "exports device memory but does not declare DEVICE (declared 28)")
