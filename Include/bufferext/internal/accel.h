@@ -17,11 +17,13 @@
  *                d_wrapped field of the wrapper descriptor of __buffer__
  *                (PyWrapperDescrObject) and m_ml/m_self of the guard
  *                (PyCFunctionObject).
- *   3.9-3.13, GIL builds
+ *   3.9-3.15, GIL builds
  *                BufferExt_GetBuffer/Release call bf_getbuffer and
  *                bf_releasebuffer directly, as PyObject_GetBuffer and
- *                PyBuffer_Release do there (checked against each release).
- *   3.14+, free-threaded builds, or -DBUFFEREXT_ACCEL_INLINE_DISPATCH=0
+ *                PyBuffer_Release do there (checked against each release:
+ *                3.14.10 and 3.15.2 by their machine code in Debian's
+ *                libpython).
+ *   3.16+, free-threaded builds, or -DBUFFEREXT_ACCEL_INLINE_DISPATCH=0
  *                the public PyObject_GetBuffer and PyBuffer_Release.
  *   compilers without GCC/Clang atomics
  *                the cache only where one thread runs at a time (GIL builds
@@ -143,19 +145,19 @@ static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
 /* BUFFEREXT_ACCEL_INLINE_DISPATCH: BufferExt_GetBuffer and BufferExt_Release
  * call the exporter's slots directly instead of PyObject_GetBuffer and
  * PyBuffer_Release where the bodies of those functions are known to be
- * exactly that (CPython 3.9-3.13 with the GIL, checked against each
+ * exactly that (CPython 3.9-3.15 with the GIL, checked against each
  * release): it saves two calls into libpython per export.  Elsewhere, or
  * when compiled with -DBUFFEREXT_INLINE_DISPATCH=0, the functions are
  * called. */
 #ifndef BUFFEREXT_ACCEL_INLINE_DISPATCH
-#  if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX < 0x030E0000
+#  if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX < 0x03100000
 #    define BUFFEREXT_ACCEL_INLINE_DISPATCH 1
 #  else
 #    define BUFFEREXT_ACCEL_INLINE_DISPATCH 0
 #  endif
 #endif
 
-/* PyObject_GetBuffer(obj, view, flags).  3.13 also refuses the bare values
+/* PyObject_GetBuffer(obj, view, flags).  3.13+ also refuses the bare values
  * PyBUF_READ and PyBUF_WRITE: those go through the function. */
 static inline int
 BufferExtAccel_CallGetBuffer(PyObject *obj, Py_buffer *view, int flags)
