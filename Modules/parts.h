@@ -55,16 +55,12 @@ int bufferext_init_adapter(PyObject *module);    /* adapter.c */
 #ifdef Py_GIL_DISABLED
 #  define BUFFEREXT_LOCKED_BEGIN(op) Py_BEGIN_CRITICAL_SECTION(op)
 #  define BUFFEREXT_LOCKED_END() Py_END_CRITICAL_SECTION()
-#  define BUFFEREXT_LOCKED_BEGIN2(a, b) Py_BEGIN_CRITICAL_SECTION2(a, b)
-#  define BUFFEREXT_LOCKED_END2() Py_END_CRITICAL_SECTION2()
 #  define BUFFEREXT_MUTEX(name) static PyMutex name
 #  define BUFFEREXT_MUTEX_LOCK(name) PyMutex_Lock(&(name))
 #  define BUFFEREXT_MUTEX_UNLOCK(name) PyMutex_Unlock(&(name))
 #else
 #  define BUFFEREXT_LOCKED_BEGIN(op) {
 #  define BUFFEREXT_LOCKED_END() }
-#  define BUFFEREXT_LOCKED_BEGIN2(a, b) {
-#  define BUFFEREXT_LOCKED_END2() }
 #  define BUFFEREXT_MUTEX(name) struct bufferext_unused_##name
 #  define BUFFEREXT_MUTEX_LOCK(name) ((void)0)
 #  define BUFFEREXT_MUTEX_UNLOCK(name) ((void)0)

@@ -208,20 +208,10 @@ bufferext_producer_pin(bufferext_producer *p, const char *who)
 }
 
 void
-bufferext_producer_unpin(bufferext_producer *p)
-{
-    BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
-    p->exports--;
-    BUFFEREXT_LOCKED_END();
-}
-
-void
 bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view)
 {
     (void)view;
-    BUFFEREXT_LOCKED_BEGIN(op);
-    BufferExtProducer_CAST(op)->exports--;
-    BUFFEREXT_LOCKED_END();
+    bufferext_producer_unpin(BufferExtProducer_CAST(op));
 }
 
 int

@@ -108,7 +108,15 @@ PyObject *bufferext_producer_repr(PyObject *op, const char *extra,
  * export that close and resize refuse): 0, or -1 with ValueError naming
  * `who` if it was closed meanwhile.  Unpin when done. */
 int bufferext_producer_pin(bufferext_producer *p, const char *who);
-void bufferext_producer_unpin(bufferext_producer *p);
+/* The end of a pin or of an export (releasebuffer): inline, it is on the
+ * hot path of every export. */
+static inline void
+bufferext_producer_unpin(bufferext_producer *p)
+{
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
+    p->exports--;
+    BUFFEREXT_LOCKED_END();
+}
 void bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view);
 int bufferext_producer_traverse(PyObject *op, visitproc visit, void *arg);
 void bufferext_producer_dealloc(PyObject *op);
