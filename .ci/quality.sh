@@ -108,11 +108,14 @@ san_env() {   # the environment every sanitized process runs with
 # ---- jobs -------------------------------------------------------------------
 
 setup_asan() {
-    local venv=$VENVS/asan so
+    local venv=$VENVS/asan so libs
     make_venv "$venv" python3 numpy pytest hypothesis setuptools wheel atheris
     install_pkg "$venv" CC=gcc CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS"
     so=$(ls "$venv"/lib/python3*/site-packages/bufferext/_bufferext*.so)
-    ldd "$so" | grep -q libasan && ldd "$so" | grep -q libubsan || {
+    # (ldd's output first: `ldd | grep -q` under pipefail fails whenever
+    # grep exits before ldd has written everything)
+    libs=$(ldd "$so")
+    [[ $libs == *libasan* && $libs == *libubsan* ]] || {
         echo "the extension is not ASan+UBSan-instrumented: $so"; return 1; }
     echo "instrumented: $so"
 }
