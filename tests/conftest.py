@@ -4,6 +4,10 @@ The C-API fixtures build tests/capi/testcapi.c (as C99, C11, C++11, C++17)
 and tests/capi/layout.c once per session against the INSTALLED bufferext
 headers; tests that use them are skipped, with the reason, only when no C
 or C++ compiler exists.
+
+In a multi-process ``--with-mpi`` run, tests/_mpi_guard.py turns a failure
+on one rank, or a test that hangs, into a quick end of the whole job that
+names the test (see that module).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from types import ModuleType
 from typing import Dict
 
 import pytest
+
+import _mpi_guard
 
 CAPI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capi")
 
@@ -29,6 +35,11 @@ def _load_capi_build() -> ModuleType:
     sys.modules[spec.name] = module     # dataclasses look it up there
     spec.loader.exec_module(module)
     return module
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The MPI guard, in multi-process ``--with-mpi`` runs only."""
+    _mpi_guard.install(config)
 
 
 @pytest.fixture(scope="session")
