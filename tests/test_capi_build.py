@@ -93,10 +93,13 @@ def test_header_and_python_api_agree(capi):
         assert getattr(flags, name) == getattr(capi, "PyBUF_" + name), name
 
 
-def test_limited_api_is_refused_clearly(capi_build, tmp_path):
+def test_limited_api_below_3_11_is_refused_clearly(capi_build, tmp_path):
+    """Py_buffer joined the limited API in 3.11: below, one clear #error
+    (3.11 and later: tests/test_limited_api.py)."""
     proc = check_syntax(capi_build, tmp_path / "limited.c",
-                        "#define Py_LIMITED_API 0x030B0000\n"
+                        "#define Py_LIMITED_API 0x030A0000\n"
                         "#include <Python.h>\n#include <bufferext.h>\n")
     assert proc.returncode != 0
-    assert "does not support Py_LIMITED_API" in proc.stdout
+    assert "bufferext.h needs Py_LIMITED_API >= 0x030B0000 (3.11)" \
+        in proc.stdout
     assert proc.stdout.count("error:") == 1, proc.stdout

@@ -32,10 +32,12 @@
 #include <stddef.h>
 #include <string.h>
 
-/* The header reads PyTypeObject fields (tp_name, tp_version_tag, tp_dict),
- * so it needs the full C API: say so clearly instead of failing later. */
-#ifdef Py_LIMITED_API
-#  error "bufferext.h does not support Py_LIMITED_API (stable ABI) yet"
+/* Limited API (stable ABI, abi3): supported from 3.11, the first release
+ * whose limited API has Py_buffer and PyObject_GetBuffer.  There the
+ * accelerator, which reads type internals, is replaced by
+ * bufferext/internal/limited.h (docs/capi.rst, "Limited API"). */
+#if defined(Py_LIMITED_API) && Py_LIMITED_API + 0 < 0x030B0000
+#  error "bufferext.h needs Py_LIMITED_API >= 0x030B0000 (3.11): Py_buffer and PyObject_GetBuffer joined the limited API in CPython 3.11"
 #else /* the rest of this file */
 
 #ifdef __cplusplus
@@ -54,8 +56,10 @@ static inline PyObject *BufferExtCompat_NewRef(PyObject *obj)
 #  define Py_NewRef(obj) BufferExtCompat_NewRef((PyObject *)(obj))
 #endif
 
-/* PyType_GetDict: added in CPython 3.12 (before, tp_dict is the dict). */
-#if PY_VERSION_HEX < 0x030C0000
+/* PyType_GetDict: added in CPython 3.12 (before, tp_dict is the dict).
+ * Not in the limited API, which uses no type dict. */
+#if defined(Py_LIMITED_API)
+#elif PY_VERSION_HEX < 0x030C0000
 static inline PyObject *BufferExtCompat_TypeGetDict(PyTypeObject *type)
 {
     Py_XINCREF(type->tp_dict);
@@ -70,9 +74,48 @@ static inline PyObject *BufferExtCompat_TypeGetDict(PyTypeObject *type)
  * caller chose, and made a Python class with __buffer__ an exporter.  Where
  * it exists, the header keeps PyBUF_DEVICE off both paths (see
  * BufferExt_SetSupportedFlags and BufferExt_GetBuffer). */
-#if PY_VERSION_HEX >= 0x030C0000
-#  define BUFFEREXT_INTERNAL_PEP688 1
+#if PY_VERSION_HEX >= 0x030C0000 || defined(Py_LIMITED_API)
+#  define BUFFEREXT_INTERNAL_PEP688 1   /* limited API: decided at run time */
 #endif
+
+/* The docstring that marks the PEP 688 guard of __buffer__ (see
+ * BufferExt_SetSupportedFlags): shared by every extension that includes
+ * this header, so it never changes. */
+#define BUFFEREXT_INTERNAL_GUARD_DOC                                         \
+    "__buffer__($wrapper, self, flags, /)\n--\n\n"                          \
+    "Return a memoryview of the buffer.  A request that includes\n"         \
+    "PyBUF_DEVICE raises BufferError: a memoryview carries CPU memory\n"    \
+    "only (bufferext guard, see bufferext.h)."
+
+/* The name of `type` for messages: tp_name, or with the limited API (no
+ * tp_name) "module.qualname" written into `buf` ("qualname" for builtins). */
+#define BUFFEREXT_INTERNAL_NAME_SIZE 208
+static inline const char *
+BufferExtInternal_TypeName(PyTypeObject *type, char *buf, size_t size)
+{
+#ifdef Py_LIMITED_API
+    PyObject *qualname = PyType_GetQualName(type);
+    PyObject *module = PyObject_GetAttrString((PyObject *)type, "__module__");
+    const char *q = qualname ? PyUnicode_AsUTF8AndSize(qualname, NULL) : NULL;
+    const char *m = module && PyUnicode_Check(module)
+                        ? PyUnicode_AsUTF8AndSize(module, NULL) : NULL;
+
+    PyErr_Clear();
+    if (m != NULL && strcmp(m, "builtins") != 0) {
+        PyOS_snprintf(buf, size, "%.100s.%.100s", m, q ? q : "?");
+    }
+    else {
+        PyOS_snprintf(buf, size, "%.200s", q ? q : "?");
+    }
+    Py_XDECREF(qualname);
+    Py_XDECREF(module);
+    return buf;
+#else
+    (void)buf;
+    (void)size;
+    return type->tp_name;
+#endif
+}
 
 /* ---- flags ------------------------------------------------------------ */
 
@@ -159,9 +202,15 @@ typedef struct Py_buffer_extended {
 
 /* The declaration lookup, its per-type cache and the PEP 688 routing read
  * CPython internals; they live apart, in bufferext/internal/accel.h, with
- * the CPython versions and fields they depend on. */
+ * the CPython versions and fields they depend on.  With Py_LIMITED_API the
+ * accelerator is off: bufferext/internal/limited.h gives the same
+ * interface through the stable ABI. */
 #define BUFFEREXT_ACCEL_INSIDE
-#include "internal/accel.h"
+#ifdef Py_LIMITED_API
+#  include "internal/limited.h"
+#else
+#  include "internal/accel.h"
+#endif
 #undef BUFFEREXT_ACCEL_INSIDE
 
 
@@ -196,9 +245,11 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
     BufferExtAccel_TypeInfo info;
 
     if (!PyObject_CheckBuffer(obj)) {
+        char name[BUFFEREXT_INTERNAL_NAME_SIZE];
         PyErr_Format(PyExc_TypeError,
                      "a buffer exporter is required, not '%.200s'",
-                     Py_TYPE(obj)->tp_name);
+                     BufferExtInternal_TypeName(Py_TYPE(obj), name,
+                                                sizeof(name)));
         return -1;
     }
     info = BufferExtAccel_Info(Py_TYPE(obj));
@@ -206,10 +257,12 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
         PyObject *value = BufferExtAccel_LookupMRO(
             Py_TYPE(obj), BUFFEREXT_SUPPORTED_FLAGS_ATTR);
         if (value != NULL) {
+            char name[BUFFEREXT_INTERNAL_NAME_SIZE];
             PyErr_Format(PyExc_TypeError,
                          "%.200s." BUFFEREXT_SUPPORTED_FLAGS_ATTR " = %R is "
                          "invalid: expected an int, -1 or a flag mask >= 0",
-                         Py_TYPE(obj)->tp_name, value);
+                         BufferExtInternal_TypeName(Py_TYPE(obj), name,
+                                                    sizeof(name)), value);
             Py_DECREF(value);
         }
         return -1;
@@ -229,34 +282,66 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
  * Returns 0, or -1 with an exception. */
 static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
 {
+    char name[BUFFEREXT_INTERNAL_NAME_SIZE];
+#ifdef Py_LIMITED_API
+    PyObject *value;
+    int rc;
+
+    if (flags < -1) {
+        PyErr_Format(PyExc_ValueError,
+                     "%.200s: supported flags must be -1 or a mask >= 0, "
+                     "not %d", BufferExtInternal_TypeName(type, name,
+                                                          sizeof(name)),
+                     flags);
+        return -1;
+    }
+    /* No type dict in the limited API: set the attribute, which immutable
+     * types refuse. */
+    if (PyType_GetFlags(type) & Py_TPFLAGS_IMMUTABLETYPE) {
+        PyErr_Format(PyExc_TypeError,
+                     "%.200s: with Py_LIMITED_API the declaration is set "
+                     "as a type attribute, which an immutable type refuses: "
+                     "create the type without Py_TPFLAGS_IMMUTABLETYPE",
+                     BufferExtInternal_TypeName(type, name, sizeof(name)));
+        return -1;
+    }
+    value = PyLong_FromLong(flags);
+    rc = value == NULL ? -1 : PyObject_SetAttrString(
+        (PyObject *)type, BUFFEREXT_SUPPORTED_FLAGS_ATTR, value);
+    Py_XDECREF(value);
+    return rc;
+#else
     PyObject *dict, *value;
     int rc;
 
     if (flags < -1) {
         PyErr_Format(PyExc_ValueError,
                      "%.200s: supported flags must be -1 or a mask >= 0, "
-                     "not %d", type->tp_name, flags);
+                     "not %d", BufferExtInternal_TypeName(type, name,
+                                                          sizeof(name)),
+                     flags);
         return -1;
     }
     dict = BufferExtCompat_TypeGetDict(type);
     if (dict == NULL) {
         PyErr_Format(PyExc_SystemError, "%.200s: type is not ready",
-                     type->tp_name);
+                     BufferExtInternal_TypeName(type, name, sizeof(name)));
         return -1;
     }
     value = PyLong_FromLong(flags);
     rc = value == NULL ? -1 : PyDict_SetItemString(
         dict, BUFFEREXT_SUPPORTED_FLAGS_ATTR, value);
     Py_XDECREF(value);
-#ifdef BUFFEREXT_INTERNAL_PEP688
+#  ifdef BUFFEREXT_INTERNAL_PEP688
     if (rc == 0 && type->tp_as_buffer != NULL &&
         type->tp_as_buffer->bf_getbuffer != NULL) {
         rc = BufferExtAccel_Guard(type, dict);
     }
-#endif
+#  endif
     Py_DECREF(dict);
     PyType_Modified(type);   /* new version tag: cached values go stale */
     return rc;
+#endif
 }
 
 /* Append the names of the request bits in `flags` to `out` ("FORMAT|ND"). */
@@ -305,7 +390,7 @@ BUFFEREXT_INTERNAL_COLD int
 BufferExtInternal_RaiseUnsupported(PyObject *obj, int unsupported,
                                    int declared)
 {
-    char names[128], what[48];
+    char names[128], what[48], name[BUFFEREXT_INTERNAL_NAME_SIZE];
 
     BufferExtInternal_FlagNames(unsupported, names, sizeof(names));
     if (declared >= 0) {
@@ -319,7 +404,8 @@ BufferExtInternal_RaiseUnsupported(PyObject *obj, int unsupported,
     PyErr_Format(PyExc_BufferError,
                  "%.200s does not support the buffer request flags %s "
                  "(declared " BUFFEREXT_SUPPORTED_FLAGS_ATTR " = %s)",
-                 Py_TYPE(obj)->tp_name, names, what);
+                 BufferExtInternal_TypeName(Py_TYPE(obj), name, sizeof(name)),
+                 names, what);
     return -1;
 }
 
@@ -350,9 +436,12 @@ BUFFEREXT_INTERNAL_COLD int
 BufferExtInternal_RejectExport(PyObject *obj, Py_buffer_extended *view,
                                const char *problem)
 {
+    char name[BUFFEREXT_INTERNAL_NAME_SIZE];
+
     PyBuffer_Release(&view->view);
     BufferExtInternal_ClearExtension(view);
-    PyErr_Format(PyExc_BufferError, "%.200s %s", Py_TYPE(obj)->tp_name,
+    PyErr_Format(PyExc_BufferError, "%.200s %s",
+                 BufferExtInternal_TypeName(Py_TYPE(obj), name, sizeof(name)),
                  problem);
     return -1;
 }
@@ -370,7 +459,7 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
     int required = flags & PyBUF_REQUIRED_FLAGS, rc;
     const char *problem;
 #ifdef BUFFEREXT_INTERNAL_PEP688
-    getbufferproc direct = NULL;
+    BufferExtAccel_GetBufferProc direct = NULL;
 #endif
 
     BufferExtInternal_ClearExtension(view);
@@ -389,7 +478,7 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
                 flags &= ~PyBUF_DEVICE;
             }
             else if (info.device_getbuffer !=
-                     Py_TYPE(obj)->tp_as_buffer->bf_getbuffer) {
+                     BufferExtAccel_Slot(obj, &info)) {
                 direct = info.device_getbuffer;
             }
         }
@@ -450,6 +539,7 @@ static inline int BufferExtInternal_WriteDevice(PyObject *exporter,
                                                 void *device_info)
 {
     if (ext == NULL) {
+        char name[BUFFEREXT_INTERNAL_NAME_SIZE];
         if (device == NULL) {
             return 0;
         }
@@ -457,7 +547,8 @@ static inline int BufferExtInternal_WriteDevice(PyObject *exporter,
                      "%.200s: memory on device '%s' can only be exported to "
                      "consumers that request PyBUF_DEVICE (memoryview, "
                      "bytes() and numpy read CPU memory only)",
-                     Py_TYPE(exporter)->tp_name, device);
+                     BufferExtInternal_TypeName(Py_TYPE(exporter), name,
+                                                sizeof(name)), device);
         return -1;
     }
     ext->flags |= PyBUF_DEVICE;
@@ -487,6 +578,7 @@ static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
 
 #ifdef BUFFEREXT_INTERNAL_PEP688
     if (ext != NULL && !BufferExtAccel_Info(Py_TYPE(exporter)).guarded) {
+        char name[BUFFEREXT_INTERNAL_NAME_SIZE];
         if (device == NULL) {
             return 0;
         }
@@ -495,7 +587,8 @@ static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
                      "type's __buffer__ is not guarded, so a PyBUF_DEVICE "
                      "request cannot be trusted (call "
                      "BufferExt_SetSupportedFlags on the type)",
-                     Py_TYPE(exporter)->tp_name, device);
+                     BufferExtInternal_TypeName(Py_TYPE(exporter), name,
+                                                sizeof(name)), device);
         return -1;
     }
 #endif

@@ -133,6 +133,16 @@ static inline unsigned int BufferExtAccel_TypeTag(PyTypeObject *type)
 }
 #endif
 
+typedef getbufferproc BufferExtAccel_GetBufferProc;
+
+/* The getbuffer slot of the type of `obj`. */
+static inline BufferExtAccel_GetBufferProc
+BufferExtAccel_Slot(PyObject *obj, const BufferExtAccel_TypeInfo *info)
+{
+    (void)info;
+    return Py_TYPE(obj)->tp_as_buffer->bf_getbuffer;
+}
+
 /* PyObject_CheckBuffer(obj), inlined where the type struct is visible: the
  * test is the same on every CPython 3.9-3.13 (a getbuffer slot is present),
  * and the call into libpython costs as much as the cache lookup. */
@@ -273,11 +283,7 @@ static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type)
  * __buffer__: an instancemethod around a builtin function whose self is
  * CPython's own __buffer__ wrapper of the type.  Its docstring marks it,
  * so that a header in another extension recognises it. */
-#define BUFFEREXT_ACCEL_GUARD_DOC                                                 \
-    "__buffer__($wrapper, self, flags, /)\n--\n\n"                          \
-    "Return a memoryview of the buffer.  A request that includes\n"         \
-    "PyBUF_DEVICE raises BufferError: a memoryview carries CPU memory\n"    \
-    "only (bufferext guard, see bufferext.h)."
+#define BUFFEREXT_ACCEL_GUARD_DOC BUFFEREXT_INTERNAL_GUARD_DOC
 
 /* The __buffer__ wrapper inside a guard, or NULL if `found` is none. */
 static inline PyObject *BufferExtAccel_GuardedWrapper(PyObject *found)

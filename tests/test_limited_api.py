@@ -1,0 +1,335 @@
+"""bufferext.h in an extension built for the stable ABI
+(``Py_LIMITED_API=0x030B0000``, abi3): tests/capi/testlimited.c, built here
+as C99, C11 and C++11 with -Wall -Wextra -Werror against the INSTALLED
+headers, uses only the stable ABI (abi3audit) and interoperates with the
+full-API producers and consumers (bufferext's own, testcapi's).
+
+Below 3.11 the limited API has no Py_buffer: the header refuses it with an
+#error (tests/test_capi_build.py) and these tests are skipped."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from types import ModuleType
+from typing import Dict
+
+import pytest
+
+import bufferext
+from bufferext import BufferFlags
+
+pytestmark = pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="Py_buffer joined the limited API in CPython 3.11; below, "
+           "bufferext.h refuses Py_LIMITED_API with an #error")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(HERE, "capi", "testlimited.c")
+LIMITED = "0x030B0000"
+STANDARDS = {"c99": ("c", "-std=c99"), "c11": ("c", "-std=c11"),
+             "cxx11": ("c++", "-std=c++11")}
+DEVICE = int(BufferFlags.DEVICE)
+FULL_RO = int(BufferFlags.FULL_RO)
+STRIDED_RO_DEVICE = int(BufferFlags.STRIDED_RO | BufferFlags.FORMAT
+                        | BufferFlags.DEVICE)
+PEP688 = sys.version_info >= (3, 12)
+
+
+def limited_build(capi_build: ModuleType, standard: str, outdir: str):
+    """How to build testlimited.c as ``testlimited_<standard>.abi3.so``."""
+    language, std = STANDARDS[standard]
+    name = f"testlimited_{standard}"
+    path = os.path.join(outdir, name + ".abi3.so")
+    link = (["-bundle", "-undefined", "dynamic_lookup"]
+            if sys.platform == "darwin" else ["-shared"])
+    command = (capi_build.compilers()[language]
+               + ["-x", language, std, "-Wall", "-Wextra", "-Werror", "-O1",
+                  "-fPIC", f"-DPy_LIMITED_API={LIMITED}", f"-DMODNAME={name}",
+                  "-DBUFFEREXT_ENABLE_CACHE_STATS",
+                  *("-I" + d for d in capi_build.include_dirs()),
+                  SOURCE, *link, "-o", path])
+    return capi_build.BuildResult(name, standard, path, command, -1, "",
+                                  module_name=name)
+
+
+@pytest.fixture(scope="module")
+def builds(capi_build: ModuleType, tmp_path_factory: pytest.TempPathFactory
+           ) -> Dict[str, object]:
+    if sys.platform == "win32":
+        pytest.skip("tests/capi/build.py drives gcc/clang only")
+    try:
+        capi_build.compilers()
+    except capi_build.CompilerNotFound as exc:
+        pytest.skip(f"the limited-API tests need a C and C++ compiler: {exc}")
+    outdir = str(tmp_path_factory.mktemp("limited"))
+    results = capi_build.build([limited_build(capi_build, s, outdir)
+                                for s in STANDARDS])
+    return {r.standard: r for r in results}
+
+
+@pytest.fixture(scope="module")
+def modules(capi_build, builds) -> Dict[str, ModuleType]:
+    return {s: capi_build.load_module(builds[s]) for s in STANDARDS}
+
+
+@pytest.fixture(params=list(STANDARDS))
+def lim(request, modules) -> ModuleType:
+    return modules[request.param]
+
+
+# ---- the build -------------------------------------------------------------
+
+@pytest.mark.parametrize("standard", list(STANDARDS))
+def test_builds_without_any_warning(builds, standard) -> None:
+    result = builds[standard]
+    assert result.returncode == 0, result.output
+    assert result.output.strip() == "", result.output
+    assert f"-DPy_LIMITED_API={LIMITED}" in result.command
+    assert result.path.endswith(".abi3.so")
+
+
+def test_module_is_the_limited_build(modules) -> None:
+    for standard, module in modules.items():
+        assert module.LIMITED_API == 0x030B0000
+        assert module.__file__.endswith(".abi3.so")
+        assert module.DECLARED == (BufferFlags.FORMAT | BufferFlags.ND
+                                   | BufferFlags.STRIDES | DEVICE)
+
+
+def abi3audit_command():
+    found = shutil.which("abi3audit", path=os.path.dirname(sys.executable))
+    found = found or shutil.which("abi3audit")
+    if found is None:
+        pytest.skip("abi3audit is not installed (pip install abi3audit, or "
+                    "the 'test' extra)")
+    return [found]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="abi3audit is run on the Linux (ELF) build")
+@pytest.mark.parametrize("standard", list(STANDARDS))
+def test_abi3audit_finds_only_the_stable_abi(builds, standard) -> None:
+    proc = subprocess.run(
+        abi3audit_command() + ["--strict", "--verbose", "--assume-minimum-abi3",
+                               "3.11", builds[standard].path],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True)
+    assert proc.returncode == 0, proc.stdout
+    assert "non-ABI3" not in proc.stdout.replace("no non-ABI3", "")
+
+
+def test_the_full_api_build_is_caught_by_abi3audit(capi_builds) -> None:
+    """The audit can fail: the full-API test extension, renamed abi3, uses
+    symbols outside the stable ABI (e.g. _PyType_Lookup or PyType_GetDict)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("abi3audit is run on the Linux (ELF) build")
+    source = capi_builds["c11"].path
+    target = os.path.join(os.path.dirname(source), "full_as.abi3.so")
+    shutil.copyfile(source, target)
+    proc = subprocess.run(
+        abi3audit_command() + ["--strict", "--assume-minimum-abi3", "3.11",
+                               target],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True)
+    assert proc.returncode != 0, proc.stdout
+
+
+# ---- a limited-API consumer, full-API producers -----------------------------
+
+def objects(capi: ModuleType) -> Dict[str, object]:
+    import numpy as np
+
+    class Sub(capi.ExporterFull):
+        pass
+
+    found = {
+        "bytes": b"abc", "bytearray": bytearray(b"abc"),
+        "ndarray": np.arange(4.0), "memoryview": memoryview(b"ab"),
+        "CPUBuffer": bufferext.CPUBuffer((3,), "uint8"),
+        "ExporterFull": capi.ExporterFull(4),
+        "ExporterFull(cuda)": capi.ExporterFull(4, device="bufferext.cuda"),
+        "ExporterSimpleOnly": capi.ExporterSimpleOnly(4),
+        "ExporterNoDevice": capi.ExporterNoDevice(4),
+        "ExporterUndeclared": capi.ExporterUndeclared(4),
+        "Sub(ExporterFull)": Sub(4),
+        "object": object(), "int": 3,
+    }
+    if PEP688:
+        class PyExporter:
+            __buffer_supported_flags__ = int(BufferFlags.DEVICE)
+
+            def __buffer__(self, flags):
+                return memoryview(b"py")
+
+        found["PyExporter"] = PyExporter()
+    return found
+
+
+FLAG_CASES = [0, DEVICE, FULL_RO, int(BufferFlags.WRITABLE),
+              int(BufferFlags.C_CONTIGUOUS), int(BufferFlags.FORMAT) | DEVICE,
+              int(BufferFlags.INDIRECT)]
+
+
+def test_queries_agree_with_the_full_api(lim, c99) -> None:
+    for name, obj in objects(c99).items():
+        for flags in FLAG_CASES:
+            assert bool(lim.check_supports(obj, flags)) == \
+                bool(c99.check_supports(obj, flags)) == \
+                bufferext.check_buffer_supports(obj, flags), (name, flags)
+        try:
+            expected = int(bufferext.supported_flags(obj))
+        except TypeError:
+            with pytest.raises(TypeError):
+                lim.supported_flags(obj)
+        else:
+            assert lim.supported_flags(obj) == expected, name
+
+
+def test_reads_a_cpubuffer(lim) -> None:
+    import numpy as np
+    buf = bufferext.CPUBuffer((6,), "uint8")
+    buf.copy_from_host(np.frombuffer(b"abcdef", np.uint8))
+    flags, device, length, readonly, data, ordinal = lim.get(
+        buf, FULL_RO | DEVICE)
+    assert flags == DEVICE and device is None and ordinal is None
+    assert (length, readonly, data) == (6, 0, b"abcdef")
+    assert lim.get(b"xyz", FULL_RO | DEVICE) == (0, None, 3, 1, b"xyz", None)
+    before = sys.getrefcount(buf)
+    lim.get_release(buf, FULL_RO | DEVICE, 1000)
+    lim.get_release(b"xyz", FULL_RO | DEVICE, 1000)
+    gc.collect()
+    assert sys.getrefcount(buf) == before
+
+
+def test_reads_a_guarded_device_producer(lim, c99) -> None:
+    """testcapi's device double: CPU memory labelled "bufferext.cuda"; on
+    3.12+ its __buffer__ is guarded, and the limited build recognises the
+    guard (also on a Python subclass, routed to the base's getbuffer)."""
+    exporter = c99.ExporterFull(4, device="bufferext.cuda")
+
+    class Sub(c99.ExporterFull):
+        pass
+
+    for obj in (exporter, Sub(4, device="bufferext.cuda")):
+        flags, device, length, _, data, ordinal = lim.get(
+            obj, STRIDED_RO_DEVICE)
+        assert (flags, device, data) == (DEVICE, "bufferext.cuda", None)
+        assert ordinal is not None and length == 16
+        with bufferext.get_buffer(obj) as view:
+            assert view.device == "bufferext.cuda"
+        assert obj.exports == 0
+        lim.get_release(obj, STRIDED_RO_DEVICE, 100)
+        assert obj.exports == 0
+    with pytest.raises(BufferError, match="bufferext.cuda"):
+        lim.get(exporter, FULL_RO)          # device memory, no PyBUF_DEVICE
+
+
+@pytest.mark.skipif(not PEP688, reason="PEP 688 is 3.12+")
+def test_python_buffer_method_gets_no_device_request(lim) -> None:
+    class PyExporter:
+        __buffer_supported_flags__ = int(BufferFlags.DEVICE)
+
+        def __buffer__(self, flags):
+            assert not flags & DEVICE
+            return memoryview(b"py")
+
+    assert lim.get(PyExporter(), DEVICE) == (0, None, 2, 1, b"py", None)
+    assert not lim.check_supports(PyExporter(), DEVICE)
+
+
+def test_refusals_name_the_type_and_flags(lim) -> None:
+    exporter = lim.LimitedExporter(b"ab")
+    with pytest.raises(BufferError, match=(
+            rf"{lim.__name__}\.LimitedExporter does not support the buffer "
+            r"request flags WRITABLE \(declared __buffer_supported_flags__ = "
+            r"0x1001c\)")):
+        lim.get(exporter, int(BufferFlags.WRITABLE) | DEVICE)
+    assert exporter.exports == 0
+    with pytest.raises(TypeError, match="a buffer exporter is required, "
+                                        "not 'object'"):
+        lim.supported_flags(object())
+
+
+def test_cache(lim) -> None:
+    """Immutable types (bytes, CPython's own) are served from the cache as
+    they are; mutable ones (CPUBuffer, Python classes) while their
+    declaration and __buffer__ are the same objects."""
+    buf = bufferext.CPUBuffer((1,), "uint8")
+    for obj in (b"", buf):
+        lim.check_supports(obj, FULL_RO)
+        hits, misses = lim.cache_stats()
+        lim.check_supports(obj, FULL_RO)
+        assert lim.cache_stats() == (hits + 1, misses)
+
+
+def test_cache_sees_a_changed_declaration(lim) -> None:
+    class Sub(bufferext.CPUBuffer):
+        pass
+
+    obj = Sub((2,), "uint8")
+    assert lim.check_supports(obj, FULL_RO | DEVICE)
+    Sub.__buffer_supported_flags__ = -1
+    assert not lim.check_supports(obj, FULL_RO)
+    assert lim.supported_flags(obj) == 0
+    with pytest.raises(BufferError, match="PyBUF_SIMPLE only"):
+        lim.get(obj, FULL_RO)
+    Sub.__buffer_supported_flags__ = int(BufferFlags.ND)
+    assert lim.supported_flags(obj) == BufferFlags.ND
+    del Sub.__buffer_supported_flags__
+    assert lim.supported_flags(obj) == bufferext.supported_flags(obj)
+    assert lim.check_supports(obj, FULL_RO | DEVICE)
+
+
+def test_set_supported_flags_refuses_an_immutable_type(lim) -> None:
+    with pytest.raises(TypeError, match="Py_TPFLAGS_IMMUTABLETYPE"):
+        lim.set_supported_flags_immutable()
+
+
+# ---- a limited-API producer, full-API consumers -----------------------------
+
+def test_producer_declares_through_the_type_attribute(lim, c99) -> None:
+    exporter = lim.LimitedExporter(b"hello")
+    assert lim.LimitedExporter.__buffer_supported_flags__ == lim.DECLARED
+    assert bufferext.supported_flags(exporter) == lim.DECLARED
+    assert c99.supported_flags(exporter) == lim.DECLARED
+    assert bufferext.check_buffer_supports(exporter, DEVICE)
+    assert not bufferext.check_buffer_supports(exporter, BufferFlags.WRITABLE)
+    assert bytes(memoryview(exporter)) == b"hello"
+
+
+def test_producer_answers_device_requests_with_cpu_memory(lim) -> None:
+    exporter = lim.LimitedExporter(b"hello")
+    with bufferext.get_buffer(exporter, STRIDED_RO_DEVICE) as view:
+        assert view.device is None and view.tobytes() == b"hello"
+        assert exporter.exports == 1
+    assert exporter.exports == 0 and exporter.device_requests == 1
+    flags, device, _, _, data, _ = lim.get(exporter, STRIDED_RO_DEVICE)
+    assert device is None and data == b"hello"
+    # 3.11: the answer is explicit; 3.12+: the type is unguarded (the
+    # limited API cannot install the PEP 688 guard), so the header writes
+    # nothing past the Py_buffer and the answer is an ordinary CPU buffer
+    assert flags == (0 if PEP688 else DEVICE)
+    with pytest.raises(BufferError, match="WRITABLE"):
+        bufferext.get_buffer(exporter, BufferFlags.WRITABLE | DEVICE)
+
+
+def test_producer_device_memory(lim) -> None:
+    exporter = lim.LimitedExporter(b"abcd", device="bufferext.cuda")
+    with pytest.raises(BufferError, match="bufferext.cuda"):
+        memoryview(exporter)
+    if PEP688:
+        with pytest.raises(BufferError, match="not guarded"):
+            bufferext.get_buffer(exporter)
+        if hasattr(exporter, "__buffer__"):
+            with pytest.raises(BufferError):
+                exporter.__buffer__(DEVICE)
+    else:
+        with bufferext.get_buffer(exporter) as view:
+            assert view.device == "bufferext.cuda"
+            assert view.device_info.device == 3
+    assert exporter.exports == 0
