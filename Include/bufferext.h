@@ -7,9 +7,10 @@
  *
  * Parts: bufferext/core.h (flags, Py_buffer_extended, supported flags, the
  * consumer and exporter helpers; it includes bufferext/internal/accel.h, the
- * internal accelerator that reads CPython's type internals), bufferext/cuda.h
- * and bufferext/ve.h (the device_info layouts of "bufferext.cuda" and
- * "bufferext.ve").
+ * internal accelerator that reads CPython's type internals, or with
+ * Py_LIMITED_API >= 3.11 bufferext/internal/limited.h, its stable-ABI
+ * stand-in), bufferext/cuda.h and bufferext/ve.h (the device_info layouts
+ * of "bufferext.cuda" and "bufferext.ve").
  * Header-only: nothing from the bufferext package is needed at run time.
  * Specification: docs/capi.rst and docs/devices.rst.
  */

@@ -139,6 +139,20 @@ def test_the_full_api_build_is_caught_by_abi3audit(capi_builds) -> None:
     assert proc.returncode != 0, proc.stdout
 
 
+def test_limited_part_refuses_direct_include(capi_build, tmp_path) -> None:
+    source = tmp_path / "direct.c"
+    source.write_text("#define Py_LIMITED_API 0x030B0000\n#include <Python.h>\n"
+                      "#include <bufferext/internal/limited.h>\n")
+    proc = subprocess.run(
+        capi_build.compilers()["c"] + [
+            "-fsyntax-only", *("-I" + d for d in capi_build.include_dirs()),
+            str(source)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True)
+    assert proc.returncode != 0
+    assert "include <bufferext.h>" in proc.stdout
+
+
 # ---- a limited-API consumer, full-API producers -----------------------------
 
 def objects(capi: ModuleType) -> Dict[str, object]:

@@ -17,6 +17,10 @@
  *                 BufferExt_SetSupportedFlags guards a type's __buffer__,
  *                 and the cache also records which getbuffer a device
  *                 request may call (docs/capi.rst, "The PEP 688 rule").
+ *   limited API   with Py_LIMITED_API >= 0x030B0000 the same API through
+ *                 the stable ABI only (internal/limited.h instead of the
+ *                 accelerator; PEP 688 decided at run time from Py_Version;
+ *                 docs/capi.rst, "Limited API").  Below 3.11: #error.
  *
  * Every function here is static inline: an extension that includes this
  * header needs nothing from the bufferext package at run time, and two
