@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import importlib.machinery
 import os
+import shlex
 import subprocess
 import sys
 from types import ModuleType
@@ -44,7 +45,8 @@ def cythonize(capi_build: ModuleType, name: str, outdir: str) -> ModuleType:
            # Cython's own generated code is not ours to keep warning-free
            "-Wno-unused-function", "-Wno-unreachable-code",
            *("-I" + d for d in capi_build.include_dirs()),
-           c_file, "-shared", "-o", path])
+           *shlex.split(os.environ.get("CFLAGS", "")), c_file, "-shared",
+           *shlex.split(os.environ.get("LDFLAGS", "")), "-o", path])
     result = capi_build.BuildResult(name, "c11", path, command, -1, "",
                                     module_name=name)
     capi_build.build([result])

@@ -589,9 +589,14 @@ static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
         PyErr_Format(PyExc_BufferError,
                      "%.200s: cannot export memory on device '%s': the "
                      "type's __buffer__ is not guarded, so a PyBUF_DEVICE "
-                     "request cannot be trusted (call "
-                     "BufferExt_SetSupportedFlags on the type)",
-                     BufferExtInternal_TypeName(Py_TYPE(exporter), name,
+                     "request cannot be trusted ("
+#ifdef Py_LIMITED_API
+                     "the limited API cannot install the guard: build the "
+                     "exporter with the full C API"
+#else
+                     "call BufferExt_SetSupportedFlags on the type"
+#endif
+                     ")", BufferExtInternal_TypeName(Py_TYPE(exporter), name,
                                                 sizeof(name)), device);
         return -1;
     }
