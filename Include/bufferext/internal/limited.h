@@ -24,6 +24,10 @@
  *                attribute lookups give the same objects.  Main interpreter
  *                only, so one thread at a time touches it (a GIL build: the
  *                limited API has no free-threaded variant before 3.15).
+ *                The references are never released: an embedder that runs
+ *                Py_Finalize and Py_Initialize again in one process keeps
+ *                this extension's cache (and its statics) from the first
+ *                run, which the limited API gives no hook to reset.
  *   PEP 688      from 3.12 (Py_Version, at run time: an abi3 extension built
  *                for 3.11 runs there too) the __buffer__ routing of
  *                accel.h, read through the public attributes of the
