@@ -12,12 +12,33 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class build_py_with_headers(build_py):
-    """Install Include/ as bufferext/include, found by get_include()."""
+    """Install Include/ as bufferext/include, found by get_include().
+
+    An editable install (``pip install -e .``) imports the package from
+    Lib/bufferext itself, so there bufferext/include is a link to Include/
+    (a copy where links cannot be made), git-ignored: header edits show at
+    once, and get_include() is the same path in both kinds of install.
+    """
 
     def run(self):
         super().run()
+        if getattr(self, "editable_mode", False):
+            _link_headers(os.path.join(HERE, "Lib", "bufferext", "include"))
+            return
         target = os.path.join(self.build_lib, "bufferext", "include")
         shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(os.path.join(HERE, "Include"), target)
+
+
+def _link_headers(target):
+    if os.path.islink(target):
+        os.unlink(target)
+    elif os.path.isdir(target):
+        shutil.rmtree(target)
+    try:
+        os.symlink(os.path.join("..", "..", "Include"), target,
+                   target_is_directory=True)
+    except OSError:                 # Windows without the privilege
         shutil.copytree(os.path.join(HERE, "Include"), target)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TextIO
@@ -127,10 +128,52 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if report.conformant else 1
 
 
+# ---- build options: where the headers and package files are -------------
+
+
+def _build_paths() -> Dict[str, str]:
+    """What each build option prints (see :func:`_add_build_options`)."""
+    import sysconfig
+
+    from . import get_include
+    package = os.path.dirname(os.path.abspath(__file__))
+    python = [sysconfig.get_path("include"), sysconfig.get_path("platinclude")]
+    dirs = [get_include()] + [d for i, d in enumerate(python)
+                              if d and d not in python[:i]]
+    return {
+        "includes": " ".join(f"-I{d}" for d in dirs),
+        "cflags": f"-I{get_include()}",
+        "cmakedir": os.path.join(package, "share", "cmake", "bufferext"),
+        "pkgconfigdir": os.path.join(package, "lib", "pkgconfig"),
+    }
+
+
+class _PrintPath(argparse.Action):
+    """A flag that prints one of :func:`_build_paths` and exits 0."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any,
+                 values: Any, option_string: Optional[str] = None) -> None:
+        print(_build_paths()[self.dest])
+        parser.exit(0)
+
+
+def _add_build_options(parser: argparse.ArgumentParser) -> None:
+    """``--includes``, ``--cflags``, ``--cmakedir``, ``--pkgconfigdir``:
+    for Makefiles, CMake and pkg-config (docs/guide.rst, "Building")."""
+    group = parser.add_argument_group("building C extensions")
+    for flag, text in (
+            ("--includes", "print -I flags for bufferext.h and Python.h"),
+            ("--cflags", "print the -I flag for bufferext.h"),
+            ("--cmakedir", "print the directory of bufferextConfig.cmake"),
+            ("--pkgconfigdir", "print the directory of bufferext.pc")):
+        group.add_argument(flag, nargs=0, action=_PrintPath, help=text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bufferext",
         description="The extended buffer protocol (draft PEP), backported.")
+    _add_build_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = commands.add_parser(
         "info", help="version, header path, flag values, device libraries "
@@ -166,7 +209,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     if not args_list or (args_list[0].startswith("-")
-                         and args_list[0] not in ("-h", "--help")):
+                         and args_list[0] not in ("-h", "--help")
+                         and args_list[0].lstrip("-") not in _build_paths()):
         args_list.insert(0, "info")   # `info` is the default command
     try:
         args = parser.parse_args(args_list)

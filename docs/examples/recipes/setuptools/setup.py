@@ -1,0 +1,9 @@
+import bufferext
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension("bufferext_recipe", sources=["shape.c"],
+                  include_dirs=[bufferext.get_include()]),
+    ],
+)

@@ -1,0 +1,211 @@
+"""The build recipes of README "Build" and docs/guide.rst "Building".
+
+The fast tests check what the recipes rely on in the installed package: the
+``--includes``/``--cflags``/``--cmakedir``/``--pkgconfigdir`` options and the
+pkg-config and CMake files (relative paths, the package's version).
+
+The recipe tests build docs/examples/recipes/shape.c (a consumer of
+bufferext.h) with each recipe, each in a fresh virtual environment, and run
+check_shape.py against bufferext.CPUBuffer.  They need a package index (or
+pip's configured mirrors) for setuptools, meson-python, scikit-build-core
+and friends, and a directory holding a bufferext wheel for this interpreter,
+so they run only with BUFFEREXT_RECIPES_WHEELHOUSE=DIR (.ci/run's
+``recipes`` step sets it).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+import bufferext
+
+HERE = Path(__file__).resolve().parent
+RECIPES = HERE.parent / "docs" / "examples" / "recipes"
+WHEELHOUSE = os.environ.get("BUFFEREXT_RECIPES_WHEELHOUSE", "")
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "bufferext", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+# ---- what the recipes rely on, in the installed package --------------------
+
+def test_cflags_and_includes() -> None:
+    include = bufferext.get_include()
+    assert os.path.isfile(os.path.join(include, "bufferext.h"))
+    assert _cli("--cflags") == f"-I{include}"
+    flags = _cli("--includes").split()
+    assert flags[0] == f"-I{include}"
+    assert f"-I{sysconfig.get_path('include')}" in flags
+    assert any(os.path.isfile(os.path.join(f[2:], "Python.h")) for f in flags)
+
+
+def test_cmake_config() -> None:
+    cmakedir = Path(_cli("--cmakedir"))
+    config = (cmakedir / "bufferextConfig.cmake").read_text()
+    assert "bufferext::headers" in config
+    assert "${CMAKE_CURRENT_LIST_DIR}/../../.." in config     # relative
+    assert (cmakedir / "../../../include/bufferext.h").resolve().is_file()
+    version = (cmakedir / "bufferextConfigVersion.cmake").read_text()
+    assert f'set(PACKAGE_VERSION "{bufferext.__version__}")' in version
+
+
+def test_pkgconfig_file() -> None:
+    pcdir = Path(_cli("--pkgconfigdir"))
+    text = (pcdir / "bufferext.pc").read_text()
+    assert re.search(r"^prefix=\$\{pcfiledir\}/\.\./\.\.$", text, re.M)
+    assert f"\nVersion: {bufferext.__version__}\n" in text
+    assert (pcdir / "../../include/bufferext.h").resolve().is_file()
+    if shutil.which("pkg-config") is None:
+        return
+    env = dict(os.environ, PKG_CONFIG_PATH=str(pcdir))
+
+    def pkg_config(option: str) -> str:
+        return subprocess.run(["pkg-config", option, "bufferext"],
+                              capture_output=True, text=True, env=env,
+                              check=True).stdout.strip()
+
+    assert os.path.samefile(pkg_config("--cflags")[2:], bufferext.get_include())
+    assert pkg_config("--modversion") == bufferext.__version__
+
+
+# ---- the recipes, each from a fresh virtual environment --------------------
+
+needs_wheelhouse = pytest.mark.skipif(
+    not WHEELHOUSE, reason="set BUFFEREXT_RECIPES_WHEELHOUSE=DIR (a bufferext "
+                           "wheel for this Python) to build the recipes")
+
+
+class Venv:
+    """A fresh ``python -m venv`` with bufferext from the wheelhouse."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.env = dict(os.environ)
+        for name in ("PYTHONPATH", "PYTHONHOME", "PYTEST_ADDOPTS"):
+            self.env.pop(name, None)
+        self.env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+        base = getattr(sys, "_base_executable", sys.executable)
+        self.run(base, "-m", "venv", str(root))
+        self.python = str(root / "bin" / "python")
+        self.env["PATH"] = f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"
+        self.env["VIRTUAL_ENV"] = str(root)
+
+    def run(self, *cmd: str, cwd: Optional[Path] = None,
+            env: Optional[Dict[str, str]] = None) -> str:
+        done = subprocess.run(list(cmd), cwd=cwd, env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=540)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{out[-6000:]}"
+        return out
+
+    def pip(self, *args: str, cwd: Optional[Path] = None,
+            env: Optional[Dict[str, str]] = None) -> str:
+        return self.run(self.python, "-m", "pip", "install", "-q",
+                        "--find-links", WHEELHOUSE, *args, cwd=cwd, env=env)
+
+    def check(self, cwd: Path, pythonpath: Optional[Path] = None) -> None:
+        env = {"PYTHONPATH": str(pythonpath)} if pythonpath else None
+        out = self.run(self.python, str(RECIPES / "check_shape.py"),
+                       cwd=cwd, env=env)
+        assert "bufferext_recipe: ok" in out
+
+
+def _project(tmp_path: Path, recipe: str) -> Path:
+    """A copy of docs/examples/recipes/RECIPE with shape.c beside it."""
+    dest = tmp_path / recipe
+    shutil.copytree(RECIPES / recipe, dest)
+    shutil.copy(RECIPES / "shape.c", dest)
+    return dest
+
+
+def _wheel() -> str:
+    tag = "cp%d%d" % sys.version_info[:2]
+    found: List[str] = sorted(glob.glob(os.path.join(
+        WHEELHOUSE, f"bufferext-*-{tag}-{tag}*-*.whl")))
+    assert found, f"no bufferext wheel for {tag} in {WHEELHOUSE}"
+    return found[-1]
+
+
+@needs_wheelhouse
+def test_setuptools_isolated_find_links(tmp_path: Path) -> None:
+    """``pip install --find-links DIR .``: bufferext from a local wheelhouse
+    into the isolated build environment (PIP_FIND_LINKS works the same)."""
+    project = _project(tmp_path, "setuptools")
+    venv = Venv(tmp_path / "venv")
+    venv.pip(".", cwd=project)
+    venv.pip("bufferext")                 # at run time, for the check only
+    venv.check(tmp_path)
+
+
+@needs_wheelhouse
+def test_setuptools_isolated_file_url(tmp_path: Path) -> None:
+    """``requires = [..., "bufferext @ file:///.../bufferext-....whl"]``."""
+    project = _project(tmp_path, "setuptools")
+    pyproject = project / "pyproject.toml"
+    url = Path(_wheel()).as_uri()
+    pyproject.write_text(pyproject.read_text().replace(
+        '"bufferext"]', f'"bufferext @ {url}"]'))
+    venv = Venv(tmp_path / "venv")
+    venv.run(venv.python, "-m", "pip", "install", "-q", ".", cwd=project)
+    venv.run(venv.python, "-m", "pip", "install", "-q", _wheel())
+    venv.check(tmp_path)
+
+
+@needs_wheelhouse
+def test_setuptools_no_isolation(tmp_path: Path) -> None:
+    """``pip install "setuptools>=64" wheel bufferext`` then
+    ``pip install --no-build-isolation .`` (a fresh venv's setuptools may
+    predate bdist_wheel in setuptools itself: upgrade it first)."""
+    project = _project(tmp_path, "setuptools")
+    venv = Venv(tmp_path / "venv")
+    venv.pip("--upgrade", "setuptools>=64", "wheel", "bufferext")
+    venv.pip("--no-build-isolation", ".", cwd=project)
+    venv.check(tmp_path)
+
+
+@needs_wheelhouse
+def test_meson_python(tmp_path: Path) -> None:
+    """meson-python, isolated: ``dependency('bufferext')`` through
+    bufferext.pc, found by the `pkgconf` build requirement."""
+    project = _project(tmp_path, "meson")
+    venv = Venv(tmp_path / "venv")
+    venv.pip(".", cwd=project, env={"FORCE_PKGCONF_PYPI": "1"})
+    venv.pip("bufferext")
+    venv.check(tmp_path)
+
+
+@needs_wheelhouse
+def test_scikit_build_core(tmp_path: Path) -> None:
+    """scikit-build-core, isolated: ``find_package(bufferext CONFIG)`` with
+    bufferext_DIR from ``python -m bufferext --cmakedir``."""
+    project = _project(tmp_path, "cmake")
+    venv = Venv(tmp_path / "venv")
+    venv.pip(".", cwd=project)
+    venv.pip("bufferext")
+    venv.check(tmp_path)
+
+
+@needs_wheelhouse
+def test_makefile(tmp_path: Path) -> None:
+    """``make PYTHON=python``: ``python -m bufferext --includes``."""
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    project = _project(tmp_path, "make")
+    venv = Venv(tmp_path / "venv")
+    venv.pip("bufferext")
+    venv.run("make", f"PYTHON={venv.python}", cwd=project)
+    venv.check(tmp_path, pythonpath=project)
