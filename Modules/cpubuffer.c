@@ -357,6 +357,149 @@ cpubuffer_dlpack_device(PyObject *op, PyObject *unused)
     return Py_BuildValue("(ii)", 1, 0);   /* kDLCPU, device 0 */
 }
 
+/* ---- pickling and copying ---------------------------------------------
+ * __reduce_ex__ gives (CPUBuffer._from_pickle, (data, shape, typestr,
+ * readonly)).  From protocol 5 on `data` is a pickle.PickleBuffer holding
+ * an export of this buffer: no copy is made, and a buffer_callback may
+ * take the memory out of band; before 5 it is a bytes copy.  The typestr
+ * ('<f8') names the byte order, so the contents keep their values on a
+ * machine of the other order.  Loading copies the data once into new
+ * memory.  A copy (copy(), copy.copy, copy.deepcopy) is one memcpy. */
+
+/* ValueError naming the state when closed.  0 or -1. */
+static int
+cpubuffer_check_open_to(CPUBufferObject *self, const char *what)
+{
+    if (!self->head.open) {
+        PyErr_Format(PyExc_ValueError,
+                     "CPUBuffer: cannot %s a closed buffer (close() freed "
+                     "its memory)", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+cpubuffer_reduce_ex(PyObject *op, PyObject *protocol_arg)
+{
+    CPUBufferObject *self = CPUBuffer_CAST(op);
+    PyObject *rebuild = NULL, *data = NULL, *shape = NULL, *result = NULL;
+    long protocol = PyLong_AsLong(protocol_arg);
+
+    if ((protocol == -1 && PyErr_Occurred()) ||
+        cpubuffer_check_open_to(self, "pickle") < 0) {
+        return NULL;
+    }
+    /* Both export this buffer: the PickleBuffer keeps its export (and so
+     * the memory) until the pickler is done with it. */
+    data = protocol >= 5 ? PyPickleBuffer_FromObject(op)
+                         : PyBytes_FromObject(op);
+    if (data == NULL ||
+        (shape = bufferext_producer_get_shape(op, NULL)) == NULL ||
+        (rebuild = PyObject_GetAttrString((PyObject *)Py_TYPE(op),
+                                          "_from_pickle")) == NULL) {
+        goto error;
+    }
+    result = Py_BuildValue("O(OOOO)", rebuild, data, shape,
+                           self->head.dt.typestr,
+                           self->head.layout.readonly ? Py_True : Py_False);
+error:
+    Py_XDECREF(rebuild);
+    Py_XDECREF(data);
+    Py_XDECREF(shape);
+    return result;
+}
+
+static PyObject *
+cpubuffer_from_pickle(PyObject *cls, PyObject *args)
+{
+    const char *who = "CPUBuffer._from_pickle";
+    PyObject *data, *shape, *dtype;
+    CPUBufferObject *self;
+    bufferext_state *st;
+    Py_buffer view;
+    int readonly, rc;
+
+    if (!PyArg_ParseTuple(args, "OOOp:_from_pickle", &data, &shape, &dtype,
+                          &readonly) ||
+        (st = bufferext_state_from_type((PyTypeObject *)cls)) == NULL ||
+        (self = (CPUBufferObject *)cpubuffer_make(
+             (PyTypeObject *)cls, shape, dtype, readonly, 0)) == NULL) {
+        return NULL;
+    }
+    /* The same number of bytes, raw or items of the dtype (checked). */
+    if (bufferext_producer_get_source(&self->head, st, who, data,
+                                      &view) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    rc = PyBuffer_ToContiguous(self->head.layout.buf, &view, view.len, 'C');
+    PyBuffer_Release(&view);
+    bufferext_producer_unpin(&self->head);
+    if (rc < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* A new buffer of the same type, shape and dtype holding a copy of the
+ * contents; read-only if `readonly`. */
+static PyObject *
+cpubuffer_duplicate(PyObject *op, int readonly)
+{
+    CPUBufferObject *self = CPUBuffer_CAST(op), *copy;
+    PyObject *shape;
+
+    if (cpubuffer_check_open_to(self, "copy") < 0 ||
+        (shape = bufferext_producer_get_shape(op, NULL)) == NULL) {
+        return NULL;
+    }
+    copy = (CPUBufferObject *)cpubuffer_make(Py_TYPE(op), shape,
+                                             self->head.dt.dtype, readonly,
+                                             0);
+    Py_DECREF(shape);
+    if (copy == NULL) {
+        return NULL;
+    }
+    /* Pinned: close() and resize() of the source wait for the copy. */
+    if (bufferext_producer_pin(&self->head, "CPUBuffer.copy") < 0) {
+        Py_DECREF(copy);
+        return NULL;
+    }
+    memcpy(copy->head.layout.buf, self->head.layout.buf,
+           (size_t)self->head.layout.len);
+    bufferext_producer_unpin(&self->head);
+    return (PyObject *)copy;
+}
+
+static PyObject *
+cpubuffer_copy(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"readonly", NULL};
+    PyObject *readonly = Py_None;
+    int flag;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O:copy", keywords,
+                                     &readonly)) {
+        return NULL;
+    }
+    if (readonly == Py_None) {
+        flag = CPUBuffer_CAST(op)->head.layout.readonly;
+    }
+    else if ((flag = PyObject_IsTrue(readonly)) < 0) {
+        return NULL;
+    }
+    return cpubuffer_duplicate(op, flag);
+}
+
+static PyObject *
+cpubuffer_copy_same(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    return cpubuffer_duplicate(op, CPUBuffer_CAST(op)->head.layout.readonly);
+}
+
 static PyMethodDef cpubuffer_methods[] = {
     {"copy_from_host", cpubuffer_copy_from_host, METH_O,
      "copy_from_host($self, source, /)\n--\n\n"
@@ -388,6 +531,24 @@ static PyMethodDef cpubuffer_methods[] = {
     {"clear_cache", cpubuffer_clear_cache, METH_CLASS | METH_NOARGS,
      "clear_cache()\n--\n\n"
      "Unmap the freed blocks kept for empty() now; returns their bytes."},
+    {"copy", (PyCFunction)(void (*)(void))cpubuffer_copy,
+     METH_VARARGS | METH_KEYWORDS,
+     "copy($self, /, *, readonly=None)\n--\n\n"
+     "A new buffer with the same shape, dtype and contents (one memcpy).\n"
+     "readonly=None keeps this buffer's flag; True or False sets it."},
+    {"__copy__", cpubuffer_copy_same, METH_NOARGS,
+     "__copy__($self, /)\n--\n\ncopy.copy(): the same as copy()."},
+    {"__deepcopy__", cpubuffer_copy_same, METH_O,
+     "__deepcopy__($self, memo, /)\n--\n\n"
+     "copy.deepcopy(): the same as copy() (a buffer holds no objects)."},
+    {"__reduce_ex__", cpubuffer_reduce_ex, METH_O,
+     "__reduce_ex__($self, protocol, /)\n--\n\n"
+     "Pickle support: from protocol 5 on the memory goes out as a\n"
+     "pickle.PickleBuffer (zero-copy, out of band with a buffer_callback);\n"
+     "before 5 as bytes."},
+    {"_from_pickle", cpubuffer_from_pickle, METH_CLASS | METH_VARARGS,
+     "_from_pickle(data, shape, dtype, readonly, /)\n--\n\n"
+     "Rebuild a pickled CPUBuffer: a copy of the bytes of data."},
     {"__enter__", bufferext_producer_enter, METH_NOARGS, NULL},
     {"__exit__", bufferext_producer_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -427,7 +588,9 @@ get_array_interface(PyObject *op, void *closure)
 }
 
 static PyGetSetDef cpubuffer_getset[] = {
-    BUFFEREXT_PRODUCER_GETSET
+    /* the shared attributes, without the device producers' refusal to be
+     * pickled (see BUFFEREXT_PRODUCER_GETSET) */
+    BUFFEREXT_PRODUCER_ATTRS(BUFFEREXT_PRODUCER_GETSET_ENTRY)
     {"ptr", get_ptr, NULL, "Address of the first byte (64-byte aligned).",
      NULL},
     {"__array_interface__", get_array_interface, NULL,

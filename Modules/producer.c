@@ -282,6 +282,38 @@ bufferext_producer_exit(PyObject *op, PyObject *args)
     return BufferExtProducer_CAST(op)->kind->close(op, NULL);
 }
 
+/* ---- pickling and copying of device memory: refused ------------------- */
+
+static PyObject *
+producer_refuse_reduce(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    (void)args;
+    (void)kwargs;
+    PyErr_Format(PyExc_TypeError,
+                 "cannot pickle or copy a %s: its memory is on a device, "
+                 "which pickle and copy cannot carry; use to_host() for a "
+                 "numpy copy on the host",
+                 BufferExtProducer_CAST(op)->kind != NULL
+                     ? BufferExtProducer_CAST(op)->kind->name
+                     : Py_TYPE(op)->tp_name);
+    return NULL;
+}
+
+static PyMethodDef producer_refuse_reduce_def = {
+    "__reduce_ex__", (PyCFunction)(void (*)(void))producer_refuse_reduce,
+    METH_VARARGS | METH_KEYWORDS,
+    "__reduce_ex__($self, protocol, /)\n--\n\n"
+    "Raises TypeError: device memory cannot be pickled or copied (use\n"
+    "to_host()).",
+};
+
+PyObject *
+bufferext_producer_get_refuse_reduce(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyCFunction_NewEx(&producer_refuse_reduce_def, op, NULL);
+}
+
 PyMemberDef bufferext_producer_members[] = {
     {"__weaklistoffset__", T_PYSSIZET,
      offsetof(bufferext_producer, weakreflist), READONLY, NULL},

@@ -158,7 +158,21 @@ PyObject *bufferext_producer_get_closed(PyObject *op, void *closure);
 
 #define BUFFEREXT_PRODUCER_GETSET_ENTRY(name, doc)                         \
     {#name, bufferext_producer_get_##name, NULL, doc, NULL},
+
+/* `__reduce_ex__` of a device producer: a bound callable that raises
+ * TypeError (device memory cannot be pickled or copied; use to_host()).
+ * pickle, copy.copy and copy.deepcopy all look it up on the instance, so
+ * the refusal reaches them with its reason instead of object's generic
+ * "cannot pickle". */
+PyObject *bufferext_producer_get_refuse_reduce(PyObject *op, void *closure);
+
+/* The getset entries of a device producer (CUDABuffer, VEBuffer): the
+ * shared attributes and the pickling/copying refusal.  CPUBuffer, which
+ * pickles and copies, takes BUFFEREXT_PRODUCER_ATTRS alone. */
 #define BUFFEREXT_PRODUCER_GETSET                                          \
-    BUFFEREXT_PRODUCER_ATTRS(BUFFEREXT_PRODUCER_GETSET_ENTRY)
+    BUFFEREXT_PRODUCER_ATTRS(BUFFEREXT_PRODUCER_GETSET_ENTRY)              \
+    {"__reduce_ex__", bufferext_producer_get_refuse_reduce, NULL,          \
+     "Refuses: device memory cannot be pickled or copied (use "            \
+     "to_host()).", NULL},
 
 #endif

@@ -228,6 +228,14 @@ class CPUBuffer:
         """Free the memory now; BufferError while exported."""
     def resize(self, shape: _Shape, /) -> None:
         """Change the shape in place; BufferError while exported."""
+    def copy(self, *, readonly: bool | None = None) -> Self:
+        """A new buffer with the same shape, dtype and contents; readonly
+        None keeps this buffer's flag."""
+    def __copy__(self) -> Self: ...
+    def __deepcopy__(self, memo: Any, /) -> Self: ...
+    def __reduce_ex__(self, protocol: SupportsIndex, /) -> tuple[Any, ...]:
+        """Pickling: from protocol 5 the memory goes out as a
+        pickle.PickleBuffer (zero-copy, out of band with a buffer_callback)."""
     def __dlpack__(
         self,
         *,
