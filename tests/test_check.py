@@ -209,7 +209,7 @@ def test_report_of_cpubuffer() -> None:
     assert findings(report) == [
         ("ok", "extended request",
          "CPU memory, answered explicitly (flags has DEVICE)"),
-        ("info", "supported flags", "effective mask 0x101fd"),
+        ("info", "supported flags", "effective mask LEGACY|DEVICE (0x101fd)"),
         ("ok", "requests", "24 declared requests answered, 4 refused")]
     assert report.conformant and report.as_dict()["conformant"] is True
 
@@ -223,7 +223,7 @@ def test_report_of_a_legacy_exporter() -> None:
     assert findings(report) == [
         ("info", "extended request",
          "CPU memory; PyBUF_DEVICE ignored (a legacy exporter)"),
-        ("info", "supported flags", "effective mask 0x1fd"),
+        ("info", "supported flags", "effective mask LEGACY (0x1fd)"),
         ("ok", "requests", "14 declared requests answered, 14 refused")]
 
 
@@ -233,7 +233,7 @@ def test_report_of_device_memory(c99: Any) -> None:
     assert findings(report) == [
         ("ok", "extended request", "memory on device 'bufferext.cuda'"),
         ("ok", "device safety", "all 28 plain requests refused"),
-        ("info", "supported flags", "effective mask 0x101fd"),
+        ("info", "supported flags", "effective mask LEGACY|DEVICE (0x101fd)"),
         ("ok", "requests", "28 declared requests answered, 0 refused")]
     assert report.conformant
 
@@ -245,14 +245,14 @@ def test_report_of_partial_declarations(c99: Any) -> None:
     assert findings(report) == [
         ("ok", "extended request",
          "CPU memory, answered explicitly (flags has DEVICE)"),
-        ("info", "supported flags", "effective mask 0x1c; not declared: "
-         "WRITABLE, C_CONTIGUOUS, F_CONTIGUOUS, ANY_CONTIGUOUS"),
+        ("info", "supported flags", "effective mask RECORDS_RO (0x1c); "
+         "not declared: WRITABLE, C_CONTIGUOUS, F_CONTIGUOUS, ANY_CONTIGUOUS"),
         ("ok", "requests", "8 declared requests answered, 0 refused")]
     report = check(c99.ExporterSimpleOnly())
     assert findings(report)[1:] == [
-        ("info", "supported flags", "effective mask 0x0; not declared: "
-         "WRITABLE, FORMAT, ND, STRIDES, C_CONTIGUOUS, F_CONTIGUOUS, "
-         "ANY_CONTIGUOUS, INDIRECT"),
+        ("info", "supported flags", "effective mask SIMPLE (0x0); "
+         "not declared: WRITABLE, FORMAT, ND, STRIDES, C_CONTIGUOUS, "
+         "F_CONTIGUOUS, ANY_CONTIGUOUS, INDIRECT"),
         ("ok", "requests", "1 declared requests answered, 0 refused")]
     assert findings(report)[0][:2] == ("info", "extended request")
     assert findings(report)[0][2].startswith("FULL_RO|DEVICE refused: ")
@@ -330,6 +330,28 @@ def test_gate_refusals_are_violations(c99: Any) -> None:
     violations = levels(report, "violation")
     assert violations and all("exported an invalid buffer: ndim = 65"
                               in f.message for f in violations)
+
+
+def test_report_text_shows_flags_as_names_and_hex() -> None:
+    from bufferext._check import format_report
+    text = format_report(check(bufferext.CPUBuffer((2, 2), "i4"), "cpu"))
+    assert text.splitlines()[:4] == [
+        "cpu: CPUBuffer", "protocols:", "  buffer: True",
+        "  declared_supported_flags: LEGACY|DEVICE (0x101fd)"]
+    assert ("  [info] supported flags: effective mask LEGACY|DEVICE "
+            "(0x101fd)") in text.splitlines()
+
+
+def test_declared_flags_text() -> None:
+    from bufferext._check import declared_text, mask_text
+    assert mask_text(0x1011D) == "FULL|DEVICE (0x1011d)"
+    assert mask_text(0) == "SIMPLE (0x0)"
+    assert declared_text(0x101FD) == "LEGACY|DEVICE (0x101fd)"
+    assert declared_text(0) == "0 (the default: every legacy flag)"
+    assert declared_text(-1) == "-1 (SIMPLE only)"
+    assert declared_text(-5) == "-5"
+    assert declared_text("abc") == "'abc'"
+    assert declared_text(True) == "True"
 
 
 def test_flag_names_of_compound_requests() -> None:
@@ -452,4 +474,5 @@ def test_undeclared_device_exporter_word_for_word(c99: Any) -> None:
     report = check(c99.ExporterNoDevice(4, device="bufferext.cuda"))
     assert findings(report)[-1] == (
         "violation", "supported flags",
-        "exports device memory but does not declare DEVICE (declared 28)")
+        "exports device memory but does not declare DEVICE "
+        "(declared RECORDS_RO (0x1c))")

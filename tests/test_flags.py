@@ -287,3 +287,43 @@ def test_declaration_is_inherited_and_overridable():
         __buffer_supported_flags__ = 0
     assert supported_flags(Child()) == F.SIMPLE
     assert supported_flags(Grandchild()) == F.LEGACY
+
+
+# ---- readable output ----------------------------------------------------------
+
+@pytest.mark.parametrize("value, text", [
+    (F.FULL | F.DEVICE, "BufferFlags.FULL|DEVICE (0x1011d)"),
+    (F.LEGACY | F.DEVICE, "BufferFlags.LEGACY|DEVICE (0x101fd)"),
+    (F.SIMPLE, "BufferFlags.SIMPLE (0x0)"),
+    (F.CONTIG_RO, "BufferFlags.ND (0x8)"),           # an alias: first name
+    (F.STRIDES | F.WRITABLE, "BufferFlags.STRIDED (0x19)"),
+    (F.REQUIRED, "BufferFlags.REQUIRED (0xfd)"),
+    (F.C_CONTIGUOUS | F.FORMAT | F.DEVICE,
+     "BufferFlags.C_CONTIGUOUS|FORMAT|DEVICE (0x1003c)"),
+    (F(0x200) | F.FULL, "BufferFlags.FULL|0x200 (0x31d)"),   # no member
+])
+def test_repr_and_str_are_names_and_hex(value, text):
+    assert repr(value) == text
+    assert str(value) == text
+    assert f"{value}" == text and "%s" % value == text
+
+
+def test_supported_flags_reads_well():
+    assert repr(supported_flags(bufferext.CPUBuffer(1))) == \
+        "BufferFlags.LEGACY|DEVICE (0x101fd)"
+    assert repr(supported_flags(b"x")) == "BufferFlags.LEGACY (0x1fd)"
+
+
+def test_numeric_formatting_is_unchanged():
+    value = F.FULL | F.DEVICE
+    assert f"{value:x}" == "1011d" and f"{value:#x}" == "0x1011d"
+    assert f"{value:d}" == "65821" and "%d" % value == "65821"
+    assert "%x" % value == "1011d" and int(value) == 0x1011D
+    assert value == 0x1011D and isinstance(value, int)
+
+
+def test_names_are_the_fewest_covering_members():
+    assert (F.FULL | F.DEVICE).names() == ["FULL", "DEVICE"]
+    assert F.SIMPLE.names() == ["SIMPLE"]
+    assert (F.WRITABLE | F.FORMAT).names() == ["WRITABLE", "FORMAT"]
+    assert F(0x10000 | 0x20000).names() == ["DEVICE", "0x20000"]

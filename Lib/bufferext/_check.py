@@ -42,6 +42,23 @@ def flag_names(flags: int) -> str:
     return "|".join(n for n in names if n) or "SIMPLE"
 
 
+def mask_text(mask: int) -> str:
+    """A flag mask as names and hex: ``LEGACY|DEVICE (0x101fd)``."""
+    return f"{'|'.join(F(mask).names())} ({mask:#x})"
+
+
+def declared_text(declared: Any) -> str:
+    """A ``__buffer_supported_flags__`` value as the report shows it: the
+    draft's two special values said in words, a mask as :func:`mask_text`."""
+    if isinstance(declared, bool) or not isinstance(declared, int):
+        return repr(declared)
+    if declared == 0:
+        return "0 (the default: every legacy flag)"
+    if declared == -1:
+        return "-1 (SIMPLE only)"
+    return mask_text(declared) if declared > 0 else repr(declared)
+
+
 @dataclass
 class Finding:
     """One line of the report."""
@@ -248,7 +265,7 @@ def _claims(obj: Any, device: Optional[str], report: Report) -> None:
         return
     undeclared = [b.name for b in _REQUIRED_BITS if b & F.REQUIRED & ~mask]
     report.add("info", "supported flags",
-               f"effective mask 0x{mask:x}" + (
+               f"effective mask {mask_text(mask)}" + (
                    f"; not declared: {', '.join(map(str, undeclared))}"
                    if undeclared else ""))
     extra = int(F.DEVICE) if device is not None else 0
@@ -303,7 +320,7 @@ def check(obj: Any, target: str = "") -> Report:
                                declared < 0 or not declared & F.DEVICE):
         report.add("violation", "supported flags",
                    f"exports device memory but does not declare DEVICE "
-                   f"(declared {declared!r})")
+                   f"(declared {declared_text(declared)})")
     return report
 
 
@@ -311,6 +328,8 @@ def format_report(report: Report) -> str:
     """The human-readable report."""
     lines = [f"{report.target}: {report.type_name}", "protocols:"]
     for name, value in report.protocols.items():
+        if name == "declared_supported_flags" and value is not None:
+            value = declared_text(value)
         lines.append(f"  {name}: {value}")
     lines.append("findings:")
     for f in report.findings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import List
 
 from . import _bufferext
 
@@ -41,3 +42,42 @@ class BufferFlags(enum.IntFlag):
     #: Every request bit that existed before the draft: what a declared
     #: ``__buffer_supported_flags__`` of 0 (or none) means.
     LEGACY = _bufferext.LEGACY_FLAGS
+
+    # One readable form on every Python: enum's repr and str of an IntFlag
+    # changed in 3.11 (str became the decimal int) and 3.12 (aliases left
+    # the decomposition), and listed every overlapping member.
+    def names(self) -> List[str]:
+        """The fewest member names whose union is this value, largest
+        first (``FULL``, ``DEVICE``); bits no member has are given in hex;
+        ``["SIMPLE"]`` for 0."""
+        value = int(self)
+        if value == 0:
+            return ["SIMPLE"]
+        left, names = value, []
+        while left:
+            best, best_bits = None, 0
+            for name, member in type(self).__members__.items():
+                bits = int(member)
+                if bits and bits & ~value == 0 and name == member.name:
+                    covered = bin(bits & left).count("1")
+                    if covered > best_bits:
+                        best, best_bits = name, covered
+            if best is None:
+                names.append(hex(left))
+                break
+            names.append(best)
+            left &= ~int(type(self)[best])
+        return names
+
+    def __repr__(self) -> str:
+        if int(self) < 0:
+            return f"{type(self).__name__}({int(self):#x})"
+        return f"{type(self).__name__}.{'|'.join(self.names())} " \
+               f"({int(self):#x})"
+
+    __str__ = __repr__
+
+    def __format__(self, format_spec: str) -> str:
+        # Format specs stay numeric ("{:x}", "{:d}"); an empty one gives
+        # str(), as int's own does (3.9 and 3.10 would format the str).
+        return int.__format__(self, format_spec)
