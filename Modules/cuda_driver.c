@@ -2,8 +2,9 @@
  * or BUFFEREXT_CUDA_DRIVER; "none" disables it) into one table of typed
  * function pointers listed once in cuda_driver.h, cuInit run once, and the
  * driver-level services the rest of the module shares: errors, device
- * names, bufferext.devices() status, the DLPack stream rule, and what the
- * bridges need to import CUDA memory described by other protocols. */
+ * names, bufferext.devices() status, the DLPack stream rule, what the
+ * bridges need to import CUDA memory described by other protocols, and the
+ * host staging of any exporter's CUDA memory for BufferView. */
 #include "cuda_driver.h"
 
 #define AS_NAME(name, params) #name,
@@ -351,6 +352,93 @@ bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info)
         bufferext_cuda_ctx_pop();
     }
     info->event = NULL;
+}
+
+/* ---- host staging (BufferView, view.c) --------------------------------- */
+
+/* The driver calls of bufferext_cuda_stage, run without the GIL on values
+ * read with it.  CUDA_SUCCESS, or the failed CUresult with its entry point
+ * in *call.
+ *
+ * The copy goes on the legacy default stream (NULL) of the exporter's
+ * context, and that stream is synchronised at once.  Not a bridge stream
+ * (bufferext_cuda_bridge_stream): those live in the device's primary
+ * context, a stream may only be used in its own context, and another
+ * exporter's memory may belong to a context of its own.  The legacy stream
+ * also waits for earlier work on the context's blocking streams, which can
+ * make the copy wait longer but never makes it wrong; the exporter's own
+ * pending work is waited for through its event (its streams may be
+ * non-blocking), as the synchronisation rule says. */
+static CUresult
+stage_calls(CUcontext ctx, CUevent event, bufferext_stage what,
+            CUdeviceptr device, void *host, size_t nbytes, const char **call)
+{
+    CUresult rc = CUDA_SUCCESS;
+
+#define STEP(name, args) (*call = #name, rc = bufferext_cuda.name args)
+    /* cuEventSynchronize needs no context; the copies need the memory's */
+    if (ctx != NULL && STEP(cuCtxPushCurrent_v2, (ctx)) != CUDA_SUCCESS) {
+        return rc;
+    }
+    if (event != NULL) {
+        STEP(cuEventSynchronize, (event));
+    }
+    if (rc == CUDA_SUCCESS && what == BUFFEREXT_STAGE_TO_HOST) {
+        STEP(cuMemcpyDtoHAsync_v2, (host, device, nbytes, NULL));
+    }
+    else if (rc == CUDA_SUCCESS && what == BUFFEREXT_STAGE_FROM_HOST) {
+        STEP(cuMemcpyHtoDAsync_v2, (device, host, nbytes, NULL));
+    }
+    if (rc == CUDA_SUCCESS && what != BUFFEREXT_STAGE_WAIT) {
+        STEP(cuStreamSynchronize, (NULL));
+    }
+#undef STEP
+    if (ctx != NULL) {
+        bufferext_cuda_ctx_pop();
+    }
+    return rc;
+}
+
+int
+bufferext_cuda_stage(bufferext_state *st, const char *who,
+                     const BufferExt_CUDADeviceInfo *info,
+                     bufferext_stage what, void *device, void *host,
+                     Py_ssize_t nbytes)
+{
+    /* read once, with the GIL: the exporter may re-record meanwhile (the
+     * event and context stay valid while the export is held) */
+    CUcontext ctx = (CUcontext)info->context;
+    CUevent event = (CUevent)info->event;
+    const char *call = NULL;
+    CUresult rc;
+
+    if (nbytes == 0) {
+        what = BUFFEREXT_STAGE_WAIT;
+    }
+    if (info->version >> 16 != BUFFEREXT_CUDA_INFO_MAJOR) {
+        /* the gate checked it at export; an exporter may change it since */
+        PyErr_Format(PyExc_BufferError,
+                     "%s: device_info version 0x%x is not supported", who,
+                     (unsigned int)info->version);
+        return -1;
+    }
+    if (what == BUFFEREXT_STAGE_WAIT && event == NULL) {
+        return 0;               /* ready: no driver needed */
+    }
+    if (what != BUFFEREXT_STAGE_WAIT && ctx == NULL) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: device_info.context is NULL: no CUDA context to "
+                     "copy in", who);
+        return -1;
+    }
+    if (bufferext_cuda_ready(st) < 0) {
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = stage_calls(ctx, event, what, (CUdeviceptr)(uintptr_t)device, host,
+                     (size_t)nbytes, &call);
+    Py_END_ALLOW_THREADS
+    return rc == CUDA_SUCCESS ? 0 : bufferext_cuda_error(rc, who, call);
 }
 
 /* ---- module glue ------------------------------------------------------- */

@@ -51,6 +51,7 @@ typedef unsigned long long CUdeviceptr;
     X(cuEventCreate, (CUevent *, unsigned int))                             \
     X(cuEventDestroy_v2, (CUevent))                                         \
     X(cuEventRecord, (CUevent, CUstream))                                   \
+    X(cuEventSynchronize, (CUevent))                                        \
     X(cuPointerGetAttribute, (void *, int, CUdeviceptr))
 
 #define BUFFEREXT_CU_FIELD(name, params) CUresult (*name) params;

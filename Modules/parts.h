@@ -242,6 +242,32 @@ int bufferext_cuda_dlpack_sync(PyObject *exporter,
                                const Py_buffer_extended *ext,
                                PyObject *stream);
 
+/* Host staging of device memory, for BufferView.synchronize, copy_to_host
+ * and copy_from_host (view.c). */
+typedef enum {
+    BUFFEREXT_STAGE_WAIT,       /* wait for the exporter's pending work */
+    BUFFEREXT_STAGE_TO_HOST,    /* ... then copy the memory to the host */
+    BUFFEREXT_STAGE_FROM_HOST   /* ... then copy host bytes into it */
+} bufferext_stage;
+
+/* cuda_driver.c: "bufferext.cuda" memory at `device` described by `info`:
+ * wait on the host for info->event when it is not NULL (loading the driver
+ * only then or for a copy), then copy `nbytes` between it and `host` in
+ * info->context; all without the GIL, complete on return.  The caller keeps
+ * the export and `host` pinned meanwhile.  0, or -1 with an exception
+ * naming `who`. */
+int bufferext_cuda_stage(bufferext_state *st, const char *who,
+                         const BufferExt_CUDADeviceInfo *info,
+                         bufferext_stage what, void *device, void *host,
+                         Py_ssize_t nbytes);
+
+/* vebuffer.c: veo_hmemcpy of `size` bytes without the GIL (VEO copies are
+ * synchronous), loading the VEO library first when no VEBuffer did.  The
+ * caller keeps both sides pinned.  0, or -1 with an exception naming
+ * `who`. */
+int bufferext_ve_hmemcpy(bufferext_state *st, const char *who, void *dst,
+                         const void *src, Py_ssize_t size);
+
 /* cudabuffer.c: a copy from host memory must bring raw bytes ('B' or no
  * format) or items equal to `dtype`; else ValueError naming `who`, the
  * source format and the dtype.  0 or -1. */

@@ -287,7 +287,9 @@ vebuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 /* ---- copies ----------------------------------------------------------- */
 
 /* veo_hmemcpy without the GIL.  The caller holds an export of every
- * VEBuffer involved, so no other thread can close it meanwhile. */
+ * VEBuffer involved, so no other thread can close it meanwhile.  Also
+ * BufferView's copies of any exporter's VE memory (through
+ * bufferext_ve_hmemcpy). */
 static int
 hmemcpy(const char *who, void *dst, const void *src, Py_ssize_t size)
 {
@@ -306,6 +308,19 @@ hmemcpy(const char *who, void *dst, const void *src, Py_ssize_t size)
         return -1;
     }
     return 0;
+}
+
+int
+bufferext_ve_hmemcpy(bufferext_state *st, const char *who, void *dst,
+                     const void *src, Py_ssize_t size)
+{
+    if (size == 0) {
+        return 0;
+    }
+    if (bufferext_library_load(st, &veo_spec, &veo_library) < 0) {
+        return -1;
+    }
+    return hmemcpy(who, dst, src, size);
 }
 
 static PyObject *

@@ -121,6 +121,20 @@ class BufferView:
         """The fields as the exporter wrote them (None for NULL)."""
     def memoryview(self) -> builtins.memoryview:
         """A memoryview of the memory (CPU memory only)."""
+    def synchronize(self) -> None:
+        """Block until the exported data is ready: for ``'bufferext.cuda'``
+        memory, wait on the host for ``device_info.event`` when it is not 0
+        (the GIL is released); nothing to wait for with CPU or VE memory.
+        BufferError for another device."""
+    def copy_to_host(self, target: Buffer | NDArray[Any], /) -> None:
+        """Copy the memory (CPU, CUDA or VE) into ``target``, a writable
+        C-contiguous host buffer of exactly ``nbytes`` bytes, after waiting
+        as :meth:`synchronize` does; complete on return."""
+    def copy_from_host(self, source: Buffer | NDArray[Any], /) -> None:
+        """Copy ``source``, a C-contiguous host buffer of exactly ``nbytes``
+        bytes, into the memory (CPU, CUDA or VE) after waiting for the
+        exporter's pending work; complete on return.  The view must be
+        writable."""
     def __dlpack__(
         self,
         *,

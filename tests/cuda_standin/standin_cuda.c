@@ -6,22 +6,38 @@
  *   - device pointers lie in an address range reserved PROT_NONE, so a
  *     CPU-only consumer that dereferences one crashes instead of reading
  *     plausible bytes; the bytes live in separate host blocks;
- *   - "asynchronous" work runs at once (a stream is an ordered queue that
- *     is always drained); events and streams are checked handles;
+ *   - "asynchronous" work runs at once by default (a stream is an ordered
+ *     queue that is always drained), or late (STANDIN_CUDA_LATE_MS);
+ *     events and streams are checked handles;
  *   - every call that needs a context fails with CUDA_ERROR_INVALID_CONTEXT
  *     unless one was pushed, so a missing push/pop is caught.
  *
- * Failure injection, read from the environment at every call:
+ * Read from the environment at every call (all off when unset):
  *   STANDIN_CUDA_DEVICES=N        device count (default 1; 0: cuInit says
  *                                 CUDA_ERROR_NO_DEVICE)
  *   STANDIN_CUDA_INIT_ERROR=code  cuInit returns this CUresult
  *   STANDIN_CUDA_MEM_LIMIT=bytes  cuMemAlloc_v2 beyond it: out of memory
  *   STANDIN_CUDA_FAIL=a[=code],b  these entry points return `code`
  *                                 (default 999, CUDA_ERROR_UNKNOWN)
+ *   STANDIN_CUDA_LATE_MS=N        writes queued on a stream (HtoD, DtoD,
+ *                                 memsets) land N ms later, applied by a
+ *                                 worker thread, or earlier when someone
+ *                                 waits for them: cuStreamSynchronize of the
+ *                                 stream, cuEventSynchronize or
+ *                                 cuStreamWaitEvent of an event recorded
+ *                                 after them, a later read of device memory
+ *                                 on the same stream (DtoH), destroying the
+ *                                 stream or freeing the memory.  A consumer
+ *                                 that skips the wait reads the old bytes.
+ *   STANDIN_CUDA_HOST_VISIBLE=1   cuMemAlloc_v2 hands out the host block
+ *                                 itself (256-byte aligned), which the CPU
+ *                                 can read and write: memory that, say, a
+ *                                 CUDA-aware MPI library reads directly.
  * Counters for the tests (read through ctypes): standin_live_allocations,
  * standin_live_bytes, standin_live_streams, standin_live_events,
- * standin_context_refs, standin_context_depth, standin_calls(name),
- * standin_last_wait_stream, standin_last_wait_event, standin_reset_calls. */
+ * standin_pending_work, standin_context_refs, standin_context_depth,
+ * standin_calls(name), standin_last_wait_stream, standin_last_wait_event,
+ * standin_reset_calls. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -29,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -36,7 +53,14 @@ typedef unsigned long long CUdeviceptr;
 
 typedef struct standin_ctx { uint32_t magic; int device; int refs; } *CUcontext;
 typedef struct standin_stream { uint32_t magic; CUcontext ctx; } *CUstream;
-typedef struct standin_event { uint32_t magic; long records; } *CUevent;
+/* An event remembers where it was last recorded: the stream's queue key
+ * and the last sequence number handed out then (late work, see below). */
+typedef struct standin_event {
+    uint32_t magic;
+    long records;
+    uintptr_t stream;
+    unsigned long long seq;
+} *CUevent;
 
 #define OK 0
 #define ERR_INVALID_VALUE 1
@@ -58,6 +82,8 @@ typedef struct standin_event { uint32_t magic; long records; } *CUevent;
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* the allocations, the counters and the late-work queue (any thread: the
+ * module calls the driver without the GIL) */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialised;
 static struct standin_ctx contexts[MAX_DEVICES];
@@ -311,24 +337,275 @@ EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *out)
 /* ---- memory ------------------------------------------------------------ */
 
 /* Host bytes behind [ptr, ptr + size), or NULL if no allocation holds
- * them all. */
+ * them all (hold `lock`). */
 static char *
-host_of(CUdeviceptr ptr, size_t size)
+host_of_locked(CUdeviceptr ptr, size_t size)
 {
     size_t i;
-    char *host = NULL;
 
-    pthread_mutex_lock(&lock);
     for (i = 0; i < nallocs; i++) {
         allocation *a = &allocs[i];
         if (ptr >= a->base && ptr - a->base <= a->size &&
             size <= a->size - (ptr - a->base)) {
-            host = a->host + (ptr - a->base);
-            break;
+            return a->host + (ptr - a->base);
         }
     }
+    return NULL;
+}
+
+static int
+env_flag(const char *name)
+{
+    const char *value = getenv(name);
+    return value != NULL && value[0] != '\0' && strcmp(value, "0") != 0;
+}
+
+/* ---- late work (STANDIN_CUDA_LATE_MS) ---------------------------------- */
+
+/* A write queued on a stream that has not landed yet.  The queue is one
+ * list in submission order (`seq`), under `lock`; the work of one stream
+ * lands in that order whoever applies it. */
+enum { WORK_HTOD, WORK_DTOD, WORK_MEMSET };
+
+typedef struct work {
+    struct work *next;
+    uintptr_t stream;           /* queue key (stream_key) */
+    unsigned long long seq;
+    long long due;              /* CLOCK_MONOTONIC, nanoseconds */
+    int kind;
+    CUdeviceptr dst, src;       /* src: WORK_DTOD only */
+    size_t size;                /* bytes written */
+    size_t width;               /* WORK_MEMSET: 1, 2 or 4 */
+    unsigned char value[4];     /* WORK_MEMSET: the pattern */
+    char bytes[];               /* WORK_HTOD: the source, captured when
+                                   queued (the caller may free it) */
+} work;
+
+static work *queue_head, *queue_tail;
+static unsigned long long queue_seq;   /* the last one handed out */
+static long pending_work;
+static pthread_cond_t queue_cond;
+static int worker_started;
+
+/* The legacy default stream answers to NULL and 0x1. */
+static uintptr_t
+stream_key(const void *stream)
+{
+    return stream == NULL ? (uintptr_t)0x1 : (uintptr_t)stream;
+}
+
+static long
+late_ms(void)
+{
+    const char *env = getenv("STANDIN_CUDA_LATE_MS");
+    long ms = env == NULL ? 0 : atol(env);
+    return ms < 0 ? 0 : ms;
+}
+
+static long long
+now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* Do one write now; the destination (or the DtoD source) may have been
+ * freed with the write pending only through a bug of the caller's, and is
+ * then skipped rather than written. */
+static void
+write_locked(const work *w, const void *from)
+{
+    char *d = host_of_locked(w->dst, w->size), *s;
+    size_t i;
+
+    if (d == NULL) {
+        return;
+    }
+    if (w->kind == WORK_MEMSET) {
+        for (i = 0; i < w->size; i += w->width) {
+            memcpy(d + i, w->value, w->width);
+        }
+    }
+    else if (w->kind == WORK_DTOD) {
+        if ((s = host_of_locked(w->src, w->size)) != NULL) {
+            memmove(d, s, w->size);
+        }
+    }
+    else {
+        memcpy(d, from, w->size);
+    }
+}
+
+static void
+unlink_locked(work *w, work *prev)
+{
+    if (prev == NULL) {
+        queue_head = w->next;
+    }
+    else {
+        prev->next = w->next;
+    }
+    if (queue_tail == w) {
+        queue_tail = prev;
+    }
+    pending_work--;
+}
+
+/* Land the work of `stream` queued up to `seq`, in order. */
+static void
+drain_locked(uintptr_t stream, unsigned long long seq)
+{
+    work *w = queue_head, *prev = NULL, *next;
+
+    for (; w != NULL && w->seq <= seq; w = next) {
+        next = w->next;
+        if (w->stream != stream) {
+            prev = w;
+            continue;
+        }
+        unlink_locked(w, prev);
+        write_locked(w, w->bytes);
+        free(w);
+    }
+}
+
+static int
+touches(const work *w, CUdeviceptr base, size_t size)
+{
+    return (w->dst < base + size && base < w->dst + w->size) ||
+           (w->kind == WORK_DTOD && w->src < base + size &&
+            base < w->src + w->size);
+}
+
+/* Land every write that touches [base, base + size), with the earlier work
+ * of its stream first. */
+static void
+drain_range_locked(CUdeviceptr base, size_t size)
+{
+    work *w;
+
+    for (w = queue_head; w != NULL;) {
+        if (touches(w, base, size)) {
+            drain_locked(w->stream, w->seq);
+            w = queue_head;             /* the list changed: start over */
+        }
+        else {
+            w = w->next;
+        }
+    }
+}
+
+/* The worker: lands work when it falls due (each with the earlier work of
+ * its stream, so a stream's order holds even if STANDIN_CUDA_LATE_MS
+ * changed in between), sleeping until the next is due. */
+static void *
+worker(void *unused)
+{
+    struct timespec until;
+    long long next;
+    work *w;
+
+    (void)unused;
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        next = -1;
+        for (w = queue_head; w != NULL;) {
+            if (w->due <= now_ns()) {
+                drain_locked(w->stream, w->seq);
+                w = queue_head;         /* the list changed: start over */
+                next = -1;
+                continue;
+            }
+            if (next < 0 || w->due < next) {
+                next = w->due;
+            }
+            w = w->next;
+        }
+        if (next < 0) {
+            pthread_cond_wait(&queue_cond, &lock);
+        }
+        else {
+            until.tv_sec = (time_t)(next / 1000000000LL);
+            until.tv_nsec = (long)(next % 1000000000LL);
+            pthread_cond_timedwait(&queue_cond, &lock, &until);
+        }
+    }
+    return NULL;
+}
+
+static int
+start_worker_locked(void)
+{
+    pthread_condattr_t cattr;
+    pthread_attr_t attr;
+    pthread_t thread;
+    int rc;
+
+    if (worker_started) {
+        return 0;
+    }
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&queue_cond, &cattr);
+    pthread_condattr_destroy(&cattr);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&thread, &attr, worker, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        pthread_cond_destroy(&queue_cond);
+        return -1;
+    }
+    worker_started = 1;
+    return 0;
+}
+
+/* Queue `job` (its fields but next, stream, seq and due) on `stream`:
+ * late, or at once after the stream's earlier work.  `from` is an HtoD
+ * copy's source.  The destination (and DtoD source) must be allocated. */
+static CUresult
+submit(CUstream stream, work *job, const void *from)
+{
+    long late = late_ms();
+    size_t extra = job->kind == WORK_HTOD ? job->size : 0;
+    CUresult rc = OK;
+    work *w;
+
+    pthread_mutex_lock(&lock);
+    if (host_of_locked(job->dst, job->size) == NULL ||
+        (job->kind == WORK_DTOD &&
+         host_of_locked(job->src, job->size) == NULL)) {
+        rc = ERR_INVALID_VALUE;
+    }
+    else if (late == 0) {
+        drain_locked(stream_key(stream), queue_seq);
+        write_locked(job, from);
+    }
+    else if ((w = malloc(sizeof(*w) + extra)) == NULL ||
+             start_worker_locked() < 0) {
+        free(w);
+        rc = ERR_OUT_OF_MEMORY;
+    }
+    else {
+        *w = *job;
+        memcpy(w->bytes, from, extra);
+        w->next = NULL;
+        w->stream = stream_key(stream);
+        w->seq = ++queue_seq;
+        w->due = now_ns() + late * 1000000LL;
+        if (queue_tail == NULL) {
+            queue_head = w;
+        }
+        else {
+            queue_tail->next = w;
+        }
+        queue_tail = w;
+        pending_work++;
+        pthread_cond_signal(&queue_cond);
+    }
     pthread_mutex_unlock(&lock);
-    return host;
+    return rc;
 }
 
 static CUresult
@@ -357,7 +634,8 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size)
 {
     const char *limit = getenv("STANDIN_CUDA_MEM_LIMIT");
     CUresult rc;
-    char *host;
+    char *host = NULL;
+    int visible;
 
     ENTER(cuMemAlloc_v2);
     if ((rc = need_context()) != OK) {
@@ -370,8 +648,11 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size)
         (unsigned long long)live_bytes + size > strtoull(limit, NULL, 10)) {
         return ERR_OUT_OF_MEMORY;
     }
-    host = malloc(size);
-    if (host == NULL) {
+    /* host-visible memory is the block itself: 256-byte aligned like
+     * device allocations, so the alignment checks hold in both modes */
+    visible = env_flag("STANDIN_CUDA_HOST_VISIBLE");
+    if (visible ? posix_memalign((void **)&host, ALIGN, size) != 0
+                : (host = malloc(size)) == NULL) {
         return ERR_OUT_OF_MEMORY;
     }
     memset(host, 0xA5, size);           /* like real memory: not zeroed */
@@ -387,7 +668,13 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size)
         allocs = grown;
         capacity = n;
     }
-    rc = reserve(size, out);
+    if (visible) {
+        *out = (CUdeviceptr)(uintptr_t)host;
+        rc = OK;
+    }
+    else {
+        rc = reserve(size, out);
+    }
     if (rc == OK) {
         allocs[nallocs].base = *out;
         allocs[nallocs].size = size;
@@ -415,6 +702,9 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr)
     pthread_mutex_lock(&lock);
     for (i = 0; i < nallocs; i++) {
         if (allocs[i].base == ptr) {
+            /* work still queued on it lands first (the driver synchronises
+             * here); none can reach the block once it is freed */
+            drain_range_locked(allocs[i].base, allocs[i].size);
             free(allocs[i].host);
             live_bytes -= (long)allocs[i].size;
             allocs[i] = allocs[--nallocs];
@@ -472,6 +762,25 @@ in_range(CUdeviceptr ptr)
            ptr < (CUdeviceptr)(uintptr_t)range + RANGE_SIZE;
 }
 
+/* A device address: in the reservation, or inside a live allocation (the
+ * host-visible ones are ordinary host addresses). */
+static int
+is_device(CUdeviceptr ptr)
+{
+    int found = 0;
+    size_t i;
+
+    if (in_range(ptr)) {
+        return 1;
+    }
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < nallocs && !found; i++) {
+        found = ptr >= allocs[i].base && ptr - allocs[i].base < allocs[i].size;
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
 static int
 valid_stream(CUstream s)
 {
@@ -493,21 +802,25 @@ check_async(CUstream stream)
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src,
                                      size_t size, CUstream stream)
 {
+    work job = {0};
     CUresult rc;
-    char *d;
 
     ENTER(cuMemcpyHtoDAsync_v2);
     if ((rc = check_async(stream)) != OK) {
         return rc;
     }
-    if ((d = host_of(dst, size)) == NULL || src == NULL ||
-        in_range((CUdeviceptr)(uintptr_t)src)) {
+    if (src == NULL || is_device((CUdeviceptr)(uintptr_t)src)) {
         return ERR_INVALID_VALUE;
     }
-    memcpy(d, src, size);
-    return OK;
+    job.kind = WORK_HTOD;
+    job.dst = dst;
+    job.size = size;
+    return submit(stream, &job, src);
 }
 
+/* Reads device memory: the stream's earlier work lands first, so the copy
+ * sees it in order (and only it: other streams' pending writes are not
+ * there yet, as on a device). */
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t size,
                                      CUstream stream)
 {
@@ -518,28 +831,35 @@ EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t size,
     if ((rc = check_async(stream)) != OK) {
         return rc;
     }
-    if ((s = host_of(src, size)) == NULL || dst == NULL) {
-        return ERR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    drain_locked(stream_key(stream), queue_seq);
+    if ((s = host_of_locked(src, size)) == NULL || dst == NULL) {
+        rc = ERR_INVALID_VALUE;
     }
-    memcpy(dst, s, size);
-    return OK;
+    else {
+        memcpy(dst, s, size);
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
 }
 
+/* Queued like a write; it reads its source when it lands, after the
+ * stream's earlier work. */
 EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src,
                                      size_t size, CUstream stream)
 {
+    work job = {0};
     CUresult rc;
-    char *d, *s;
 
     ENTER(cuMemcpyDtoDAsync_v2);
     if ((rc = check_async(stream)) != OK) {
         return rc;
     }
-    if ((d = host_of(dst, size)) == NULL || (s = host_of(src, size)) == NULL) {
-        return ERR_INVALID_VALUE;
-    }
-    memmove(d, s, size);
-    return OK;
+    job.kind = WORK_DTOD;
+    job.dst = dst;
+    job.src = src;
+    job.size = size;
+    return submit(stream, &job, NULL);
 }
 
 static CUresult
@@ -547,20 +867,20 @@ memset_n(CUdeviceptr dst, const void *value, size_t width, size_t n,
          CUstream stream)
 {
     CUresult rc = check_async(stream);
-    char *d;
-    size_t i;
+    work job = {0};
 
     if (rc != OK) {
         return rc;
     }
-    if (dst % width != 0 || n > SIZE_MAX / width ||
-        (d = host_of(dst, n * width)) == NULL) {
+    if (dst % width != 0 || n > SIZE_MAX / width) {
         return ERR_INVALID_VALUE;
     }
-    for (i = 0; i < n; i++) {
-        memcpy(d + i * width, value, width);
-    }
-    return OK;
+    job.kind = WORK_MEMSET;
+    job.dst = dst;
+    job.size = n * width;
+    job.width = width;
+    memcpy(job.value, value, width);
+    return submit(stream, &job, NULL);
 }
 
 EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value,
@@ -616,6 +936,11 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream s)
         s->magic != MAGIC_STREAM) {
         return ERR_INVALID_HANDLE;
     }
+    /* the driver finishes a destroyed stream's work; nothing may name the
+     * handle once it is freed (a new stream may get its address) */
+    pthread_mutex_lock(&lock);
+    drain_locked(stream_key(s), queue_seq);
+    pthread_mutex_unlock(&lock);
     s->magic = 0;
     free(s);
     __atomic_sub_fetch(&live_streams, 1, __ATOMIC_SEQ_CST);
@@ -625,7 +950,22 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
     ENTER(cuStreamSynchronize);
-    return valid_stream(s) ? OK : ERR_INVALID_HANDLE;
+    if (!valid_stream(s)) {
+        return ERR_INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&lock);
+    drain_locked(stream_key(s), queue_seq);
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+/* Land the work `e` was recorded after (hold `lock`). */
+static void
+drain_event_locked(CUevent e)
+{
+    if (e->records > 0) {
+        drain_locked(e->stream, e->seq);
+    }
 }
 
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
@@ -637,7 +977,10 @@ EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
     if (flags != 0) {
         return ERR_INVALID_VALUE;
     }
+    /* the simplest correct wait: the event's work lands now, so whatever
+     * `s` does next comes after it */
     pthread_mutex_lock(&lock);
+    drain_event_locked(e);
     last_wait_stream = s;
     last_wait_event = e;
     pthread_mutex_unlock(&lock);
@@ -684,7 +1027,24 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
     if (e == NULL || e->magic != MAGIC_EVENT || !valid_stream(s)) {
         return ERR_INVALID_HANDLE;
     }
+    /* the event covers what was queued on `s` until now */
+    pthread_mutex_lock(&lock);
     e->records++;
+    e->stream = stream_key(s);
+    e->seq = queue_seq;
+    pthread_mutex_unlock(&lock);
+    return OK;
+}
+
+EXPORT CUresult cuEventSynchronize(CUevent e)
+{
+    ENTER(cuEventSynchronize);
+    if (e == NULL || e->magic != MAGIC_EVENT) {
+        return ERR_INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&lock);
+    drain_event_locked(e);
+    pthread_mutex_unlock(&lock);
     return OK;
 }
 
@@ -694,6 +1054,7 @@ EXPORT long standin_live_allocations(void) { return (long)nallocs; }
 EXPORT long standin_live_bytes(void) { return live_bytes; }
 EXPORT long standin_live_streams(void) { return live_streams; }
 EXPORT long standin_live_events(void) { return live_events; }
+EXPORT long standin_pending_work(void) { return pending_work; }
 EXPORT int standin_context_depth(void) { return depth; }
 EXPORT void *standin_last_wait_stream(void) { return last_wait_stream; }
 EXPORT void *standin_last_wait_event(void) { return last_wait_event; }
@@ -733,8 +1094,9 @@ EXPORT void standin_reset_calls(void)
     pthread_mutex_unlock(&lock);
 }
 
-/* Whether `ptr` is a device address of the stand-in (inside the range). */
+/* Whether `ptr` is a device address of the stand-in (inside the range, or
+ * a host-visible allocation). */
 EXPORT int standin_is_device_pointer(CUdeviceptr ptr)
 {
-    return in_range(ptr);
+    return is_device(ptr);
 }

@@ -3,7 +3,8 @@
 The driver table loads once per process, so every case runs in a fresh
 interpreter with ``BUFFEREXT_CUDA_DRIVER`` pointing at the stand-in.  The
 child wraps the case in a function, then checks that the stand-in has no
-live allocation, stream, event, retained context or pushed context left.
+live allocation, stream, event, retained context, pushed context or
+pending (late) write left.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ for _name in ("standin_last_wait_stream", "standin_last_wait_event"):
 sd.standin_calls.argtypes = [ctypes.c_char_p]
 sd.standin_event_records.argtypes = [ctypes.c_void_p]
 sd.standin_is_device_pointer.argtypes = [ctypes.c_ulonglong]
+sd.standin_pending_work.restype = ctypes.c_long
 
 def calls(name):
     return sd.standin_calls(name.encode())
@@ -52,10 +54,11 @@ def live():
             "streams": sd.standin_live_streams(),
             "events": sd.standin_live_events(),
             "contexts": sd.standin_context_refs(),
-            "pushed": sd.standin_context_depth()}
+            "pushed": sd.standin_context_depth(),
+            "pending": sd.standin_pending_work()}
 
 NOTHING = {"allocations": 0, "streams": 0, "events": 0, "contexts": 0,
-           "pushed": 0}
+           "pushed": 0, "pending": 0}
 '''
 
 EPILOGUE = '''
