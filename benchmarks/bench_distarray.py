@@ -55,7 +55,7 @@ def _map_cases(n: int) -> List[Dict[str, Any]]:
 
 def _layout_map(size: int, grid: int, kwargs: Dict[str, Any]) -> Any:
     # a 1-element-wide global array would cost size*8 bytes; build the map only
-    from bufferext.distarray._array import _dim_maker
+    from bufferext.distarray._spec import _dim_maker
     dist = kwargs["dist"]
     return _dim_maker(dist, size, grid, kwargs.get("block_size"), None, None,
                       kwargs.get("indices"), "balanced", 0)(1)

@@ -31,7 +31,7 @@ import numpy as np
 from mpi4py import MPI
 
 from bufferext.distarray import DistArray
-from bufferext.distarray._mpi import raw_halo_exchange
+from bufferext._demo import raw_halo_exchange
 
 COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
@@ -85,7 +85,7 @@ def bench_redistribute(n: int, src: str, dst: str, rounds: int) -> None:
     g = np.arange(n * n, dtype=np.float64).reshape(n, n)
     d = DistArray.from_global(g, dist=src, comm=COMM)
     out = d.redistribute(dist=dst)                   # build and cache the plan
-    plan = [p for k, p in d._mpi_plans.items() if k[0] == "redistribute"][0]
+    plan = [p for k, p in d._mpi.plans.items() if k[0] == "redistribute"][0]
     count = lambda sel: int(np.prod([s[1] if isinstance(s, tuple) else len(s)  # noqa: E731
                                      for s in sel])) if sel is not None else 0
     scounts = [count(s) for s in plan.sends]

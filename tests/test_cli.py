@@ -125,3 +125,69 @@ def test_console_script():
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["version"] == bufferext.__version__
+
+
+def test_version():
+    proc = run_cli("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"bufferext {bufferext.__version__}\n"
+
+
+def test_info_reports_the_optional_parts():
+    """mpi4py and its MPI library, and matplotlib (plot_distribution): a
+    version, or how to install them."""
+    from importlib import metadata
+    info = collect_info()
+    text = format_info(info)
+    for dist, label, hint in (("mpi4py", "mpi4py:           ", "bufferext[mpi]"),
+                              ("matplotlib", "matplotlib:       ", "plot_distribution")):
+        try:
+            version = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            assert info[dist] is None
+            assert label + "not installed" in text and hint in text
+        else:
+            assert info[dist] == version
+            assert label + version in text
+    if info["mpi4py"] is None:
+        assert info["mpi"] is None and "MPI library:      -" in text
+    else:
+        assert info["mpi"] and "MPI library:      " + info["mpi"] in text
+    # asked in a child: the caller's process neither starts MPI nor
+    # imports mpi4py.MPI told not to start it (which would be for good)
+    child = run_installed("-c", "import sys; from bufferext.__main__ import "
+                          "collect_info; collect_info(); print('mpi4py.MPI' in sys.modules)")
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "False"
+
+
+def test_usage_names_the_command_it_was_started_as():
+    assert run_cli("--help").stdout.startswith("usage: python -m bufferext ")
+    script = shutil.which("bufferext", path=os.path.dirname(sys.executable))
+    if script is None:
+        pytest.skip("the console script is not installed next to python")
+    proc = subprocess.run([script, "bogus"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: bufferext ")
+    assert "bufferext: error: argument COMMAND: invalid choice: 'bogus'" in proc.stderr
+
+
+def test_demo_help_says_what_it_does():
+    proc = run_cli("demo", "--help")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "Solve the 2-D heat equation (Jacobi iteration)" in out
+    assert "compared with a serial numpy run" in out
+    for option in ("--size SIZE", "--steps STEPS", "--device {cpu,cuda,ve}"):
+        assert option in out
+
+
+def test_usage_error_prints_once_under_mpiexec():
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to python (pip install bufferext[mpi])")
+    proc = subprocess.run([mpiexec, "-n", "3", sys.executable, "-m", "bufferext",
+                           "bogus"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert (proc.stdout + proc.stderr).count("invalid choice: 'bogus'") == 1

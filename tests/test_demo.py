@@ -32,6 +32,9 @@ def test_single_process_equals_serial(capsys: pytest.CaptureFixture) -> None:
     out = capsys.readouterr().out
     assert "max abs error vs serial numpy: 0.000e+00 (OK" in out
     assert "[0:18) pad 1,1" in out
+    # one process: no raw-MPI figure to compare with (not a 0.000 ms one)
+    assert "raw MPI                   -     (one process" in out
+    assert "halo / raw" not in out
 
 
 def test_serial_reference_diffuses() -> None:

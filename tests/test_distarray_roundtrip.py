@@ -159,13 +159,57 @@ def test_device_memory_is_not_turned_into_numpy(monkeypatch):
         d.local
 
 
-def test_plot_distribution(tmp_path):
+def _cells_in_inches(fig, ax, shape):
+    """(width, height) of one cell of panel ``ax`` showing ``shape``."""
+    box = ax.get_position()
+    w, h = fig.get_size_inches()
+    rows, cols = shape if len(shape) == 2 else (1, shape[0])
+    return box.width * w / cols, box.height * h / rows
+
+
+def _overlaps(boxes):
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if a.overlaps(b)]
+
+
+@pytest.mark.parametrize("kw", [
+    dict(global_shape=(5, 9), dist="bc", grid_shape=(2, 2), block_size=2),
+    dict(global_shape=(5, 9), dist="bb", grid_shape=(2, 2)),
+    dict(global_shape=(12,), dist="b", grid_shape=(4,), padding=[[(1, 1)] * 4]),
+    dict(global_shape=(40, 60), dist="cc", grid_shape=(2, 3), block_size=3),
+], ids=["bc", "bb", "padded", "large"])
+def test_plot_distribution_to_scale_without_overlaps(tmp_path, kw):
     pytest.importorskip("matplotlib")
     import matplotlib
     matplotlib.use("Agg")
-    fig = plot_distribution((5, 9), dist="bc", grid_shape=(2, 2), block_size=2)
-    assert len(fig.axes) == 5
+    fig = plot_distribution(**kw)
+    nprocs = int(np.prod(kw["grid_shape"]))
+    assert len(fig.axes) == 1 + nprocs
+    shapes = [kw["global_shape"]] + [
+        DistArray.from_global(np.zeros(kw["global_shape"]), rank=r,
+                              **{k: v for k, v in kw.items() if k != "global_shape"}
+                              ).local_shape for r in range(nprocs)]
+    cells = [_cells_in_inches(fig, ax, shape) for ax, shape in zip(fig.axes, shapes)]
+    for w, h in cells:               # one cell is the same size in every panel
+        assert w == pytest.approx(cells[0][0], rel=1e-6)
+        assert h == pytest.approx(w, rel=1e-6)
     fig.savefig(tmp_path / "x.png")
+    renderer = fig.canvas.get_renderer()
+    titles = [ax.title.get_window_extent(renderer) for ax in fig.axes]
+    panels = [ax.get_window_extent(renderer) for ax in fig.axes]
+    assert _overlaps(titles) == [] and _overlaps(panels) == []
+    for ax in fig.axes:              # labels inside their cells, not on each other
+        labels = [t.get_window_extent(renderer) for t in ax.texts]
+        assert _overlaps(labels) == []
+    if max(kw["global_shape"]) > 30:
+        assert fig.get_size_inches()[0] <= 14.01    # shrunk to fit, labels dropped
+        assert len(fig.axes[0].texts) == 0
+
+
+def test_plot_distribution_global_only_and_bad_shapes():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
     fig = plot_distribution((12,), dist="b", grid_shape=(3,), padding=(1, 1), local=False)
     assert len(fig.axes) == 1
     with pytest.raises(ValueError, match="1-D and 2-D"):
@@ -182,7 +226,7 @@ def test_plot_without_matplotlib(monkeypatch):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", fake)
-    with pytest.raises(ImportError, match="pip install matplotlib"):
+    with pytest.raises(ImportError, match=r"pip install matplotlib, or bufferext\[plot\]"):
         plot_distribution((4,), dist="b", grid_shape=(2,))
 
 

@@ -1,7 +1,10 @@
 """Device buffers across processes, through the stand-in CUDA driver and
 the stand-in VEO library (test doubles built here; every rank loads its
-own copy).  The stand-ins give no CUDA-aware MPI, so this is the staged
-path (to_host / copy_from_host).  Run under mpiexec with --with-mpi."""
+own copy).  Most tests take the staged path (copy_to_host /
+copy_from_host); the CUDA-aware path is taken by making the stand-in's
+device memory CPU-readable, so that MPICH reads and writes it as a
+CUDA-aware MPI would, with its writes landing late to prove the event
+rule.  Run under mpiexec with --with-mpi."""
 
 from __future__ import annotations
 
@@ -61,3 +64,72 @@ def test_staged_round_trip_redistribute_halos(standins: None, device: str) -> No
     f = e.redistribute(dist="bn", device="cpu")       # device -> host distribution
     assert f.device == "cpu" and np.array_equal(f.local, DistArray.from_global(
         g, dist="bn", comm=COMM).local)
+
+
+#: How late the stand-in's asynchronous writes land (STANDIN_CUDA_LATE_MS):
+#: far longer than the MPI operations below take, so that one that read
+#: device memory without waiting on the exporter's event would read the
+#: bytes from before the write.
+LATE_MS = "600"
+
+
+@pytest.fixture
+def late_aware(standins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MPI treated as CUDA-aware; the stand-in's device memory readable by
+    the CPU (so MPICH can read it, as a CUDA-aware MPI reads device memory)
+    and its asynchronous writes landing LATE_MS after they are queued."""
+    monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", "1")
+    monkeypatch.setenv("STANDIN_CUDA_HOST_VISIBLE", "1")
+    monkeypatch.setenv("STANDIN_CUDA_LATE_MS", LATE_MS)
+
+
+def test_cuda_aware_mpi_waits_for_the_exporters_event(late_aware: None) -> None:
+    """Every operation hands MPI the device memory itself (nothing staged)
+    only after the exporter's event: halos, gather and redistribute read
+    the values of writes that were still in flight when they were called,
+    and redistribute's new target is written after its own zeroing."""
+    from bufferext.distarray import DistArray, cuda_aware
+    assert cuda_aware()
+    g = np.arange(12 * 5, dtype=np.float32).reshape(12, 5)
+    pads = [[(1, 1)] * SIZE, None]
+    d = DistArray.from_global(g, dist="bn", padding=pads, device="cuda", comm=COMM)
+    # each rank's own value, written late by a memset over the whole local
+    # section: the exchange must send the new owned values and write the
+    # halos after the memset has landed (else they hold the rank's own value)
+    d.buffer.fill(RANK + 1)
+    d.update_halos()
+    m = d.maps[0]
+    want = np.full(d.local_shape, RANK + 1, dtype=np.float32)
+    if RANK > 0:
+        want[:m.owned_slice.start] = RANK
+    if RANK < SIZE - 1:
+        want[m.owned_slice.stop:] = RANK + 2
+    assert np.array_equal(np.asarray(d.buffer.to_host()).reshape(d.local_shape), want)
+    d.buffer.fill(3.0)                  # a memset, landing late
+    out = d.gather(0)
+    assert (out is None) if RANK else np.array_equal(out, np.full_like(g, 3.0))
+    d.buffer.fill(4.0)
+    e = d.redistribute(dist="cb", block_size=2)    # a new CUDABuffer, zeroed late
+    assert e.device == "cuda"
+    assert np.array_equal(e.allgather(), np.full_like(g, 4.0))
+
+
+def test_a_device_buffer_unlike_the_plan_fails_on_every_rank(standins: None) -> None:
+    import bufferext
+    from bufferext.distarray import DistArray
+    g = np.arange(8 * SIZE * 3, dtype=np.float64).reshape(8 * SIZE, 3)
+    good = DistArray.from_global(g, dist="bn", device="cuda", comm=COMM)
+    buffer = (bufferext.CUDABuffer(good.local_shape, np.int64) if RANK == 1
+              else good.buffer)
+    d = DistArray(buffer, good.maps, device="cuda", dtype=g.dtype, comm=COMM)
+    with pytest.raises(BufferError, match=rf"^rank 1 of {SIZE}: .*not dtype float64") \
+            as info:
+        d.gather(0)
+    assert len(set(COMM.allgather(str(info.value)))) == 1
+    # out= on another device than requested, on one rank only
+    target = good.redistribute(dist="cn")
+    other = good.redistribute(dist="cn", device="cpu" if RANK == 1 else "cuda")
+    with pytest.raises(ValueError, match=rf"^rank 1 of {SIZE}: out.device='cpu'") as info:
+        good.redistribute(dist="cn", out=other)
+    assert len(set(COMM.allgather(str(info.value)))) == 1
+    assert np.array_equal(good.redistribute(dist="cn", out=target).allgather(), g)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bufferext.distarray import DistArray, ProtocolError, _mpi, dims_create, \
-    validate_collective
+from bufferext.distarray import (DistArray, ProtocolError, agree, cuda_aware,
+                                 dims_create, validate_collective)
+from bufferext.distarray._datatypes import datatype, runs
 
 G = np.arange(6 * 8, dtype=np.float64).reshape(6, 8)
 
@@ -44,18 +45,17 @@ def test_validate_collective_one_process_grid() -> None:
 
 def test_agree_single_process_reraises() -> None:
     with pytest.raises(KeyError):
-        _mpi.agree(None, lambda: {}["x"])
+        agree(None, lambda: {}["x"])
 
 
 @pytest.mark.parametrize("limit", [1, 2, 3, 2**31 - 1])
-def test_datatype_chunking(monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
+def test_datatype_chunking(limit: int) -> None:
     MPI = pytest.importorskip("mpi4py.MPI")
-    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", limit)
     a = np.arange(5 * 7 * 4, dtype=np.int16).reshape(5, 7, 4)
     sels = [(1, 4), np.array([6, 0, 1, 2, 4]), (0, 4)]
-    starts, lengths = _mpi._runs(np.array([0, 1, 2, 3, 4, 9]))
+    starts, lengths = runs(np.array([0, 1, 2, 3, 4, 9]), limit)
     assert lengths.max() <= max(limit, 1) and lengths.sum() == 6
-    t = _mpi._datatype(sels, a.shape, a.dtype)
+    t = datatype(sels, a.shape, a.dtype, limit)
     try:
         out = np.zeros(4 * 5 * 4, a.dtype)
         MPI.COMM_SELF.Sendrecv([a, 1, t], 0, 0, out, 0, 0)
@@ -67,9 +67,9 @@ def test_datatype_chunking(monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
 
 def test_cuda_aware_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", "1")
-    assert _mpi.cuda_aware()
+    assert cuda_aware()
     monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", "0")
-    assert not _mpi.cuda_aware()
+    assert not cuda_aware()
 
 
 BIG = np.arange(512 * 1024, dtype=np.float64).reshape(512, 1024)   # 4 MiB

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 MPI = pytest.importorskip("mpi4py.MPI")
-from bufferext.distarray import (DistArray, ProtocolError, _mpi,  # noqa: E402
+from bufferext.distarray import (DistArray, ProtocolError,  # noqa: E402
                                  validate_collective)
 
 COMM = MPI.COMM_WORLD
@@ -74,11 +74,16 @@ def test_redistribute_every_pair(src: int, dst: int) -> None:
     assert np.array_equal(again.local, ref.local)
 
 
-def test_redistribute_chunked_datatypes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", 2)       # forces split runs + structs
+def limit_counts(d: DistArray, limit: int) -> DistArray:
+    """Let ``d``'s MPI operations use counts of at most ``limit``."""
+    d._mpi.options = d._mpi.options._replace(count_limit=limit)
+    return d
+
+
+def test_redistribute_chunked_datatypes() -> None:
     big = np.arange(40 * 6, dtype=np.int32).reshape(40, 6)
-    d = DistArray.from_global(big, dist="bn", comm=COMM)
-    e = d.redistribute(dist="cb", block_size=3)
+    d = limit_counts(DistArray.from_global(big, dist="bn", comm=COMM), 2)
+    e = limit_counts(d.redistribute(dist="cb", block_size=3), 2)   # split runs, structs
     assert np.array_equal(e.local, DistArray.from_global(
         big, dist="cb", block_size=3, comm=COMM).local)
     out = e.gather(0)
@@ -167,11 +172,10 @@ def test_halos_empty_ranks() -> None:
     assert np.array_equal(d.local, expected_halos(arr, d))
 
 
-def test_halos_periodic_1d_chunked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", 1)
+def test_halos_periodic_1d_chunked() -> None:
     arr = np.arange(SIZE * 6 + 2, dtype=np.float32)
-    d = DistArray.from_global(arr, dist="b", comm=COMM, periodic=True,
-                              padding=[edge_pads(SIZE, 1, 2, 1)])
+    d = limit_counts(DistArray.from_global(arr, dist="b", comm=COMM, periodic=True,
+                                           padding=[edge_pads(SIZE, 1, 2, 1)]), 1)
     spoil(d)
     d.update_halos()
     assert np.array_equal(d.local, expected_halos(arr, d))
@@ -284,3 +288,54 @@ def test_periodic_padding_wider_than_interior() -> None:
     if SIZE * 2 - 3 >= 2:
         d.update_halos()                               # fits: no error
     COMM.Barrier()
+
+
+
+def _lying_buffer(good: DistArray, lie: str) -> Any:
+    """Rank 1's local buffer unlike ``good``'s maps and dtype (others: good)."""
+    if RANK != 1:
+        return good.buffer
+    if lie == "dtype":              # the same bytes, another element type
+        return np.zeros(good.local_shape, np.int64)
+    if lie == "shape":
+        return np.zeros(good.local_shape[0] - 1, np.float64)
+    frozen = np.array(good.local)
+    frozen.flags.writeable = False
+    return frozen
+
+
+LIES = {"dtype": "not dtype float64",
+        "shape": "bytes, its shape (",
+        "readonly": "cannot be acquired writable and C-contiguous"}
+
+
+@pytest.mark.parametrize("op", ["gather", "allgather", "redistribute", "update_halos"])
+@pytest.mark.parametrize("lie", sorted(LIES))
+def test_a_buffer_unlike_the_plan_fails_on_every_rank(op: str, lie: str) -> None:
+    """Rank 1's local buffer is not what its maps and dtype say: every rank
+    raises the same BufferError naming rank 1, and nobody is left waiting
+    (a read-only buffer is refused only where it would be written)."""
+    good = DistArray.from_global(G, dist="bn", padding=[[(1, 1)] * SIZE, None],
+                                 comm=COMM)
+    d = DistArray(_lying_buffer(good, lie), good.maps, dtype=np.float64, comm=COMM)
+    call = (lambda: d.redistribute(dist="nb")) if op == "redistribute" \
+        else getattr(d, op)
+    if lie == "readonly" and op != "update_halos":
+        call()                      # only read: fine
+    else:
+        with pytest.raises(BufferError, match=rf"^rank 1 of {SIZE}: DistArray: ") as info:
+            call()
+        assert LIES[lie] in str(info.value)
+        assert same_everywhere(str(info.value))
+    COMM.Barrier()                                     # nobody is stuck
+    assert np.array_equal(good.allgather(), G)         # the communicator still works
+
+
+def test_redistribute_into_a_read_only_out_fails_on_every_rank() -> None:
+    d = DistArray.from_global(G, dist="bn", comm=COMM)
+    out = d.redistribute(dist="nb")
+    target = _lying_buffer(out, "readonly")
+    with pytest.raises(BufferError, match=rf"^rank 1 of {SIZE}: .*writable") as info:
+        d.redistribute(dist="nb", out=DistArray(target, out.maps, dtype=G.dtype, comm=COMM))
+    assert same_everywhere(str(info.value))
+    assert np.array_equal(d.redistribute(dist="nb", out=out).allgather(), G)

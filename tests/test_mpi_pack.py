@@ -1,5 +1,5 @@
 """Redistribution paths: numpy packing into contiguous staging vs MPI
-derived datatypes (forced with ``_mpi._STRATEGY``) on every pair of
+derived datatypes (forced per array with ``Options.strategy``) on every pair of
 distributions, ranks choosing differently, the fall-back past the count
 limit, and ``redistribute(out=...)``.  The MPI tests run under ``mpiexec
 -n 2`` / ``-n 4`` with ``--with-mpi``; the helpers' tests run anywhere."""
@@ -12,7 +12,9 @@ from typing import List
 import numpy as np
 import pytest
 
-from bufferext.distarray import DistArray, _mpi
+from bufferext._demo import raw_halo_exchange
+from bufferext.distarray import DistArray
+from bufferext.distarray._datatypes import fast_index, index, slice_of
 
 try:
     from mpi4py import MPI
@@ -24,6 +26,12 @@ except ImportError:                 # helpers' tests still run
 
 needs_ranks = [pytest.mark.mpi(min_size=2),
                pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")]
+
+def use(d: DistArray, **options: object) -> DistArray:
+    """Move ``d``'s data with these ``Options`` (strategy, count_limit)."""
+    d._mpi.options = d._mpi.options._replace(**options)
+    return d
+
 
 G = np.arange(7 * 9, dtype=np.float64).reshape(7, 9) * 1.5 - 3
 
@@ -40,10 +48,10 @@ def dists() -> List[dict]:
 # -- helpers (any process count) ------------------------------------------------
 
 def test_slice_of_turns_progressions_into_slices() -> None:
-    assert _mpi._slice_of((3, 4)) == slice(3, 7)
-    assert _mpi._slice_of(np.array([5])) == slice(5, 6)
-    assert _mpi._slice_of(np.array([1, 4, 7, 10])) == slice(1, 11, 3)
-    irregular = _mpi._slice_of(np.array([0, 1, 5]))
+    assert slice_of((3, 4)) == slice(3, 7)
+    assert slice_of(np.array([5])) == slice(5, 6)
+    assert slice_of(np.array([1, 4, 7, 10])) == slice(1, 11, 3)
+    irregular = slice_of(np.array([0, 1, 5]))
     assert isinstance(irregular, np.ndarray) and irregular.tolist() == [0, 1, 5]
 
 
@@ -53,7 +61,7 @@ def test_fast_index_selects_like_outer_indexing() -> None:
             (np.array([0, 3, 4]), (2, 2), np.array([1, 3])),
             (np.array([5]), np.array([1, 2]), (0, 5))]
     for s in sels:
-        assert np.array_equal(a[_mpi._fast_index(s)], a[_mpi._index(s)])
+        assert np.array_equal(a[fast_index(s)], a[index(s)])
 
 
 # -- under MPI ------------------------------------------------------------------
@@ -62,12 +70,10 @@ def test_fast_index_selects_like_outer_indexing() -> None:
 @pytest.mark.parametrize("src,dst", list(itertools.product(range(8), range(8))))
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
-def test_every_pair_both_paths(monkeypatch: pytest.MonkeyPatch, strategy: str,
-                               src: int, dst: int) -> None:
-    monkeypatch.setattr(_mpi, "_STRATEGY", strategy)
+def test_every_pair_both_paths(strategy: str, src: int, dst: int) -> None:
     a, b = dists()[src], dists()[dst]
-    d = DistArray.from_global(G, comm=COMM, **a)
-    e = d.redistribute(**b)
+    d = use(DistArray.from_global(G, comm=COMM, **a), strategy=strategy)
+    e = use(d.redistribute(**b), strategy=strategy)
     ref = DistArray.from_global(G, comm=COMM, **b)
     assert np.array_equal(e.local, ref.local)
     assert np.array_equal(e.allgather(), G)
@@ -77,13 +83,12 @@ def test_every_pair_both_paths(monkeypatch: pytest.MonkeyPatch, strategy: str,
 @pytest.mark.parametrize("dtype", [np.int16, np.complex128, np.uint8])
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
-def test_ranks_choosing_different_paths(monkeypatch: pytest.MonkeyPatch,
-                                        dtype: type) -> None:
-    monkeypatch.setattr(_mpi, "_STRATEGY", "pack" if RANK % 2 else "datatype")
+def test_ranks_choosing_different_paths(dtype: type) -> None:
+    strategy = "pack" if RANK % 2 else "datatype"
     g = (np.arange(12 * 10) * 7 % 251).astype(dtype).reshape(12, 10)
     for a, b in [("bn", "cn"), ("bb", "cc"), ("cb", "bc"), ("bn", "nb")]:
-        d = DistArray.from_global(g, dist=a, comm=COMM)
-        e = d.redistribute(dist=b)
+        d = use(DistArray.from_global(g, dist=a, comm=COMM), strategy=strategy)
+        e = use(d.redistribute(dist=b), strategy=strategy)
         assert np.array_equal(e.local, DistArray.from_global(g, dist=b, comm=COMM).local)
         back = e.gather(0)                      # gathered through the other path
         assert np.array_equal(back, g) if RANK == 0 else back is None
@@ -91,26 +96,28 @@ def test_ranks_choosing_different_paths(monkeypatch: pytest.MonkeyPatch,
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
-def test_auto_chooses_by_contiguity(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_mpi, "_STRATEGY", "auto")
+def test_auto_chooses_by_contiguity() -> None:
     g = np.zeros((8 * SIZE, 6))
     d = DistArray.from_global(g, dist="bn", comm=COMM)
+    assert d._mpi.options.strategy == "auto"
     d.redistribute(dist="cn")                 # strided rows: packed
     d.redistribute(dist="bn", split="ceil")   # whole row blocks: datatypes
-    plans = {k[1]: p for k, p in d._mpi_plans.items() if k[0] == "redistribute"}
+    plans = {k[1]: p for k, p in d._mpi.plans.items() if k[0] == "redistribute"}
     assert plans["'cn'"].strategy(8) == "pack"
     assert plans["'bn'"].strategy(8) == "datatype"
-    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", 4)   # counts no longer fit
+    use(d, count_limit=4)                     # counts no longer fit
+    d.redistribute(dist="cn")
+    plans = {k[1]: p for k, p in d._mpi.plans.items()
+             if k[0] == "redistribute" and k[-1].count_limit == 4}
     assert plans["'cn'"].strategy(8) == "datatype"
 
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
-def test_pack_falls_back_past_the_count_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_mpi, "_STRATEGY", "pack")
-    monkeypatch.setattr(_mpi, "_COUNT_LIMIT", 3)
+def test_pack_falls_back_past_the_count_limit() -> None:
     big = np.arange(20 * 6, dtype=np.int32).reshape(20, 6)
-    d = DistArray.from_global(big, dist="bn", comm=COMM)
+    d = use(DistArray.from_global(big, dist="bn", comm=COMM), strategy="pack",
+            count_limit=3)
     e = d.redistribute(dist="cb", block_size=3)
     assert np.array_equal(e.local, DistArray.from_global(
         big, dist="cb", block_size=3, comm=COMM).local)
@@ -179,10 +186,10 @@ def test_update_halos_bound_fast_path() -> None:
         d.local[hi:] = -1
         call()
         assert np.array_equal(d.local, want)
-    # one Sendrecv per call (2 ranks, or the end ranks of more): bound to the instance
+    # one Sendrecv per call (2 ranks, or the end ranks of more): kept prepared
     one_peer = SIZE == 2 or RANK in (0, SIZE - 1)
-    assert ("update_halos" in vars(d)) == one_peer
-    assert d.update_halos.__doc__ == DistArray.update_halos.__doc__
-    raw, nbytes = _mpi.raw_halo_exchange(d)
+    assert (d._mpi.halo_call is not None) == one_peer
+    assert "update_halos" not in vars(d)
+    raw, nbytes = raw_halo_exchange(d)
     raw()
     assert nbytes == 4 * 8 * (1 if one_peer else 2)

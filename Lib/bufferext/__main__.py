@@ -13,11 +13,13 @@ point is installed as the ``bufferext`` console script.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import subprocess
 import sys
-from typing import Any, Dict, List, Optional, Sequence, TextIO
+from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO
 
 import numpy
 
@@ -39,7 +41,9 @@ def collect_info() -> Dict[str, Any]:
 
     Keys: ``version``, ``include``, ``abi_version``, ``flags`` (name ->
     int), ``python``, ``implementation``, ``numpy`` (its version),
-    ``platform`` and ``devices`` (:func:`bufferext.devices`).
+    ``platform``, ``devices`` (:func:`bufferext.devices`), and the optional
+    parts: ``mpi4py`` (its version), ``mpi`` (the MPI library's version
+    line) and ``matplotlib`` (its version), each None when not installed.
     """
     import bufferext
     from bufferext._bufferext import ABI_VERSION
@@ -55,7 +59,35 @@ def collect_info() -> Dict[str, Any]:
         "numpy": str(numpy.__version__),
         "platform": platform.platform(),
         "devices": bufferext.devices(),
+        "mpi4py": _version_of("mpi4py"),
+        "mpi": _mpi_library(),
+        "matplotlib": _version_of("matplotlib"),
     }
+
+
+def _version_of(distribution: str) -> Optional[str]:
+    """The installed version of ``distribution`` (not imported), or None."""
+    from importlib import metadata
+    try:
+        return str(metadata.version(distribution))
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _mpi_library() -> Optional[str]:
+    """The first line of the MPI library's version, or None without mpi4py
+    or MPI.  Asked in a child process (``python -m mpi4py
+    --mpi-lib-version``): importing ``mpi4py.MPI`` here would start MPI in
+    the caller's process, or, told not to, leave it unstarted for good."""
+    if _version_of("mpi4py") is None:
+        return None
+    try:
+        done = subprocess.run([sys.executable, "-m", "mpi4py", "--mpi-lib-version"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return " ".join(lines[0].split()) if done.returncode == 0 and lines else None
 
 
 def _format_device(entry: Dict[str, Any]) -> List[str]:
@@ -79,6 +111,9 @@ def format_info(info: Dict[str, Any]) -> str:
         f"header directory: {info['include']}",
         f"python:           {info['python']} ({info['implementation']})",
         f"numpy:            {info['numpy'] or 'not installed'}",
+        f"mpi4py:           {info['mpi4py'] or 'not installed (pip install bufferext[mpi])'}",
+        f"MPI library:      {info['mpi'] or '-'}",
+        f"matplotlib:       {info['matplotlib'] or 'not installed (for plot_distribution)'}",
         f"platform:         {info['platform']}",
         "request flags (PyBUF_*):",
     ]
@@ -128,6 +163,13 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if report.conformant else 1
 
 
+def _prog() -> str:
+    """How this command line was started: the ``bufferext`` console script,
+    or ``python -m bufferext``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "bufferext" if name in ("bufferext", "bufferext.exe") else "python -m bufferext"
+
+
 # ---- build options: where the headers and package files are -------------
 
 
@@ -170,9 +212,14 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
     parser = argparse.ArgumentParser(
-        prog="python -m bufferext",
-        description="The extended buffer protocol (draft PEP), backported.")
+        prog=_prog(),
+        description="The extended buffer protocol (draft PEP), backported. "
+                    "Without a command: info.")
+    parser.add_argument("--version", action="version",
+                        version=f"bufferext {__version__}")
+    parser.set_defaults(handler=_cmd_info, json=False)
     _add_build_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = commands.add_parser(
@@ -194,7 +241,9 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=_cmd_check)
     demo = commands.add_parser(
         "demo", help="2-D heat equation on a distributed array with halo "
-                     "exchange, checked against a serial run")
+                     "exchange, checked against a serial run",
+        description=_demo.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     _demo.add_arguments(demo)
     demo.set_defaults(handler=lambda args, out: _demo.run(args))
     return parser
@@ -208,15 +257,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    if not args_list or (args_list[0].startswith("-")
-                         and args_list[0] not in ("-h", "--help")
-                         and args_list[0].lstrip("-") not in _build_paths()):
+    if args_list[:1] == ["--json"]:
         args_list.insert(0, "info")   # `info` is the default command
     try:
-        args = parser.parse_args(args_list)
+        with _quiet_unless_first_rank():
+            args = parser.parse_args(args_list)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     return int(args.handler(args, sys.stdout))
+
+
+#: Where launchers put a process's rank (MPICH/Hydra, Open MPI, PMIx, Slurm).
+_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+@contextlib.contextmanager
+def _quiet_unless_first_rank() -> Iterator[None]:
+    """Under mpiexec, usage errors and --help print once (rank 0), not once
+    per process: the other ranks' stdout and stderr go to /dev/null while
+    the arguments are parsed."""
+    rank = next((os.environ[v] for v in _RANK_VARIABLES if v in os.environ), "0")
+    if rank.strip() in ("", "0"):
+        yield
+        return
+    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null), \
+            contextlib.redirect_stdout(null):
+        yield
 
 
 if __name__ == "__main__":

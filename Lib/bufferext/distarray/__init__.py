@@ -21,11 +21,14 @@ buffer may be device memory: consumers use the extended buffer protocol
     >>> validate(d.__distarray__())
 """
 
-from ._array import DistArray, DistSpec, dims_create, producer_class
-from ._mpi import agree, cuda_aware, validate_collective
+from ._array import DistArray
+from ._buffers import producer_class
+from ._collective import validate_collective
+from ._comm import agree, cuda_aware
 from ._maps import BlockMap, CyclicMap, DimMap, UnstructuredMap, split_bounds
 from ._plot import plot_distribution
 from ._protocol import EXPORT_VERSION, ProtocolError, owned_count, validate
+from ._spec import DistSpec, dims_create
 
 __all__ = [
     "BlockMap",

@@ -20,7 +20,7 @@ def _pyplot() -> Any:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ImportError("plot_distribution needs matplotlib "
-                          "(pip install matplotlib)") from exc
+                          "(pip install matplotlib, or bufferext[plot])") from exc
     return plt
 
 
@@ -44,7 +44,22 @@ def _as_2d(a: np.ndarray) -> np.ndarray:
     return a.reshape(1, -1) if a.ndim == 1 else a
 
 
-def _draw(ax: Any, values: np.ndarray, colours: np.ndarray, cmap: Any, nprocs: int,
+#: Layout, in inches: the largest cell, the margins around the figure, the
+#: gap between panels, the room above a panel (its title) and above all
+#: panels (the figure's title); and the widest figure drawn.
+_CELL, _MARGIN, _GAP, _PANEL_TITLE, _TITLE, _MAX_WIDTH = 0.34, 0.15, 0.3, 0.3, 0.4, 14.0
+
+
+def _label_size(cell: float, values: np.ndarray) -> float:
+    """Font size (points) at which the widest label fits its cell, or 0
+    when it would be too small to read."""
+    digits = max((len(str(v)) for v in values.reshape(-1)), default=1)
+    points = cell * 72.0
+    size = min(8.0, 0.55 * points, 0.85 * points / (0.62 * digits))
+    return size if size >= 4.0 else 0.0
+
+
+def _draw(ax: Any, values: np.ndarray, colours: np.ndarray, cmap: Any, cell: float,
           padding: Optional[np.ndarray] = None) -> None:
     values, colours = _as_2d(values), _as_2d(colours)
     rgba = cmap(np.where(colours >= 0, colours, 0) % cmap.N)
@@ -52,9 +67,10 @@ def _draw(ax: Any, values: np.ndarray, colours: np.ndarray, cmap: Any, nprocs: i
     if padding is not None:
         rgba[_as_2d(padding), 3] = 0.35
     ax.imshow(rgba, interpolation="nearest", aspect="equal")
-    if values.size <= 400:
+    size = _label_size(cell, values)
+    if size:
         for (i, j), v in np.ndenumerate(values):
-            ax.text(j, i, str(v), ha="center", va="center", fontsize=7)
+            ax.text(j, i, str(v), ha="center", va="center", fontsize=size)
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -69,8 +85,12 @@ def plot_distribution(global_shape: Sequence[int], *, dist: Any, grid_shape: Seq
     panel shows the global array, each element coloured by its owner's rank
     and labelled with its flat global index; with ``local=True`` one more
     panel per process shows its local buffer in local order, padding cells
-    faded.  Returns the matplotlib Figure.  Raises ImportError if matplotlib
-    is missing.
+    faded.  Every panel is drawn at the same scale (one cell is the same
+    size everywhere, so a local block looks as big as it is next to the
+    global array); labels shrink to fit their cells and are left out when
+    they would be too small to read.  Returns the matplotlib Figure.
+    Raises ImportError if matplotlib is missing (``pip install
+    bufferext[plot]``).
     """
     plt = _pyplot()
     shape = tuple(int(n) for n in global_shape)
@@ -82,20 +102,35 @@ def plot_distribution(global_shape: Sequence[int], *, dist: Any, grid_shape: Seq
     values, sections = _sections(shape, kwargs)
     owners = _owners(shape, sections)
     cmap = plt.get_cmap("tab20" if len(sections) > 10 else "tab10")
-    panels = 1 + (len(sections) if local else 0)
-    fig, axes = plt.subplots(1, panels, figsize=(2.2 + 1.9 * panels, 2.6),
-                             squeeze=False)
-    _draw(axes[0, 0], values, owners, cmap, len(sections))
-    axes[0, 0].set_title("global (colour = owner rank)", fontsize=8)
+    flat = owners.reshape(-1)
+    panels: List[Tuple[Any, Any, Any, str]] = [
+        (values, owners, None, "global (colour = owner rank)")]
     if local:
-        for ax, d in zip(axes[0, 1:], sections):
-            vals = d.local
+        for d in sections:
             owned = np.zeros(d.local_shape, dtype=bool)
             owned[tuple(m.owned_slice for m in d.maps)] = True
-            _draw(ax, vals, owners.reshape(-1)[vals.reshape(-1)].reshape(vals.shape),
-                  cmap, len(sections), padding=~owned)
-            ax.set_title(f"rank {d.rank} {d.grid_coords}", fontsize=8)
+            vals = d.local
+            panels.append((vals, flat[vals.reshape(-1)].reshape(vals.shape), ~owned,
+                           f"rank {d.rank} {d.grid_coords}"))
+    sizes = [_as_2d(v).shape for v, _, _, _ in panels]
+    columns = sum(max(c, 1) for _, c in sizes)
+    room = _MAX_WIDTH - 2 * _MARGIN - _GAP * (len(panels) - 1)
+    cell = min(_CELL, room / columns)
+    widths = [max(c, 1) * cell for _, c in sizes]
+    heights = [max(r, 1) * cell for r, _ in sizes]
+    fig_w = 2 * _MARGIN + sum(widths) + _GAP * (len(panels) - 1)
+    fig_h = _MARGIN + max(heights) + _PANEL_TITLE + _TITLE
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    top = fig_h - _TITLE - _PANEL_TITLE         # panels hang from one line
+    x = _MARGIN
+    for (vals, colours, pad, name), w, h in zip(panels, widths, heights):
+        ax = fig.add_axes((x / fig_w, (top - h) / fig_h, w / fig_w, h / fig_h))
+        _draw(ax, vals, colours, cmap, cell, padding=pad)
+        # a title no wider than its panel and the gap beside it
+        room_pts = (w + _GAP) * 72.0
+        ax.set_title(name, fontsize=min(8.0, room_pts / (0.6 * len(name))), pad=3)
+        x += w + _GAP
     letters = dist if isinstance(dist, str) else "".join(dist)
-    fig.suptitle(title or f"dist={letters!r} on grid {tuple(grid_shape)}", fontsize=9)
-    fig.tight_layout()
+    fig.suptitle(title or f"dist={letters!r} on grid {tuple(grid_shape)}", fontsize=9,
+                 y=1 - 0.12 / fig_h, va="top")
     return fig

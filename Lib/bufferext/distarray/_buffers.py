@@ -1,0 +1,234 @@
+"""Local buffers on their way into MPI: the one acquisition path.
+
+Every MPI operation acquires each local buffer it touches once, through the
+extended buffer protocol (``PyBUF_DEVICE``), for the span of the operation
+(:class:`Acquired`).  The acquired view says where the memory is, and that
+decides what MPI is handed:
+
+* CPU memory: the memory itself (a numpy array over the view);
+* CUDA memory, when MPI is CUDA-aware: the device memory, once the
+  exporter's event (``device_info.event``, the one synchronisation rule of
+  ``bufferext/cuda.h``) has completed; MPI never sees the exporter object;
+* CUDA memory otherwise, and VE memory: a host copy, written back when the
+  operation wrote into it.
+
+Any exporter of ``'bufferext.cuda'`` or ``'bufferext.ve'`` memory works, not
+only bufferext's producers.  The view is released only once the operation
+(possibly non-blocking inside) has completed.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
+
+import numpy as np
+
+from .._bufferext import get_buffer
+from .._dtypes import resolve
+from .._flags import BufferFlags
+from ._comm import agree
+
+__all__ = ["Acquired", "Acquisitions", "Kind", "as_kind", "kind_of", "make_buffer",
+           "new_buffer", "producer_class"]
+
+T = TypeVar("T")
+
+
+class Kind(enum.Enum):
+    """Where a local buffer's memory is (the kinds MPI can move)."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+    VE = "ve"
+
+
+#: The extended buffer protocol's device names, by kind.
+_DEVICE_NAMES: Dict[Optional[str], Kind] = {
+    None: Kind.CPU, "bufferext.cuda": Kind.CUDA, "bufferext.ve": Kind.VE}
+_PRODUCERS = {Kind.CPU: "CPUBuffer", Kind.CUDA: "CUDABuffer", Kind.VE: "VEBuffer"}
+_READ = int(BufferFlags.C_CONTIGUOUS | BufferFlags.FORMAT | BufferFlags.DEVICE)
+_WRITE = _READ | int(BufferFlags.WRITABLE)
+
+
+def kind_of(device: Optional[str]) -> Optional[Kind]:
+    """The kind of an extended buffer's ``device`` (None: CPU memory), or
+    None for a device this layer cannot move."""
+    return _DEVICE_NAMES.get(device)
+
+
+def as_kind(device: Any) -> Kind:
+    """The kind named ``device`` (``"cpu"``, ``"cuda"`` or ``"ve"``)."""
+    try:
+        return Kind(device)
+    except ValueError:
+        raise ValueError(f"device={device!r}: must be 'cpu', 'cuda' or 've'") from None
+
+
+def producer_class(device: str) -> Any:
+    """The producer type for ``device`` (``"cpu"``, ``"cuda"`` or ``"ve"``).
+
+    Looked up on the ``bufferext`` package at call time, so device producers
+    added there are used as soon as they exist.
+    """
+    import bufferext
+
+    name = _PRODUCERS[as_kind(device)]
+    cls = getattr(bufferext, name, None)
+    if cls is None:
+        raise bufferext.DeviceUnavailableError(
+            f"device={device!r}: bufferext.{name} is not available in this "
+            "build of bufferext")
+    return cls
+
+
+def new_buffer(device: str, shape: Tuple[int, ...], dtype: np.dtype,
+               filled: bool = False) -> Any:
+    """A new producer of ``shape`` and ``dtype`` on ``device``, zeroed unless
+    the caller will write every cell (``filled``: then a CPUBuffer may reuse
+    a freed block, which spares the page faults of fresh memory)."""
+    cls = producer_class(device)
+    if filled and device == "cpu":
+        return cls.empty(shape, dtype)
+    return cls(shape, dtype)
+
+
+def make_buffer(device: str, host: np.ndarray) -> Any:
+    """A new producer on ``device`` holding a copy of ``host``."""
+    buf = new_buffer(device, host.shape, host.dtype, filled=True)
+    if host.size:
+        buf.copy_from_host(host)
+    return buf
+
+
+def _dtype_of(fmt: str) -> Optional[np.dtype]:
+    try:
+        return resolve(fmt)[2]
+    except (TypeError, ValueError):
+        return None
+
+
+class _DeviceMemory:
+    """CUDA memory as a CUDA-aware MPI takes it (mpi4py reads the CUDA Array
+    Interface): bytes, ready now (``stream`` None), since the exporter's
+    event has completed before this is made."""
+
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, ptr: int, nbytes: int, readonly: bool) -> None:
+        self.__cuda_array_interface__ = {
+            "version": 3, "shape": (nbytes,), "typestr": "|u1", "strides": None,
+            "data": (ptr, readonly), "stream": None}
+
+
+class Acquired:
+    """One local buffer acquired for one MPI operation (a context manager).
+
+    ``kind`` is where the memory is; ``mpi`` is what to hand MPI: a
+    C-contiguous numpy array of ``shape`` and ``dtype`` over the memory
+    itself (CPU), or over a host copy (``staged``), or the device memory
+    (CUDA-aware MPI).  ``write``: MPI writes into it (acquired writable;
+    a staged copy is copied back on a clean exit).  ``read``: the operation
+    reads the current contents (else a staged copy starts uninitialised).
+    """
+
+    __slots__ = ("view", "kind", "mpi", "staged", "write")
+
+    def __init__(self, obj: Any, shape: Tuple[int, ...], dtype: np.dtype, *,
+                 write: bool, aware: bool, read: bool = True) -> None:
+        try:
+            view = get_buffer(obj, _WRITE if write else _READ)
+        except (BufferError, TypeError, ValueError) as exc:
+            raise BufferError(f"DistArray: the local buffer ({type(obj).__name__}) "
+                              f"cannot be acquired {'writable and ' if write else ''}"
+                              f"C-contiguous: {exc}") from exc
+        try:
+            kind = kind_of(view.device)
+            if kind is None:
+                raise BufferError(f"DistArray: the local buffer is memory on device "
+                                  f"{view.device!r}; MPI moves CPU, "
+                                  "'bufferext.cuda' and 'bufferext.ve' memory")
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if view.nbytes != nbytes:
+                raise BufferError(f"DistArray: the local buffer has {view.nbytes} "
+                                  f"bytes, its shape {shape} and dtype {dtype} "
+                                  f"need {nbytes}")
+            if _dtype_of(view.format) != dtype:
+                raise BufferError(f"DistArray: the local buffer holds format "
+                                  f"{view.format!r}, not dtype {dtype}")
+            self.view, self.kind, self.write = view, kind, write
+            self.staged = kind is not Kind.CPU and not (kind is Kind.CUDA and aware)
+            if kind is Kind.CPU:
+                self.mpi: Any = np.frombuffer(view.memoryview(), dtype).reshape(shape)
+            elif not self.staged:
+                view.synchronize()      # the event rule: MPI touches it next
+                self.mpi = _DeviceMemory(view.ptr, nbytes, view.readonly)
+            else:
+                self.mpi = np.empty(shape, dtype)
+                if read:
+                    view.copy_to_host(self.mpi)     # waits for the event itself
+        except BaseException:
+            view.release()
+            raise
+
+    def release(self, completed: bool = True) -> None:
+        """The operation is over: copy a written staged copy back (if it
+        ``completed``), then release the view."""
+        mpi, self.mpi = self.mpi, None      # a CPU array holds an export of the view
+        try:
+            if completed and self.staged and self.write:
+                self.view.copy_from_host(mpi)
+        finally:
+            del mpi
+            self.view.release()
+
+    def __enter__(self) -> "Acquired":
+        return self
+
+    def __exit__(self, kind: Optional[Type[BaseException]], *rest: Any) -> None:
+        self.release(completed=kind is None)
+
+
+class Acquisitions:
+    """The local buffers one collective operation acquires, released
+    together when it ends (a context manager).
+
+    ``take(fn)`` runs ``fn`` (which acquires through :meth:`add`) on every
+    process and agrees on failure: a buffer refused on one process raises
+    the same error on every process, and what the others had acquired is
+    released; nobody is left waiting in the operation.
+    """
+
+    __slots__ = ("comm", "held")
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.held: List[Acquired] = []
+
+    def add(self, obj: Any, shape: Tuple[int, ...], dtype: np.dtype, *,
+            write: bool, aware: bool, read: bool = True) -> Acquired:
+        acquired = Acquired(obj, shape, dtype, write=write, aware=aware, read=read)
+        self.held.append(acquired)
+        return acquired
+
+    def take(self, fn: Callable[[], T]) -> T:
+        return agree(self.comm, fn)
+
+    def detach(self, acquired: Acquired) -> Acquired:
+        """Keep ``acquired`` beyond this operation (the caller releases it)."""
+        self.held.remove(acquired)
+        return acquired
+
+    def __enter__(self) -> "Acquisitions":
+        return self
+
+    def __exit__(self, kind: Optional[Type[BaseException]], *rest: Any) -> None:
+        held, self.held = self.held, []
+        error: Optional[BaseException] = None
+        for acquired in held:
+            try:
+                acquired.release(completed=kind is None)
+            except BaseException as exc:        # release the others first
+                error = error or exc
+        if error is not None and kind is None:
+            raise error

@@ -1,0 +1,255 @@
+"""Halo exchange: fill every communication-padding cell from its owner.
+
+Dimension by dimension (so corners are right), each slab spanning the full
+local extent of the other dimensions.  CPU arrays use persistent requests
+made once per array, over the array's pinned acquisition; when every stage
+is one ``Sendrecv`` the prepared calls are kept as ``MPIState.halo_call``,
+which ``DistArray.update_halos`` calls directly.  Device memory is handed
+to CUDA-aware MPI (local copies then go through MPI too) or staged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._buffers import Acquisitions, Kind
+from ._comm import cuda_aware, mpi, rank, size
+from ._datatypes import COUNT_LIMIT, contiguous, datatype, index
+from ._layout import DimLayout, Layout, Range, Sel, intersect
+
+if TYPE_CHECKING:
+    from ._array import DistArray
+
+__all__ = ["Halo", "call_sequence", "halo_plan", "update_halos"]
+
+
+class Halo:
+    """One rank's halo exchange: per dimension (in order), the sends, the
+    receives and the local copies, each a selection of the local buffer."""
+
+    def __init__(self, layout: Layout, me: int, grid: Sequence[int],
+                 shape: Sequence[int], limit: int = COUNT_LIMIT) -> None:
+        coords = layout.keys(me)
+        self.shape, self.limit = tuple(shape), limit
+        self.stages: List[Tuple[List[Tuple[int, int, Tuple[Sel, ...]]],
+                                List[Tuple[int, int, Tuple[Sel, ...]]],
+                                List[Tuple[Tuple[Sel, ...], Tuple[Sel, ...]]]]] = []
+        for d, dl in enumerate(layout.dims):
+            sends: List[Tuple[int, int, Tuple[Sel, ...]]] = []
+            recvs: List[Tuple[int, int, Tuple[Sel, ...]]] = []
+            copies: List[Tuple[Tuple[Sel, ...], Tuple[Sel, ...]]] = []
+            if not isinstance(dl.held[0], Range):
+                self.stages.append((sends, recvs, copies))
+                continue
+            mine = coords[d]
+
+            def slab(rng: Tuple[int, int]) -> Tuple[Sel, ...]:
+                return tuple(rng if e == d else (0, int(shape[e]))
+                             for e in range(len(shape)))
+
+            def rank_at(c: int) -> int:
+                cc = list(coords)
+                cc[d] = c
+                return int(np.ravel_multi_index(cc, grid))
+
+            for x, side, need, dst in needs(dl):
+                for c, owned in enumerate(dl.owned):
+                    hit = intersect(owned, need)
+                    if hit is None:
+                        continue
+                    (s0, n), (t0, _) = hit
+                    t0 = t0 - need.base + dst
+                    tag = 2 * d + side
+                    if x == mine and c == mine:
+                        copies.append((slab((s0, n)), slab((t0, n))))
+                    elif x == mine:
+                        recvs.append((rank_at(c), tag, slab((t0, n))))
+                    elif c == mine:
+                        sends.append((rank_at(x), tag, slab((s0, n))))
+            self.stages.append((sends, recvs, copies))
+        self.persistent: Optional[Tuple[Any, List[List[Any]], List[Any]]] = None
+        self.types: Optional[List[Tuple[List[Any], List[Any]]]] = None
+        self.dtype: Optional[np.dtype] = None
+
+    def _spec(self, buf: Any, sels: Tuple[Sel, ...], dtype: np.dtype,
+              keep: List[Any]) -> Any:
+        if isinstance(buf, np.ndarray):
+            run = contiguous(sels, self.shape)
+            if run is not None and run[1] <= self.limit:
+                return buf.reshape(-1)[run[0]:run[0] + run[1]]
+        t = datatype(sels, self.shape, dtype, self.limit)
+        keep.append(t)
+        return [buf, 1, t]
+
+    def free(self) -> None:
+        if self.persistent is not None:
+            _, ops, types = self.persistent
+            for many, op, _ in ops:
+                for r in op if many else ():
+                    r.Free()
+            for t in types:
+                t.Free()
+            self.persistent = None
+
+    def run(self, comm: Any, buf: Any, dtype: np.dtype, persistent: bool) -> None:
+        nprocs = size(comm)
+        if nprocs == 1 or not any(s or r for s, r, _ in self.stages):
+            for _, _, copies in self.stages:
+                _copy(buf, copies)
+            return
+        MPI = mpi()
+        if persistent:
+            if self.persistent is None or self.persistent[0] is not buf \
+                    or self.dtype != dtype:
+                self.free()
+                self.dtype = dtype
+                types: List[Any] = []
+                ops: List[Any] = []
+                for sends, recvs, copies in self.stages:
+                    if (len(sends) == 1 and len(recvs) == 1
+                            and sends[0][0] == recvs[0][0]):
+                        (peer, stag, ssel), (_, rtag, rsel) = sends[0], recvs[0]
+                        ops.append((False, (self._spec(buf, ssel, dtype, types), peer,
+                                            stag, self._spec(buf, rsel, dtype, types),
+                                            peer, rtag), copies))
+                    else:
+                        reqs = [comm.Recv_init(self._spec(buf, sel, dtype, types),
+                                               peer, tag) for peer, tag, sel in recvs]
+                        reqs += [comm.Send_init(self._spec(buf, sel, dtype, types),
+                                                peer, tag) for peer, tag, sel in sends]
+                        ops.append((True, reqs, copies))
+                self.persistent = (buf, ops, types)
+            sendrecv = comm.Sendrecv
+            for many, op, copies in self.persistent[1]:
+                if not many:
+                    _copy(buf, copies)
+                    sendrecv(*op)
+                    continue
+                if op:
+                    MPI.Prequest.Startall(op)
+                _copy(buf, copies)
+                if op:
+                    MPI.Request.Waitall(op)
+            return
+        types = []
+        try:
+            for sends, recvs, copies in self.stages:
+                reqs = [comm.Irecv(self._spec(buf, sel, dtype, types), peer, tag)
+                        for peer, tag, sel in recvs]
+                reqs += [comm.Isend(self._spec(buf, sel, dtype, types), peer, tag)
+                         for peer, tag, sel in sends]
+                if isinstance(buf, np.ndarray):
+                    _copy(buf, copies)
+                else:                       # device memory, CUDA-aware MPI
+                    for src, dst in copies:
+                        reqs.append(comm.Irecv(self._spec(buf, dst, dtype, types),
+                                               comm.Get_rank(), 999))
+                        reqs.append(comm.Isend(self._spec(buf, src, dtype, types),
+                                               comm.Get_rank(), 999))
+                MPI.Request.Waitall(reqs)
+        finally:
+            for t in types:
+                t.Free()
+
+
+def _copy(buf: Any, copies: Sequence[Tuple[Tuple[Sel, ...], Tuple[Sel, ...]]]
+          ) -> None:
+    """A halo stage's local copies (numpy indexing of one process's buffer)."""
+    for src, dst in copies:
+        buf[index(dst)] = buf[index(src)]
+
+
+def needs(dl: DimLayout) -> List[Tuple[int, int, Range, int]]:
+    """Every grid coordinate's padding to fill along a block dimension:
+    ``(coord, side, global range needed as a Range whose base is 0, first
+    local slot)``."""
+    grid = len(dl.held)
+    out: List[Tuple[int, int, Range, int]] = []
+    last_held = dl.held[-1]
+    assert isinstance(last_held, Range)
+    for x in range(grid):
+        held, owned = dl.held[x], dl.owned[x]
+        assert isinstance(held, Range) and isinstance(owned, Range)
+        ext = held.hi - held.lo
+        lc, rc = owned.lo - held.lo, held.hi - owned.hi
+        if lc:
+            out.append((x, 0, Range(held.lo, owned.lo, 0), 0))
+        if rc:
+            out.append((x, 1, Range(owned.hi, held.hi, 0), ext - rc))
+    if dl.periodic and grid:
+        lo_b, hi_b = dl.pads[0][0], dl.pads[-1][1]
+        size = dl.size
+        period = size - lo_b - hi_b
+        if lo_b > period or hi_b > period:
+            raise ValueError(f"periodic dimension of size {size}: boundary padding "
+                             f"({lo_b}, {hi_b}) is wider than the {period} interior "
+                             "cells it wraps around")
+        if lo_b:
+            out.append((0, 0, Range(size - hi_b - lo_b, size - hi_b, 0), 0))
+        if hi_b:
+            ext = last_held.hi - last_held.lo
+            out.append((grid - 1, 1, Range(lo_b, lo_b + hi_b, 0), ext - hi_b))
+    return out
+
+
+def bound_exchange(halo: Halo, comm: Any) -> Optional[Callable[[], None]]:
+    """For a CPU array whose persistent plan is built: a callable running
+    exactly that plan with nothing else per call (every stage one
+    ``Sendrecv`` on ready-made views, no local copies), else None."""
+    if halo.persistent is None or size(comm) == 1:
+        return None
+    ops = [o for o in halo.persistent[1] if not o[0] or o[1] or o[2]]  # idle stages
+    if any(many or copies for many, _, copies in ops):
+        return None
+    calls = [op for _, op, _ in ops]
+    if not calls:
+        return None
+    return call_sequence(comm.Sendrecv, calls)
+
+
+def call_sequence(fn: Callable[..., Any], calls: List[Any]) -> Callable[[], None]:
+    """A function making every call ``fn(*args)`` of ``calls`` in order (a
+    single call directly, without a loop)."""
+    if len(calls) == 1:
+        only = calls[0]
+        return lambda: fn(*only)
+
+    def run() -> None:
+        for args in calls:
+            fn(*args)
+    return run
+
+
+def halo_plan(darr: "DistArray") -> Halo:
+    """The halo plan of ``darr`` (made once; collective the first time)."""
+    state = darr._mpi
+    if state.halo is None:
+        state.halo = Halo(darr._mpi_layout(), rank(state.comm), darr.grid_shape,
+                          darr.local_shape, state.options.count_limit)
+        state.keep(darr)
+    return state.halo
+
+
+def update_halos(darr: "DistArray") -> None:
+    """``DistArray.update_halos`` (when no prepared call is kept yet)."""
+    state = darr._mpi
+    comm = state.comm
+    halo = halo_plan(darr)          # raises alike on every rank (same layout)
+    dtype = darr.dtype
+    if state.pinned is not None:
+        halo.run(comm, state.pinned.mpi, dtype, persistent=True)
+        return
+    aware = cuda_aware()
+    with Acquisitions(comm) as held:
+        local = held.take(lambda: held.add(darr.buffer, darr.local_shape, dtype,
+                                           write=True, aware=aware))
+        if local.kind is Kind.CPU:
+            # persistent requests point into this memory: keep it acquired
+            # for the array's lifetime (released by MPIState.close)
+            state.pinned = held.detach(local)
+            halo.run(comm, local.mpi, dtype, persistent=True)
+            state.halo_call = bound_exchange(halo, comm)
+        else:
+            halo.run(comm, local.mpi, dtype, persistent=False)

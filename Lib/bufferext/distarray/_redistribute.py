@@ -1,0 +1,410 @@
+"""Redistribution: the same global array in another distribution, and
+scatter, gather and allgather as redistributions from or to "one process
+holds everything".
+
+Each is one ``Alltoallw``: per peer, the product over dimensions of the
+source's owned set and the target's held set (``_layout.intersect``).  Host
+buffers are packed with numpy where that is faster, or selected in place
+by derived datatypes (``Options.strategy``); the own piece is a numpy copy
+overlapped with the exchange.  Buffers enter MPI through ``_buffers``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._buffers import Acquisitions, new_buffer, producer_class
+from ._collective import same_dim
+from ._comm import agree, any_rank, cuda_aware, mpi, rank, size
+from ._datatypes import base_type, contiguous, count, datatype, fast_index
+from ._layout import Layout, Sel, intersect, root_layout, spec_layout
+from ._maps import DimMap
+from ._spec import DistSpec
+from ._state import MPIState, Options
+
+if TYPE_CHECKING:
+    from ._array import DistArray
+
+__all__ = ["Plan", "allgather", "gather", "redistribute", "scatter"]
+
+
+class Side:
+    """One side (send or receive) of a packed exchange: per peer, the numpy
+    index and element count, and whether the buffer itself can be handed to
+    MPI (every peer's piece contiguous) or goes through staging."""
+
+    def __init__(self, sels: Sequence[Optional[Tuple[Sel, ...]]], shape: Tuple[int, ...],
+                 me: int) -> None:
+        self.counts = [0 if p == me else count(s) for p, s in enumerate(sels)]
+        self.shapes = [tuple(count((x,)) for x in s) if s is not None else ()
+                       for s in sels]
+        self.index = [None if s is None or p == me else fast_index(s)
+                      for p, s in enumerate(sels)]
+        runs = [contiguous(s, shape) if c and s is not None else None
+                for c, s in zip(self.counts, sels)]
+        self.direct = all(r is not None for c, r in zip(self.counts, runs) if c)
+        if self.direct:             # displacements into the buffer itself
+            self.displs = [r[0] if r is not None else 0 for r in runs]
+        else:                       # displacements into the staging array
+            self.displs = np.concatenate(([0], np.cumsum(self.counts)[:-1])).tolist()
+        self.total = int(sum(self.counts))
+        self.staging: Optional[np.ndarray] = None
+
+    def fits(self, itemsize: int, limit: int) -> bool:
+        """Whether counts and byte displacements fit an MPI int."""
+        return max(self.counts + [(d + c) * itemsize for d, c in
+                                  zip(self.displs, self.counts)]) <= limit
+
+    def stage(self, dtype: np.dtype) -> np.ndarray:
+        if self.staging is None or self.staging.dtype != dtype:
+            self.staging = np.empty(self.total, dtype)
+        return self.staging
+
+
+class Plan:
+    """One rank's part of a redistribution: per peer, the selection it
+    sends from its source buffer and receives into its target buffer."""
+
+    def __init__(self, src: Layout, tgt: Layout, me: int, nprocs: int,
+                 options: Options = Options()) -> None:
+        cache: Dict[Tuple[int, int, int], Optional[Tuple[Sel, Sel]]] = {}
+
+        def piece(d: int, ks: int, kt: int) -> Optional[Tuple[Sel, Sel]]:
+            key = (d, ks, kt)
+            if key not in cache:
+                cache[key] = intersect(src.dims[d].owned[ks], tgt.dims[d].held[kt])
+            return cache[key]
+
+        def product(a: int, b: int, side: int) -> Optional[Tuple[Sel, ...]]:
+            ka, kb = src.keys(a), tgt.keys(b)
+            out = []
+            for d in range(len(src.dims)):
+                p = piece(d, ka[d], kb[d])
+                if p is None:
+                    return None
+                out.append(p[side])
+            return tuple(out)
+
+        self.me, self.options = me, options
+        self.src_shape, self.tgt_shape = src.shape(me), tgt.shape(me)
+        self.sends = [product(me, p, 0) for p in range(nprocs)]
+        self.recvs = [product(p, me, 1) for p in range(nprocs)]
+        self.types: Optional[Tuple[List[Any], List[Any]]] = None
+        #: The datatype path's ``Ialltoallw`` arguments made with ``types``:
+        #: send and receive types, displacements, and the send and receive
+        #: counts with and without our own piece (copied by numpy instead).
+        self.typed: Optional[Tuple[List[Any], List[Any], List[int],
+                                   Tuple[List[int], List[int]],
+                                   Tuple[List[int], List[int]]]] = None
+        self.dtype: Optional[np.dtype] = None
+        self.packed: Optional[Tuple[Side, Side]] = None
+        #: The packed path's MPI arguments for one dtype: (dtype, base type,
+        #: whether we made it, types, send and receive byte displacements).
+        self.packing: Optional[Tuple[np.dtype, Any, bool, List[Any], List[int],
+                                     List[int]]] = None
+        s, r = self.sends[me], self.recvs[me]
+        self.own = None if s is None or r is None else (fast_index(s), fast_index(r))
+        #: Whether the receives (disjoint: owned sets are) fill every cell
+        #: of the target, so that it may start with any contents.
+        self.fills_target = sum(map(count, self.recvs)) == int(np.prod(self.tgt_shape))
+        #: What ``redistribute`` keeps with a cached plan: the target layout
+        #: and this rank's maps in it.
+        self.target: Optional[Tuple[Layout, List[DimMap]]] = None
+
+    def free(self) -> None:
+        if self.types is not None:
+            for t in self.types[0] + self.types[1]:
+                if t is not None:
+                    t.Free()
+            self.types = self.typed = None
+        if self.packing is not None:
+            if self.packing[2]:
+                self.packing[1].Free()
+            self.packing = None
+
+    def _sides(self) -> Tuple[Side, Side]:
+        if self.packed is None:
+            self.packed = (Side(self.sends, self.src_shape, self.me),
+                           Side(self.recvs, self.tgt_shape, self.me))
+        return self.packed
+
+    def strategy(self, itemsize: int) -> str:
+        """``"pack"`` or ``"datatype"``: the path host buffers take.  Both
+        are one ``Alltoallw`` with matching type signatures (n base elements
+        or one derived type of n), so each rank may choose alone."""
+        strategy, limit = self.options
+        if strategy == "datatype":
+            return "datatype"
+        snd, rcv = self._sides()
+        if not (snd.fits(itemsize, limit) and rcv.fits(itemsize, limit)):
+            return "datatype"
+        if strategy == "pack":
+            return "pack"
+        return "datatype" if snd.direct and rcv.direct else "pack"
+
+    def run(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
+        """Move the data: ``src`` and ``tgt`` are host arrays (or device
+        producers with CUDA-aware MPI)."""
+        nprocs = size(comm)
+        if nprocs == 1:
+            if self.own is not None:
+                tgt[self.own[1]] = src[self.own[0]]
+            return
+        if isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray) \
+                and self.strategy(dtype.itemsize) == "pack":
+            self._run_packed(comm, src, tgt, dtype)
+        else:
+            self._run_types(comm, src, tgt, dtype)
+
+    def _run_packed(self, comm: Any, src: np.ndarray, tgt: np.ndarray,
+                    dtype: np.dtype) -> None:
+        """numpy copies into contiguous staging, one ``Alltoallv``, numpy
+        copies out; the own piece goes straight from ``src`` to ``tgt``."""
+        snd, rcv = self._sides()
+        if self.packing is None or self.packing[0] != dtype:
+            self.free()
+            base, own_base = base_type(dtype)
+            size = dtype.itemsize
+            self.packing = (dtype, base, own_base, [base] * len(snd.counts),
+                            [x * size for x in snd.displs],
+                            [x * size for x in rcv.displs])
+        _, _, _, types, sdispls, rdispls = self.packing
+        if snd.direct:
+            sbuf = src.reshape(-1)
+        else:
+            sbuf = snd.stage(dtype)
+            for p, idx in enumerate(snd.index):
+                if snd.counts[p]:
+                    n0 = snd.displs[p]
+                    sbuf[n0:n0 + snd.counts[p]].reshape(snd.shapes[p])[...] = src[idx]
+        rbuf = tgt.reshape(-1) if rcv.direct else rcv.stage(dtype)
+        req = comm.Ialltoallw([sbuf, snd.counts, sdispls, types],
+                              [rbuf, rcv.counts, rdispls, types])
+        if self.own is not None:
+            tgt[self.own[1]] = src[self.own[0]]
+        req.Wait()
+        if not rcv.direct:
+            for p, idx in enumerate(rcv.index):
+                if rcv.counts[p]:
+                    n0 = rcv.displs[p]
+                    tgt[idx] = rbuf[n0:n0 + rcv.counts[p]].reshape(rcv.shapes[p])
+
+    def _run_types(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
+        """One ``Ialltoallw`` of derived datatypes selecting in place."""
+        if self.types is None or self.dtype != dtype:
+            self.free()
+            self.dtype = dtype
+            limit = self.options.count_limit
+            self.types = (
+                [None if s is None else datatype(s, self.src_shape, dtype, limit)
+                 for s in self.sends],
+                [None if r is None else datatype(r, self.tgt_shape, dtype, limit)
+                 for r in self.recvs])
+            MPI = mpi()
+            stypes = [t if t is not None else MPI.BYTE for t in self.types[0]]
+            rtypes = [t if t is not None else MPI.BYTE for t in self.types[1]]
+            scounts = [0 if t is None else 1 for t in self.types[0]]
+            rcounts = [0 if t is None else 1 for t in self.types[1]]
+            sown, rown = list(scounts), list(rcounts)
+            sown[self.me] = rown[self.me] = 0
+            self.typed = (stypes, rtypes, [0] * size(comm), (scounts, rcounts),
+                          (sown, rown))
+        assert self.typed is not None
+        stypes, rtypes, zeros, counts, own_copied = self.typed
+        local = (isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray)
+                 and self.own is not None)
+        # local: our own piece is a numpy copy, overlapped
+        scounts, rcounts = own_copied if local else counts
+        req = comm.Ialltoallw([src, scounts, zeros, stypes],
+                              [tgt, rcounts, zeros, rtypes])
+        if local:
+            assert self.own is not None
+            tgt[self.own[1]] = src[self.own[0]]
+        req.Wait()
+
+
+
+
+def _check_root(comm: Any, root: Any) -> int:
+    root = operator.index(root)
+    if not 0 <= root < size(comm):
+        raise ValueError(f"root={root}: must be in [0, {size(comm)})")
+    return int(root)
+
+
+def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
+            block_size: Any = None, padding: Any = None, periodic: Any = None,
+            indices: Any = None, split: str = "balanced", device: str = "cpu",
+            comm: Any = None, root: int = 0) -> "DistArray":
+    """``DistArray.scatter``: root's global array to every process's section."""
+    me = rank(comm)
+
+    def header() -> Tuple[Tuple[int, ...], str]:
+        r = _check_root(comm, root)
+        producer_class(device)
+        if me == r:
+            if array is None:
+                raise ValueError(f"array=None on the root process {r}: the root "
+                                 "passes the global array")
+            arr = np.asarray(array)
+            if arr.dtype.hasobject:
+                raise TypeError(f"array of dtype {arr.dtype}: object arrays cannot "
+                                "be sent")
+            return arr.shape, arr.dtype.str
+        return (), ""
+
+    shape, dstr = agree(comm, header)
+    if size(comm) > 1:
+        shape, dstr = comm.bcast((shape, dstr), root=root)
+    dtype = np.dtype(dstr)
+    spec = agree(comm, lambda: DistSpec(shape, dist, grid_shape, block_size, padding,
+                                        periodic, indices, split, size(comm)))
+    maps = spec.maps(me)
+    local_shape = tuple(m.extent for m in maps)
+    tgt_layout = spec_layout(spec)
+    src = (np.ascontiguousarray(np.asarray(array), dtype=dtype) if me == root
+           else np.empty((0,) * len(shape), dtype))
+    plan = Plan(root_layout(shape, root), tgt_layout, me, size(comm))
+    aware = cuda_aware()
+    try:
+        with Acquisitions(comm) as held:
+            def take() -> Tuple[Any, Any]:
+                buf = new_buffer(device, local_shape, dtype, plan.fills_target)
+                return buf, held.add(buf, local_shape, dtype, write=True, aware=aware,
+                                     read=not plan.fills_target)
+            buffer, tgt = held.take(take)
+            plan.run(comm, src, tgt.mpi, dtype)
+    finally:
+        plan.free()
+    out = cls(buffer, maps, device=device, dtype=dtype, comm=comm)
+    out._mpi.layout = tgt_layout
+    return out
+
+
+def _collect(darr: "DistArray", root: Optional[int]) -> Optional[np.ndarray]:
+    state = darr._mpi
+    comm = state.comm
+    if root is not None:
+        root = agree(comm, lambda: _check_root(comm, root))
+    me = rank(comm)
+    src_layout = darr._mpi_layout()         # raises alike on every rank
+    shape, dtype = darr.global_shape, darr.dtype
+    key = ("collect", root, state.options)
+    plan = state.plans.get(key)
+    if plan is None:
+        plan = state.plans[key] = Plan(src_layout, root_layout(shape, root), me,
+                                       size(comm), state.options)
+        state.keep(darr)
+    out = np.empty(shape if root is None or me == root else (0,) * len(shape), dtype)
+    aware = cuda_aware()
+    with Acquisitions(comm) as held:
+        src = held.take(lambda: held.add(darr.buffer, darr.local_shape, dtype,
+                                         write=False, aware=aware))
+        plan.run(comm, src.mpi, out, dtype)
+    return out if root is None or me == root else None
+
+
+def gather(darr: "DistArray", root: int = 0) -> Optional[np.ndarray]:
+    """``DistArray.gather``: the global array on ``root``, None elsewhere."""
+    return _collect(darr, root)
+
+
+def allgather(darr: "DistArray") -> np.ndarray:
+    """``DistArray.allgather``: the global array on every process."""
+    out = _collect(darr, None)
+    assert out is not None
+    return out
+
+
+def _check_out(darr: "DistArray", out: Any, maps: Sequence[DimMap], device: str) -> None:
+    """``out=`` of ``redistribute``: a DistArray with the target
+    distribution, dtype, device and communicator, not sharing the source's
+    memory."""
+    if not isinstance(getattr(out, "_mpi", None), MPIState):
+        raise TypeError(f"out={type(out).__name__}: must be a DistArray")
+    if out is darr or (device == "cpu" == out.device == darr.device
+                       and np.may_share_memory(out.local, darr.local)):
+        raise ValueError("out: shares memory with the source array")
+    if out.comm is not darr.comm:
+        raise ValueError("out: its comm is not the source array's communicator")
+    if out.dtype != darr.dtype:
+        raise TypeError(f"out.dtype={out.dtype}: must be the source dtype {darr.dtype}")
+    if out.device != device:
+        raise ValueError(f"out.device={out.device!r}: must be {device!r}")
+    want = [m.full_dim_dict() for m in maps]
+    have = [m.full_dim_dict() for m in out.maps]
+    if len(have) != len(want) or not all(same_dim(a, b) for a, b in zip(have, want)):
+        raise ValueError(f"out: its dim_data {tuple(have)!r} are not those of the "
+                         f"requested distribution {tuple(want)!r}")
+
+
+def _content_key(value: Any) -> Any:
+    """A plan-cache key for an argument, equal only for equal contents
+    (``repr`` shortens numpy arrays past 1000 items, so two index arrays
+    differing in the middle would share a key)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            return ("ndarray", value.shape, _content_key(value.tolist()))
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_content_key(v) for v in value)
+    return repr(value)
+
+
+def redistribute(darr: "DistArray", *, dist: Any, grid_shape: Any = None,
+                 block_size: Any = None, split: Optional[str] = None,
+                 padding: Any = None, periodic: Any = None, indices: Any = None,
+                 device: Optional[str] = None, out: Optional["DistArray"] = None
+                 ) -> "DistArray":
+    """``DistArray.redistribute``: the same global array, another
+    distribution; written into ``out`` (and ``out`` returned) if given."""
+    state = darr._mpi
+    comm = state.comm
+    me = rank(comm)
+    device = darr.device if device is None else device
+
+    key = ("redistribute", _content_key(dist), _content_key(grid_shape),
+           _content_key(block_size), split, _content_key(padding),
+           _content_key(periodic), _content_key(indices), device, state.options)
+    entry = state.plans.get(key)
+    if size(comm) > 1 and any_rank(comm, entry is None):
+        entry = None                    # someone has no plan: all take the slow path
+    if entry is None:
+        def prepare() -> Any:
+            producer_class(device)
+            return DistSpec(darr.global_shape, dist, grid_shape, block_size, padding,
+                            periodic, indices, split, size(comm))
+
+        spec = agree(comm, prepare)
+        src_layout = darr._mpi_layout()     # raises alike on every rank
+        tgt_layout = spec_layout(spec)
+        entry = Plan(src_layout, tgt_layout, me, size(comm), state.options)
+        entry.target = (tgt_layout, spec.maps(me))
+        state.plans[key] = entry            # same key on every rank: same path
+        state.keep(darr)
+    assert entry.target is not None
+    tgt_layout, maps = entry.target
+    dtype = darr.dtype
+    shape = tuple(m.extent for m in maps)
+    fills = entry.fills_target
+    aware = cuda_aware()
+    with Acquisitions(comm) as held:
+        def take() -> Tuple[Any, Any, Any]:
+            if out is not None:
+                _check_out(darr, out, maps, device)
+            buf = out.buffer if out is not None else new_buffer(device, shape, dtype,
+                                                                 fills)
+            src = held.add(darr.buffer, darr.local_shape, dtype, write=False,
+                           aware=aware)
+            return buf, src, held.add(buf, shape, dtype, write=True, aware=aware,
+                                      read=not fills)
+        buffer, src, tgt = held.take(take)
+        entry.run(comm, src.mpi, tgt.mpi, dtype)
+    if out is not None:
+        return out
+    result = type(darr)(buffer, maps, device=device, dtype=dtype, comm=comm)
+    result._mpi.layout = tgt_layout
+    return result

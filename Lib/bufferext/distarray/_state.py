@@ -1,0 +1,112 @@
+"""What the MPI layer keeps for one ``DistArray`` (``DistArray._mpi``)."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._collective import collective_problems
+from ._comm import mpi, size
+from ._datatypes import COUNT_LIMIT
+from ._layout import Layout, dim_layout, grid_layout, per_coord
+from ._maps import BlockMap, DimMap, UnstructuredMap
+from ._protocol import ProtocolError
+
+__all__ = ["MPIState", "Options"]
+
+
+class Options(NamedTuple):
+    """How the MPI layer moves data (tests change them per array).
+
+    ``strategy``: how redistributions move host buffers: ``"auto"`` packs
+    with numpy into contiguous staging (only the side that needs it) and
+    runs one ``Alltoallw`` of plain element counts whenever some peer's
+    selection is not one contiguous block and counts and byte displacements
+    fit an int (MPICH packs element-strided derived datatypes several times
+    slower than numpy copies them), else one ``Alltoallw`` of derived
+    datatypes; ``"pack"`` / ``"datatype"`` force one path (``"pack"`` still
+    falls back to datatypes past the count limit).  Device memory handed to
+    CUDA-aware MPI always takes the datatype path.
+
+    ``count_limit``: the largest count one MPI call or datatype constructor
+    argument may carry (an MPI int); lowered by tests to exercise the
+    chunking.
+    """
+
+    strategy: str = "auto"
+    count_limit: int = COUNT_LIMIT
+
+
+class MPIState:
+    """One array's communicator and what its MPI operations reuse: the layout
+    of every process (gathered and checked once), the redistribution and
+    collection plans, the halo plan with the call that runs it, and the CPU
+    acquisition that persistent halo requests point into (held as long as
+    the array lives, so the memory under those requests cannot go away).
+    MPI objects are freed when the array is collected (unless MPI is
+    finalized by then)."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.options = Options()
+        self.layout: Optional[Layout] = None
+        self.plans: Dict[Any, Any] = {}
+        self.halo: Any = None
+        #: The prepared halo exchange of a CPU array (one ``Sendrecv`` per
+        #: dimension), called directly by ``DistArray.update_halos``.
+        self.halo_call: Optional[Any] = None
+        self.pinned: Any = None
+        self._finalizer: Optional[weakref.finalize] = None
+
+    def keep(self, owner: Any) -> None:
+        """Free this state's MPI objects when ``owner`` is collected."""
+        if self._finalizer is None:
+            self._finalizer = weakref.finalize(owner, self.close)
+
+    def close(self) -> None:
+        """Free the plans' MPI objects and release the pinned buffer."""
+        self.halo_call = None
+        try:
+            alive = not mpi().Is_finalized()
+        except ImportError:
+            alive = False
+        if alive:
+            for plan in list(self.plans.values()) + [self.halo]:
+                if plan is not None:
+                    plan.free()
+        self.plans.clear()
+        self.halo = None
+        if self.pinned is not None:
+            self.pinned.release()
+            self.pinned = None
+
+    def gather_layout(self, maps: Sequence[DimMap], grid: Tuple[int, ...]
+                      ) -> Tuple[Layout, List[DimMap]]:
+        """Everyone's ``dim_data`` gathered and checked (collective; raises
+        the same ProtocolError on every process): the layout, and ``maps``
+        completed with every process's section (block bounds, unstructured
+        owner tables)."""
+        comm = self.comm
+        mine = tuple(m.full_dim_dict() for m in maps)
+        everyone = [mine] if size(comm) == 1 else comm.allgather(mine)
+        problems = collective_problems(everyone)
+        if problems:
+            raise ProtocolError(problems)
+        cols = per_coord(everyone, grid)
+        self.layout = grid_layout([dim_layout(col) for col in cols], grid)
+        return self.layout, [_full_map(m, col) for m, col in zip(maps, cols)]
+
+
+def _full_map(m: DimMap, col: Sequence[Dict[str, Any]]) -> DimMap:
+    """``m`` knowing every grid coordinate's section along its dimension."""
+    if isinstance(m, BlockMap) and m.bounds is None:
+        lo = [dd["start"] + (dd["padding"][0] if c else 0) for c, dd in enumerate(col)]
+        bounds = np.array(lo + [m.size], dtype=np.int64)
+        return BlockMap(m.size, m.grid_size, m.grid_rank, m.start, m.stop, m.padding,
+                        m.periodic, bounds=bounds, alias=m.alias)
+    if isinstance(m, UnstructuredMap) and m._table is None:
+        return UnstructuredMap(m.size, m.grid_size, m.grid_rank, m.indices,
+                               m.one_to_one, [dd["indices"] for dd in col])
+    return m
