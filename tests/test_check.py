@@ -113,6 +113,10 @@ def test_load_target_calls_factories_and_rejects_bad_specs(tmp_path,
     # an expression: free names are modules, imported on first use
     made = load_target('bufferext.CPUBuffer((4,), "f4")')
     assert made.shape == (4,) and made.format == "f"
+    # builtins stay builtins (a module named like one is not imported)
+    made = load_target("bytearray(b'abc')")
+    assert type(made) is bytearray and made == b"abc"
+    assert load_target("memoryview(bytes(range(3))).tolist()") == [0, 1, 2]
     with pytest.raises(NameError, match="no_such_module_xyz"):
         load_target("no_such_module_xyz.thing")
 

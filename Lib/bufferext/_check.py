@@ -9,6 +9,7 @@ report with a violation fails.  Memory is never read.
 
 from __future__ import annotations
 
+import builtins
 import importlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -91,10 +92,13 @@ class Report:
 
 
 class _Modules(Dict[str, Any]):
-    """The namespace of a target expression: a free name is the module of
-    that name, imported on first use."""
+    """The namespace of a target expression: a free name is a builtin, else
+    the module of that name, imported on first use."""
 
     def __missing__(self, name: str) -> Any:
+        # eval looks names up here before it looks at the builtins
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
         try:
             module = importlib.import_module(name)
         except ImportError:
