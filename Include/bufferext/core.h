@@ -209,6 +209,18 @@ typedef struct Py_buffer_extended {
  * the CPython versions and fields they depend on.  With Py_LIMITED_API the
  * accelerator is off: bufferext/internal/limited.h gives the same
  * interface through the stable ABI. */
+#ifdef BUFFEREXT_ENABLE_CACHE_STATS
+/* Test hook: hits and misses of this translation unit's cache. */
+static inline Py_ssize_t *BufferExtAccel_CacheStats(void)
+{
+    static Py_ssize_t stats[2];
+    return stats;
+}
+#  define BUFFEREXT_ACCEL_COUNT(i) (BufferExtAccel_CacheStats()[i]++)
+#else
+#  define BUFFEREXT_ACCEL_COUNT(i) ((void)0)
+#endif
+
 #define BUFFEREXT_ACCEL_INSIDE
 #ifdef Py_LIMITED_API
 #  include "internal/limited.h"
@@ -287,9 +299,11 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
 static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
 {
     char name[BUFFEREXT_INTERNAL_NAME_SIZE];
-#ifdef Py_LIMITED_API
     PyObject *value;
     int rc;
+#ifndef Py_LIMITED_API
+    PyObject *dict;
+#endif
 
     if (flags < -1) {
         PyErr_Format(PyExc_ValueError,
@@ -299,6 +313,7 @@ static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
                      flags);
         return -1;
     }
+#ifdef Py_LIMITED_API
     /* No type dict in the limited API: set the attribute, which immutable
      * types refuse. */
     if (PyType_GetFlags(type) & Py_TPFLAGS_IMMUTABLETYPE) {
@@ -315,17 +330,6 @@ static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
     Py_XDECREF(value);
     return rc;
 #else
-    PyObject *dict, *value;
-    int rc;
-
-    if (flags < -1) {
-        PyErr_Format(PyExc_ValueError,
-                     "%.200s: supported flags must be -1 or a mask >= 0, "
-                     "not %d", BufferExtInternal_TypeName(type, name,
-                                                          sizeof(name)),
-                     flags);
-        return -1;
-    }
     dict = BufferExtCompat_TypeGetDict(type);
     if (dict == NULL) {
         PyErr_Format(PyExc_SystemError, "%.200s: type is not ready",

@@ -62,17 +62,6 @@ typedef struct {
 #  define BUFFEREXT_ACCEL_HAVE_CACHE 1
 #endif
 
-#ifdef BUFFEREXT_ENABLE_CACHE_STATS
-static inline Py_ssize_t *BufferExtAccel_CacheStats(void)
-{
-    static Py_ssize_t stats[2];
-    return stats;
-}
-#  define BUFFEREXT_ACCEL_COUNT(i) (BufferExtAccel_CacheStats()[i]++)
-#else
-#  define BUFFEREXT_ACCEL_COUNT(i) ((void)0)
-#endif
-
 static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
 {
     return PyObject_CheckBuffer(obj);
