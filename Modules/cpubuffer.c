@@ -549,8 +549,10 @@ static PyMethodDef cpubuffer_methods[] = {
     {"_from_pickle", cpubuffer_from_pickle, METH_CLASS | METH_VARARGS,
      "_from_pickle(data, shape, dtype, readonly, /)\n--\n\n"
      "Rebuild a pickled CPUBuffer: a copy of the bytes of data."},
-    {"__enter__", bufferext_producer_enter, METH_NOARGS, NULL},
-    {"__exit__", bufferext_producer_exit, METH_VARARGS, NULL},
+    {"__enter__", bufferext_producer_enter, METH_NOARGS,
+     BUFFEREXT_PRODUCER_ENTER_DOC},
+    {"__exit__", bufferext_producer_exit, METH_VARARGS,
+     BUFFEREXT_PRODUCER_EXIT_DOC},
     {NULL, NULL, 0, NULL},
 };
 

@@ -727,8 +727,12 @@ static PyMethodDef cudabuffer_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "__array__($self, dtype=None, copy=None)\n--\n\n"
      "Refuses: device memory is not CPU memory (use to_host())."},
-    {"__enter__", cudabuffer_enter, METH_NOARGS, NULL},
-    {"__exit__", bufferext_producer_exit, METH_VARARGS, NULL},
+    {"__enter__", cudabuffer_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\n"
+     "Return self (ValueError if closed); the end of the with block closes\n"
+     "the buffer."},
+    {"__exit__", bufferext_producer_exit, METH_VARARGS,
+     BUFFEREXT_PRODUCER_EXIT_DOC},
     {NULL, NULL, 0, NULL},
 };
 

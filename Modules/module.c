@@ -75,6 +75,34 @@ bufferext_own_getbuffer(PyObject *obj)
     return NULL;
 }
 
+#if PY_VERSION_HEX < 0x030A0000
+/* 3.9's PyType_FromSpec keeps tp_doc without its "Name(...)\n--\n\n" text
+ * signature, so inspect.signature() finds no constructor signature (3.10
+ * keeps it).  Give the type the whole docstring back: tp_doc is the type's
+ * own PyObject_Malloc'd copy there, freed with it; __doc__, already set
+ * from the stripped text, is unchanged. */
+static int
+keep_text_signature(PyTypeObject *type, const PyType_Spec *spec)
+{
+    const PyType_Slot *slot;
+
+    for (slot = spec->slots; slot->slot != 0; slot++) {
+        if (slot->slot == Py_tp_doc && slot->pfunc != NULL) {
+            size_t size = strlen((const char *)slot->pfunc) + 1;
+            char *doc = PyObject_Malloc(size);
+            if (doc == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            memcpy(doc, slot->pfunc, size);
+            PyObject_Free((void *)type->tp_doc);
+            type->tp_doc = doc;
+        }
+    }
+    return 0;
+}
+#endif
+
 int
 bufferext_add_type(PyObject *module, PyType_Spec *spec, int supported_flags,
                    PyTypeObject **slot)
@@ -83,6 +111,9 @@ bufferext_add_type(PyObject *module, PyType_Spec *spec, int supported_flags,
 
     *slot = (PyTypeObject *)PyType_FromModuleAndSpec(module, spec, NULL);
     if (*slot == NULL ||
+#if PY_VERSION_HEX < 0x030A0000
+        keep_text_signature(*slot, spec) < 0 ||
+#endif
         BufferExt_SetSupportedFlags(*slot, supported_flags) < 0) {
         return -1;
     }
@@ -215,6 +246,21 @@ device_libraries(PyObject *module, PyObject *unused)
                          bufferext_ve_status());
 }
 
+/* get_buffer's default, FULL_RO | DEVICE, spelled in its text signature
+ * so that inspect.signature() reads back that very value: from 3.10 on,
+ * inspect folds `|` between names (a BufferFlags member, whose repr names
+ * the flags); 3.9's parser takes only single names and literals, so there
+ * it is the number, and the docstring names the flags. */
+#if (PyBUF_FULL_RO | PyBUF_DEVICE) != 0x1011C
+#  error "get_buffer's text signature spells FULL_RO | DEVICE as 0x1011C"
+#endif
+#if PY_VERSION_HEX >= 0x030A0000
+#  define GET_BUFFER_DEFAULT_FLAGS \
+       "bufferext.BufferFlags.FULL_RO|bufferext.BufferFlags.DEVICE"
+#else
+#  define GET_BUFFER_DEFAULT_FLAGS "0x1011C"
+#endif
+
 static PyMethodDef module_methods[] = {
     {"check_buffer_supports", (PyCFunction)(void (*)(void))check_buffer_supports,
      METH_FASTCALL | METH_KEYWORDS,
@@ -226,8 +272,11 @@ static PyMethodDef module_methods[] = {
      "The mask of request flags obj honours (declared 0 and -1 translated)."},
     {"get_buffer", (PyCFunction)(void (*)(void))bufferext_get_buffer,
      METH_FASTCALL | METH_KEYWORDS,
-     "get_buffer($module, obj, /, flags=FULL_RO|DEVICE)\n--\n\n"
-     "Acquire an extended buffer of obj as a BufferView."},
+     "get_buffer($module, obj, /, flags=" GET_BUFFER_DEFAULT_FLAGS ")\n--\n\n"
+     "Acquire an extended buffer of obj as a BufferView.\n\n"
+     "flags defaults to BufferFlags.FULL_RO | BufferFlags.DEVICE (0x1011C):\n"
+     "any layout, read-only, CPU or device memory.  BufferError when obj\n"
+     "cannot honour the request."},
     {"_device_libraries", device_libraries, METH_NOARGS,
      "_device_libraries($module, /)\n--\n\n"
      "One dict per device library: what was looked for and found."},

@@ -120,7 +120,17 @@ bufferext_producer_unpin(bufferext_producer *p)
 void bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view);
 int bufferext_producer_traverse(PyObject *op, visitproc visit, void *arg);
 void bufferext_producer_dealloc(PyObject *op);
+/* The with statement: __enter__ returns the producer (CUDABuffer's own
+ * also refuses a closed one), __exit__ closes it and lets any exception
+ * propagate.  Varargs, like memoryview.__exit__. */
 PyObject *bufferext_producer_enter(PyObject *op, PyObject *unused);
+#define BUFFEREXT_PRODUCER_ENTER_DOC                                       \
+    "__enter__($self, /)\n--\n\n"                                          \
+    "Return self; the end of the with block closes the buffer."
+#define BUFFEREXT_PRODUCER_EXIT_DOC                                        \
+    "__exit__($self, /, *exc_info)\n--\n\n"                                \
+    "Close the buffer (close(): BufferError while exported); never\n"      \
+    "suppresses the exception of the with block."
 /* close(): free the memory now (kind->free_memory must leave the object
  * closed); BufferError while exported, None when already closed. */
 PyObject *bufferext_producer_close(PyObject *op, PyObject *unused);

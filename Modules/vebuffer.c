@@ -511,8 +511,10 @@ static PyMethodDef vebuffer_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "__array__($self, dtype=None, copy=None)\n--\n\n"
      "Refuses: device memory is not CPU memory (use to_host())."},
-    {"__enter__", bufferext_producer_enter, METH_NOARGS, NULL},
-    {"__exit__", bufferext_producer_exit, METH_VARARGS, NULL},
+    {"__enter__", bufferext_producer_enter, METH_NOARGS,
+     BUFFEREXT_PRODUCER_ENTER_DOC},
+    {"__exit__", bufferext_producer_exit, METH_VARARGS,
+     BUFFEREXT_PRODUCER_EXIT_DOC},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,6 +23,8 @@ from typing_extensions import (
 
 from _typeshed import structseq
 
+from ._flags import BufferFlags
+
 # ---- constants (Include/bufferext/core.h) ---------------------------------
 
 #: Extended request flag of the draft PEP: the consumer accepts device memory.
@@ -535,8 +537,10 @@ def check_buffer_supports(obj: object, /, flags: int = 0) -> bool:
 def supported_flags(obj: object, /) -> int:
     """The mask of request flags ``obj`` honours (0 and -1 translated)."""
 
-def get_buffer(obj: object, /, flags: int = 0x1011C) -> BufferView:
-    """Acquire an extended buffer of ``obj`` (default ``FULL_RO | DEVICE``)."""
+def get_buffer(
+    obj: object, /, flags: int = BufferFlags.FULL_RO | BufferFlags.DEVICE,
+) -> BufferView:
+    """Acquire an extended buffer of ``obj`` as a :class:`BufferView`."""
 
 def _device_libraries() -> list[dict[str, Any]]:
     """One dict per device library: what was looked for and found."""
