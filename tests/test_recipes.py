@@ -11,6 +11,8 @@ pip's configured mirrors) for setuptools, meson-python, scikit-build-core
 and friends, and a directory holding a bufferext wheel for this interpreter,
 so they run only with BUFFEREXT_RECIPES_WHEELHOUSE=DIR (.ci/run's
 ``recipes`` step sets it).
+
+tests/test_recipes_cpp.py compiles the C++ consumers directly, in every run.
 """
 
 from __future__ import annotations
@@ -124,11 +126,11 @@ class Venv:
         assert "bufferext_recipe: ok" in out
 
 
-def _project(tmp_path: Path, recipe: str) -> Path:
-    """A copy of docs/examples/recipes/RECIPE with shape.c beside it."""
+def _project(tmp_path: Path, recipe: str, source: str = "shape.c") -> Path:
+    """A copy of docs/examples/recipes/RECIPE with ``source`` beside it."""
     dest = tmp_path / recipe
     shutil.copytree(RECIPES / recipe, dest)
-    shutil.copy(RECIPES / "shape.c", dest)
+    shutil.copy(RECIPES / source, dest)
     return dest
 
 
@@ -209,3 +211,17 @@ def test_makefile(tmp_path: Path) -> None:
     venv.pip("bufferext")
     venv.run("make", f"PYTHON={venv.python}", cwd=project)
     venv.check(tmp_path, pythonpath=project)
+
+
+@needs_wheelhouse
+def test_pybind11_setuptools(tmp_path: Path) -> None:
+    """pybind11's setup helpers, isolated: ``requires = ["setuptools>=64",
+    "pybind11>=2.10", "bufferext"]``; describe.cpp holds the buffer in the
+    RAII ExtendedBuffer of extended_buffer.hpp."""
+    project = _project(tmp_path, "pybind11", "extended_buffer.hpp")
+    venv = Venv(tmp_path / "venv")
+    venv.pip(".", cwd=project)
+    venv.pip("bufferext")
+    out = venv.run(venv.python, str(RECIPES / "check_describe.py"),
+                   "bufferext_pybind11", cwd=tmp_path)
+    assert "bufferext_pybind11: ok" in out

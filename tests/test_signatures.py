@@ -228,6 +228,6 @@ def test_device_reduce_ex_is_a_bound_method_with_a_signature(
         import inspect
         reduce_ex = CUDABuffer(4).__reduce_ex__
         assert str(inspect.signature(reduce_ex)) == "(protocol, /)"
-        assert reduce_ex.__doc__.startswith("Raises TypeError"), reduce_ex.__doc__
+        assert reduce_ex.__doc__.startswith("Raises TypeError")
         assert CUDABuffer.__dict__["__reduce_ex__"].__doc__
     """)

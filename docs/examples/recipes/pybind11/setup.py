@@ -1,0 +1,10 @@
+import bufferext
+from pybind11.setup_helpers import Pybind11Extension
+from setuptools import setup
+
+setup(
+    ext_modules=[
+        Pybind11Extension("bufferext_pybind11", sources=["describe.cpp"],
+                          include_dirs=[bufferext.get_include()]),
+    ],
+)

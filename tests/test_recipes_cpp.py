@@ -1,0 +1,94 @@
+"""The C++ consumers of docs/examples/recipes, compiled directly.
+
+pybind11/describe.cpp and nanobind/describe.cpp (over extended_buffer.hpp)
+are compiled with the C++ compiler against the installed headers, with no
+build system and no package index, and run through check_describe.py.
+pybind11 is a test requirement; nanobind (Python 3.10+) is not, so its test
+runs where nanobind is installed.  tests/test_recipes.py builds the
+pybind11 project with pip from a fresh virtual environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import List
+
+import pytest
+
+import bufferext
+
+RECIPES = (Path(__file__).resolve().parent.parent / "docs" / "examples" /
+           "recipes")
+
+
+def _cxx() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    return cxx
+
+
+def _cxx_command(cxx: str, std: str, out: Path, source: Path,
+                 includes: List[str], *options: str) -> List[str]:
+    """``cxx`` compiling ``source`` against bufferext.h, Python.h and the
+    recipes' extended_buffer.hpp; ``includes`` are a binding library's
+    headers, as system headers (their warnings are not ours)."""
+    command = [cxx, f"-std={std}", "-O1", "-fPIC", "-fvisibility=hidden",
+               "-Wall", "-Wextra", *options, "-o", str(out), str(source),
+               f"-I{RECIPES}", f"-I{bufferext.get_include()}",
+               f"-I{sysconfig.get_path('include')}"]
+    for directory in includes:
+        command += ["-isystem", directory]
+    return command
+
+
+def _run(command: List[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, f"{' '.join(command)}\n{done.stderr[-6000:]}"
+
+
+def _check_describe(module: str, directory: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(RECIPES / "check_describe.py"), module],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(directory)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{module}: ok" in done.stdout
+
+
+def test_pybind11_consumer_compiles_and_runs(tmp_path: Path) -> None:
+    """describe.cpp as C++11 with -Werror against the installed pybind11 and
+    bufferext headers; the module acquires, reports and releases."""
+    pybind11 = pytest.importorskip("pybind11")
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    module = tmp_path / f"bufferext_pybind11{suffix}"
+    _run(_cxx_command(_cxx(), "c++11", module,
+                      RECIPES / "pybind11" / "describe.cpp",
+                      [pybind11.get_include()], "-shared", "-Werror"))
+    _check_describe("bufferext_pybind11", tmp_path)
+
+
+def test_nanobind_consumer_compiles_and_runs(tmp_path: Path) -> None:
+    """nanobind/describe.cpp as C++17 with -Werror, linked with nanobind's
+    own sources (nb_combined.cpp, what nanobind_add_module builds) into one
+    module."""
+    nanobind = pytest.importorskip("nanobind")
+    root = Path(nanobind.__file__).resolve().parent
+    includes = [nanobind.include_dir(),
+                str(root / "ext" / "robin_map" / "include")]
+    cxx, suffix = _cxx(), sysconfig.get_config_var("EXT_SUFFIX")
+    _run(_cxx_command(cxx, "c++17", tmp_path / "describe.o",
+                      RECIPES / "nanobind" / "describe.cpp", includes,
+                      "-c", "-Werror"))
+    _run(_cxx_command(cxx, "c++17", tmp_path / "nb_combined.o",
+                      Path(nanobind.source_dir()) / "nb_combined.cpp",
+                      includes, "-c"))
+    _run([cxx, "-shared", "-o", str(tmp_path / f"bufferext_nanobind{suffix}"),
+          str(tmp_path / "describe.o"), str(tmp_path / "nb_combined.o")])
+    _check_describe("bufferext_nanobind", tmp_path)
