@@ -845,7 +845,95 @@ adapter_cuda_bridge_stream(PyObject *module, PyObject *arg)
                                         (int)ordinal);
 }
 
+/* ---- as_buffer ---------------------------------------------------------- */
+
+#define AS_BUFFER_DOC                                                        \
+    "An exporter of the extended buffer protocol for ``obj``, zero-copy.\n" \
+    "\n"                                                                     \
+    "``readonly=None`` keeps the source's policy, ``True`` makes every\n"    \
+    "export read-only, ``False`` requires writable memory (BufferError\n"   \
+    "otherwise).  The source stays alive as long as the result or any of\n" \
+    "its exports.  Raises TypeError if ``obj`` speaks none of the\n"        \
+    "supported protocols, and BufferError (naming the field and the\n"      \
+    "value) for malformed descriptions."
+
+/* as_buffer(obj, *, readonly=None).  The common case -- a CPU type whose
+ * buffer is the answer, or an exporter of the extended buffer protocol,
+ * passed through as it is -- is decided here, as _bridges.as_buffer's
+ * first test decides it, without a Python frame; everything else
+ * (keywords, the other protocols, their validation) is that function's. */
+static PyObject *
+adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                  PyObject *kwnames)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    Py_ssize_t i;
+
+    if (st->as_buffer_dispatch == NULL) {
+        /* _bridges registers itself when imported */
+        PyObject *bridges = PyImport_ImportModule("bufferext._bridges");
+        if (bridges == NULL) {
+            return NULL;
+        }
+        Py_DECREF(bridges);
+        if (st->as_buffer_dispatch == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "as_buffer: "
+                            "bufferext._bridges did not register");
+            return NULL;
+        }
+    }
+    if (nargs == 1 && kwnames == NULL) {
+        PyObject *obj = args[0];
+        PyTypeObject *type = Py_TYPE(obj);
+        for (i = 0; i < PyTuple_GET_SIZE(st->cpu_types); i++) {
+            if ((PyObject *)type == PyTuple_GET_ITEM(st->cpu_types, i)) {
+                return Py_NewRef(obj);
+            }
+        }
+        if (PyObject_CheckBufferSupports(obj, PyBUF_DEVICE)) {
+            return Py_NewRef(obj);
+        }
+    }
+    return PyObject_Vectorcall(st->as_buffer_dispatch, args, (size_t)nargs,
+                               kwnames);
+}
+
+/* _as_buffer_register(dispatch, cpu_types): _bridges' part of as_buffer. */
+static PyObject *
+adapter_as_buffer_register(PyObject *module, PyObject *const *args,
+                           Py_ssize_t nargs)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    Py_ssize_t i;
+
+    if (nargs != 2 || !PyCallable_Check(args[0]) ||
+        !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_as_buffer_register(dispatch, "
+                        "cpu_types): a callable and a tuple of types");
+        return NULL;
+    }
+    for (i = 0; i < PyTuple_GET_SIZE(args[1]); i++) {
+        if (!PyType_Check(PyTuple_GET_ITEM(args[1], i))) {
+            PyErr_SetString(PyExc_TypeError, "_as_buffer_register: "
+                            "cpu_types must hold types");
+            return NULL;
+        }
+    }
+    Py_XSETREF(st->as_buffer_dispatch, Py_NewRef(args[0]));
+    Py_XSETREF(st->cpu_types, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef adapter_functions[] = {
+    {"as_buffer", (PyCFunction)(void (*)(void))adapter_as_buffer,
+     METH_FASTCALL | METH_KEYWORDS,
+     "as_buffer($module, /, obj, *, readonly=None)\n--\n\n"
+     AS_BUFFER_DOC},
+    {"_as_buffer_register",
+     (PyCFunction)(void (*)(void))adapter_as_buffer_register, METH_FASTCALL,
+     "_as_buffer_register($module, dispatch, cpu_types, /)\n--\n\n"
+     "Set as_buffer's dispatch (Lib/bufferext/_bridges.py) and the exact\n"
+     "types it passes through without asking it."},
     {"_cuda_bridge_stream", adapter_cuda_bridge_stream, METH_O,
      "The CUstream (an int) DLPack producers make CUDA data ready on."},
     {"_adapter_from_dlpack", (PyCFunction)(void (*)(void))adapter_from_dlpack,

@@ -333,8 +333,12 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->CUDADeviceInfo_Type);
     Py_VISIT(st->VEDeviceInfo_Type);
     Py_VISIT(st->OpaqueDeviceInfo_Type);
+    Py_VISIT(st->FastMethod_Type);
+    Py_VISIT(st->FastBound_Type);
     Py_VISIT(st->DeviceUnavailableError);
     Py_VISIT(st->resolve_dtype);
+    Py_VISIT(st->as_buffer_dispatch);
+    Py_VISIT(st->cpu_types);
     return 0;
 }
 
@@ -350,8 +354,14 @@ module_clear(PyObject *module)
     Py_CLEAR(st->CUDADeviceInfo_Type);
     Py_CLEAR(st->VEDeviceInfo_Type);
     Py_CLEAR(st->OpaqueDeviceInfo_Type);
+    Py_CLEAR(st->FastMethod_Type);
+    Py_CLEAR(st->FastBound_Type);
     Py_CLEAR(st->DeviceUnavailableError);
     Py_CLEAR(st->resolve_dtype);
+    Py_CLEAR(st->as_buffer_dispatch);
+    Py_CLEAR(st->cpu_types);
+    bufferext_view_freelist_clear();
+    bufferext_fastmethods_clear();
     return 0;
 }
 

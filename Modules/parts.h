@@ -18,8 +18,15 @@ typedef struct {
     PyTypeObject *CUDADeviceInfo_Type;
     PyTypeObject *VEDeviceInfo_Type;
     PyTypeObject *OpaqueDeviceInfo_Type;
+    PyTypeObject *FastMethod_Type;      /* fastmethod.c */
+    PyTypeObject *FastBound_Type;
     PyObject *DeviceUnavailableError;
     PyObject *resolve_dtype;   /* bufferext._dtypes.resolve, imported lazily */
+    /* as_buffer() (adapter.c): the dispatch of Lib/bufferext/_bridges.py
+     * and the exact types whose buffer is always CPU memory, set by
+     * _bridges when it is imported (NULL until then) */
+    PyObject *as_buffer_dispatch;
+    PyObject *cpu_types;        /* a tuple of types */
 } bufferext_state;
 
 bufferext_state *bufferext_get_state(PyObject *module);
@@ -38,6 +45,33 @@ int bufferext_init_cpubuffer(PyObject *module);  /* cpubuffer.c */
 int bufferext_init_cuda(PyObject *module);       /* cudabuffer.c */
 int bufferext_init_ve(PyObject *module);         /* vebuffer.c */
 int bufferext_init_adapter(PyObject *module);    /* adapter.c */
+
+/* fastmethod.c: replace each of `names`, methods in type's dict, by a
+ * descriptor that binds without an allocation (the with statement binds
+ * __enter__ and __exit__ on every use).  0 or -1 with an exception.  The
+ * clear function frees its freelist (at module clear). */
+int bufferext_fastmethods(PyObject *module, PyTypeObject *type,
+                          const char *const *names);
+void bufferext_fastmethods_clear(void);
+/* view.c: the same for BufferView's freelist. */
+void bufferext_view_freelist_clear(void);
+
+/* Freelists (BufferView, fastmethod's bound methods): how many dead
+ * objects each keeps for reuse.  Off (0) without the GIL, which they would
+ * need a lock for, and under AddressSanitizer, where a reused object would
+ * hide a use after free; -DBUFFEREXT_FREELIST=0 turns them off. */
+#ifndef BUFFEREXT_FREELIST
+#  if defined(Py_GIL_DISABLED) || defined(__SANITIZE_ADDRESS__)
+#    define BUFFEREXT_FREELIST 0
+#  elif defined(__has_feature)
+#    if __has_feature(address_sanitizer)
+#      define BUFFEREXT_FREELIST 0
+#    endif
+#  endif
+#endif
+#ifndef BUFFEREXT_FREELIST
+#  define BUFFEREXT_FREELIST 16
+#endif
 
 /* Without the GIL (a build with Py_GIL_DISABLED, docs/platforms.rst).  With
  * the GIL all of these are nothing and the code is as it always was.

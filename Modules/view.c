@@ -26,6 +26,50 @@ typedef struct {
 
 #define BufferView_CAST(op) ((BufferViewObject *)(op))
 
+#if BUFFEREXT_FREELIST > 0
+/* Memory of dead views, for the next get_buffer(); open while the module
+ * is (see parts.h). */
+static BufferViewObject *view_freelist[BUFFEREXT_FREELIST];
+static int view_free, view_open;
+#endif
+
+/* A new GC-tracked BufferView, from the freelist when it has one; the
+ * fields get_buffer() fills are left as they are. */
+static BufferViewObject *
+view_alloc(PyTypeObject *type)
+{
+    BufferViewObject *self;
+
+#if BUFFEREXT_FREELIST > 0
+    if (view_free > 0) {
+        self = view_freelist[--view_free];
+        (void)PyObject_Init((PyObject *)self, type);
+        /* what tp_alloc's zeroing gives and get_buffer does not set (a
+         * memset of the whole object costs more than the rest of it) */
+        self->acquired = 0;
+        self->computed_strides = NULL;
+        self->items = NULL;
+        self->exports = 0;
+        self->busy = 0;
+        self->weakreflist = NULL;
+        PyObject_GC_Track(self);
+        return self;
+    }
+#endif
+    return (BufferViewObject *)type->tp_alloc(type, 0);
+}
+
+void
+bufferext_view_freelist_clear(void)
+{
+#if BUFFEREXT_FREELIST > 0
+    view_open = 0;
+    while (view_free > 0) {
+        PyObject_GC_Del(view_freelist[--view_free]);
+    }
+#endif
+}
+
 static int
 check_acquired(BufferViewObject *self)
 {
@@ -128,8 +172,7 @@ bufferext_get_buffer(PyObject *module, PyObject *const *args,
                      flags == PyBUF_READ ? "PyBUF_READ" : "PyBUF_WRITE");
         return NULL;
     }
-    self = (BufferViewObject *)st->BufferView_Type->tp_alloc(
-        st->BufferView_Type, 0);
+    self = view_alloc(st->BufferView_Type);
     if (self == NULL) {
         return NULL;
     }
@@ -178,6 +221,13 @@ view_dealloc(PyObject *op)
         PyObject_ClearWeakRefs(op);
     }
     view_release_held(self);
+#if BUFFEREXT_FREELIST > 0
+    if (view_open && view_free < BUFFEREXT_FREELIST) {
+        view_freelist[view_free++] = self;
+        Py_DECREF(type);
+        return;
+    }
+#endif
     type->tp_free(op);
     Py_DECREF(type);
 }
@@ -251,9 +301,15 @@ view_enter(PyObject *op, PyObject *unused)
 }
 
 static PyObject *
-view_exit(PyObject *op, PyObject *args)
+view_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)args;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "BufferView.__exit__() takes exactly "
+                     "3 arguments (exc_type, exc_value, traceback), %zd "
+                     "given", nargs);
+        return NULL;
+    }
     return view_release(op, NULL);
 }
 
@@ -621,8 +677,13 @@ static PyMethodDef view_methods[] = {
      "Export as a DLPack capsule (zero-copy)."},
     {"__dlpack_device__", view_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id)."},
-    {"__enter__", view_enter, METH_NOARGS, NULL},
-    {"__exit__", view_exit, METH_VARARGS, NULL},
+    {"__enter__", view_enter, METH_NOARGS,
+     "__enter__($self, /)\n--\n\n"
+     "Return the view itself; ValueError once it is released."},
+    {"__exit__", (PyCFunction)(void (*)(void))view_exit, METH_FASTCALL,
+     "__exit__($self, exc_type, exc_value, traceback, /)\n--\n\n"
+     "Release the buffer, as release() does; the exception, if any, goes\n"
+     "on."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -873,6 +934,9 @@ static PyStructSequence_Desc opaque_desc = {
     opaque_fields, 2,
 };
 
+/* `with get_buffer(obj):` binds these two on every use */
+static const char *const context_methods[] = {"__enter__", "__exit__", NULL};
+
 int
 bufferext_init_view(PyObject *module)
 {
@@ -888,10 +952,15 @@ bufferext_init_view(PyObject *module)
         BufferExt_SetSupportedFlags(st->BufferView_Type,
                                     BUFFEREXT_LEGACY_FLAGS |
                                         PyBUF_DEVICE) < 0 ||
+        bufferext_fastmethods(module, st->BufferView_Type,
+                              context_methods) < 0 ||
         PyModule_AddObject(module, "BufferView",
                            Py_NewRef(st->BufferView_Type)) < 0) {
         return -1;
     }
+#if BUFFEREXT_FREELIST > 0
+    view_open = 1;
+#endif
     st->CUDADeviceInfo_Type = PyStructSequence_NewType(&cuda_desc);
     st->VEDeviceInfo_Type = PyStructSequence_NewType(&ve_desc);
     st->OpaqueDeviceInfo_Type = PyStructSequence_NewType(&opaque_desc);

@@ -297,6 +297,16 @@ def bench_bridges(bench: ModuleType, s: Settings,
         s.py_repeats)
     s.rows.append(Row("as_buffer(ndarray) + C extended get/release", bridged,
                       "np.from_dlpack(ndarray)", dl, target=1.0))
+    # The whole Python path, as a user writes it: bridge, acquire, enter,
+    # exit (release) and drop the view, against numpy's DLPack import.
+    ns = {"as_buffer": bufferext.as_buffer, "get_buffer": bufferext.get_buffer,
+          "a": arr}
+    with_view, dl = interleaved([
+        py_timer("with get_buffer(as_buffer(a)): pass", ns, s.py_iterations),
+        py_timer("f(a)", {"f": np.from_dlpack, "a": arr}, s.py_iterations)],
+        s.py_repeats)
+    s.rows.append(Row("py with get_buffer(as_buffer(ndarray)): pass",
+                      with_view, "np.from_dlpack(ndarray)", dl, target=1.0))
 
 
 def bench_context(s: Settings, objs: Dict[str, Any]) -> None:
@@ -310,9 +320,6 @@ def bench_context(s: Settings, objs: Dict[str, Any]) -> None:
          {"a": arr}),
         ("py bufferext.get_buffer(CPUBuffer)", "f(a)",
          {"f": bufferext.get_buffer, "a": cpu}),
-        ("py get_buffer(as_buffer(ndarray)).release()",
-         "g(f(a)).release()", {"f": bufferext.as_buffer,
-                               "g": bufferext.get_buffer, "a": arr}),
         ("py check_buffer_supports(CPUBuffer, BufferFlags)", "f(a, b)",
          {"f": bufferext.check_buffer_supports, "a": cpu, "b": flags_enum}),
         ("py memoryview(CPUBuffer)", "f(a)", {"f": memoryview, "a": cpu}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import gc
 import sys
+import types
 import weakref
 
 import numpy as np
@@ -249,6 +250,99 @@ def test_with_on_released_view():
     with pytest.raises(ValueError):
         with view:
             pass
+
+
+def test_with_releases_and_lets_the_exception_through():
+    buf = bufferext.CPUBuffer(4)
+    with pytest.raises(KeyError):
+        with get_buffer(buf) as view:
+            assert buf.exports == 1
+            raise KeyError("inside")
+    assert buf.exports == 0 and view.released
+
+
+def test_exit_takes_exactly_three_arguments():
+    view = get_buffer(b"abc")
+    for args in [(), (None,), (None, None, None, None)]:
+        with pytest.raises(TypeError, match="exactly 3 arguments"):
+            view.__exit__(*args)
+    with pytest.raises(TypeError, match="keyword"):
+        view.__exit__(None, None, traceback=None)
+    assert not view.released
+    assert view.__exit__(None, None, None) is None
+    assert view.released
+
+
+def test_enter_takes_no_argument():
+    view = get_buffer(b"abc")
+    with pytest.raises(TypeError, match="no arguments"):
+        view.__enter__(1)
+    with pytest.raises(TypeError, match="no keyword arguments|no arguments"):
+        view.__enter__(x=1)
+    assert view.__enter__() is view
+
+
+@pytest.mark.parametrize("name, text, bound_text", [
+    ("__enter__", "(self, /)", "()"),
+    ("__exit__", "(self, exc_type, exc_value, traceback, /)",
+     "(exc_type, exc_value, traceback, /)"),
+])
+def test_context_method_signatures(name, text, bound_text):
+    import inspect
+
+    method = getattr(BufferView, name)
+    assert str(inspect.signature(method)) == text
+    bound = getattr(get_buffer(b"x"), name)
+    assert str(inspect.signature(bound)) == bound_text
+    assert method.__name__ == bound.__name__ == name
+    assert method.__qualname__ == f"BufferView.{name}"
+    assert method.__doc__ and method.__doc__ == bound.__doc__
+
+
+def test_context_methods_bind_like_methods():
+    """__enter__/__exit__ bind without an allocation (Modules/fastmethod.c)
+    but behave as bound builtin methods do."""
+    buf = bufferext.CPUBuffer(4)
+    view = get_buffer(buf)
+    enter, exit_ = view.__enter__, view.__exit__
+    assert enter.__self__ is view and exit_.__self__ is view
+    assert isinstance(enter.__wrapped__, types.BuiltinMethodType)
+    assert enter.__wrapped__.__self__ is view
+    assert enter == view.__enter__ and hash(enter) == hash(view.__enter__)
+    assert enter != exit_ and enter != get_buffer(buf).__enter__
+    assert repr(enter).startswith("<built-in method __enter__ of "
+                                  "bufferext.BufferView object at 0x")
+    assert repr(BufferView.__exit__) == \
+        "<method '__exit__' of 'bufferext.BufferView' objects>"
+    assert BufferView.__enter__(view) is view
+    with pytest.raises(TypeError):
+        BufferView.__enter__(b"not a view")
+    with pytest.raises(TypeError):
+        BufferView.__dict__["__exit__"].__get__(b"not a view", bytes)
+    # the bound method keeps its view alive, as a builtin method does
+    ref = weakref.ref(view)
+    del view
+    gc.collect()
+    assert ref() is not None and buf.exports == 1
+    exit_(None, None, None)
+    assert buf.exports == 0
+    del enter, exit_
+    gc.collect()
+    assert ref() is None
+
+
+def test_context_method_in_a_cycle_is_collected():
+    """The bound objects are GC-tracked: a cycle through one is freed."""
+    class Data(bytearray):
+        pass
+
+    data = Data(b"abc")
+    view = get_buffer(data)
+    data.exit = view.__exit__      # data -> bound -> view -> data
+    ref = weakref.ref(view)
+    del view, data
+    gc.collect()
+    assert ref() is None
 
 
 def test_release_returns_the_export():

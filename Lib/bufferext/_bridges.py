@@ -43,15 +43,10 @@ _VAI_VERSION = 1
 _ARRAY_INTERFACE_VERSION = 3
 
 
-def as_buffer(obj: Any, *, readonly: Optional[bool] = None) -> Any:
-    """An exporter of the extended buffer protocol for ``obj``, zero-copy.
-
-    ``readonly=None`` keeps the source's policy, ``True`` makes every export
-    read-only, ``False`` requires writable memory (BufferError otherwise).
-    The source stays alive as long as the result or any of its exports.
-    Raises TypeError if ``obj`` speaks none of the supported protocols, and
-    BufferError (naming the field and the value) for malformed descriptions.
-    """
+def _dispatch(obj: Any, *, readonly: Optional[bool] = None) -> Any:
+    """as_buffer() in full.  :func:`as_buffer` itself is C
+    (Modules/adapter.c): it passes ``obj`` through at once when the first
+    test below does, and calls this for everything else."""
     if readonly is not None and not isinstance(readonly, bool):
         raise TypeError(f"as_buffer: readonly must be None or a bool, not "
                         f"{readonly!r}")
@@ -353,3 +348,9 @@ _INTERFACES = (
 def format_to_typestr(fmt: str) -> str:
     """The array-interface typestr of a struct-module format."""
     return resolve(fmt)[3]
+
+
+# as_buffer is C: it passes the common case through itself and calls
+# _dispatch for the rest (registered last, once everything here exists).
+_bufferext._as_buffer_register(_dispatch, tuple(_CPU_TYPES))
+as_buffer = _bufferext.as_buffer

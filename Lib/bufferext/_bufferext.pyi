@@ -8,7 +8,7 @@ module.
 import builtins
 import sys
 from types import TracebackType
-from typing import Any, ClassVar, Final, NoReturn, final
+from typing import Any, Callable, ClassVar, Final, NoReturn, final
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
@@ -528,6 +528,11 @@ def _adapter_from_layout(
 ) -> BufferAdapter: ...
 def _adapter_from_buffer(source: object, readonly: bool, /) -> BufferAdapter: ...
 def _cuda_bridge_stream(ordinal: int, /) -> int: ...
+def as_buffer(obj: object, *, readonly: bool | None = None) -> Any:
+    """An exporter of the extended buffer protocol for ``obj``, zero-copy."""
+def _as_buffer_register(
+    dispatch: Callable[..., Any], cpu_types: tuple[type, ...], /,
+) -> None: ...
 
 # ---- functions (module.c, view.c) ------------------------------------------
 
