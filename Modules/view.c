@@ -840,22 +840,24 @@ static PyObject *
 view_repr(PyObject *op)
 {
     BufferViewObject *self = BufferView_CAST(op);
-    PyObject *shape, *result;
+    PyObject *shape, *device, *result = NULL;
 
     if (!self->acquired) {
         return PyUnicode_FromString("<released BufferView>");
     }
+    /* device= shows view.device: None for CPU memory */
     shape = view_get_shape(op, NULL);
-    if (shape == NULL) {
-        return NULL;
+    device = view_get_device(op, NULL);
+    if (shape != NULL && device != NULL) {
+        result = PyUnicode_FromFormat(
+            "<BufferView of %.200s: shape=%R format='%s' device=%R%s>",
+            Py_TYPE(self->ext.view.obj ? self->ext.view.obj
+                                       : Py_None)->tp_name,
+            shape, self->layout.format, device,
+            self->layout.readonly ? " readonly" : "");
     }
-    result = PyUnicode_FromFormat(
-        "<BufferView of %.200s: shape=%R format='%s' device=%s%s>",
-        Py_TYPE(self->ext.view.obj ? self->ext.view.obj : Py_None)->tp_name,
-        shape, self->layout.format,
-        BufferExt_IsDevice(&self->ext) ? self->ext.device : "cpu",
-        self->layout.readonly ? " readonly" : "");
-    Py_DECREF(shape);
+    Py_XDECREF(shape);
+    Py_XDECREF(device);
     return result;
 }
 

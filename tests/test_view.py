@@ -462,12 +462,23 @@ def test_tobytes_non_contiguous():
 
 def test_repr():
     with get_buffer(np.zeros((2, 3), dtype=np.float32)) as view:
-        text = repr(view)
-        assert "BufferView" in text and "numpy.ndarray" in text
-        assert "(2, 3)" in text and "'f'" in text and "cpu" in text
-        assert "readonly" not in text
+        assert repr(view) == ("<BufferView of numpy.ndarray: shape=(2, 3) "
+                              "format='f' device=None>")
     with get_buffer(b"abc") as view:
-        assert "readonly" in repr(view) and "bytes" in repr(view)
+        assert repr(view) == ("<BufferView of bytes: shape=(3,) format='B' "
+                              "device=None readonly>")
+
+
+@pytest.mark.parametrize("device", ["bufferext.cuda", "bufferext.ve",
+                                    "vendor.gpu"])
+def test_repr_device_is_view_device(c99, device):
+    """repr shows ``device=`` + repr(view.device): a device name quoted, as
+    None is for CPU memory (above)."""
+    x = c99.ExporterFull(3, device=device)
+    with get_buffer(x) as view:
+        assert view.device == device
+        assert f" device='{device}'" in repr(view)
+        assert repr(view).endswith(f" device={view.device!r}>")
 
 
 def test_buffer_view_cannot_be_instantiated_directly():
