@@ -14,6 +14,7 @@ typedef struct {
     int acquired;
     int request_flags;
     bufferext_export_layout layout; /* shape/strides never NULL here */
+    int layout_done;                /* its derived part computed (below) */
     Py_ssize_t len_items;           /* shape when the exporter gave none */
     Py_ssize_t itemsize_one;        /* stride then */
     Py_ssize_t *computed_strides;   /* C strides when it gave none */
@@ -47,6 +48,7 @@ view_alloc(PyTypeObject *type)
         /* what tp_alloc's zeroing gives and get_buffer does not set (a
          * memset of the whole object costs more than the rest of it) */
         self->acquired = 0;
+        self->layout_done = 0;
         self->computed_strides = NULL;
         self->items = NULL;
         self->exports = 0;
@@ -122,7 +124,6 @@ view_build_layout(BufferViewObject *self)
                             self->computed_strides);
         l->strides = self->computed_strides;
     }
-    bufferext_layout_contiguity(l);
     self->items = self->items_inline;
     if (l->ndim > 8) {
         self->items = PyMem_Malloc(sizeof(int64_t) * (size_t)l->ndim);
@@ -131,8 +132,35 @@ view_build_layout(BufferViewObject *self)
             return -1;
         }
     }
-    bufferext_layout_dlpack(l, self->items);
     return 0;
+}
+
+/* The layout's derived part (contiguity, DLPack's item strides and dtype)
+ * is computed on first use, by an export of the view or a reader of
+ * contiguity: `with get_buffer(obj):` needs none of it.  The view is
+ * acquired. */
+static void
+view_complete_layout(BufferViewObject *self)
+{
+    if (!self->layout_done) {
+        bufferext_layout_contiguity(&self->layout);
+        bufferext_layout_dlpack(&self->layout, self->items);
+        self->layout_done = 1;
+    }
+}
+
+/* layout.c_contiguous ('C') or f_contiguous ('F'), completed first. */
+static int
+view_contiguous(BufferViewObject *self, char order)
+{
+    int result;
+
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
+    view_complete_layout(self);
+    result = order == 'C' ? self->layout.c_contiguous
+                          : self->layout.f_contiguous;
+    BUFFEREXT_LOCKED_END();
+    return result;
 }
 
 static void
@@ -142,9 +170,11 @@ view_release_held(BufferViewObject *self)
         self->acquired = 0;
         BufferExt_Release(&self->ext);
     }
-    PyMem_Free(self->computed_strides);
-    self->computed_strides = NULL;
-    if (self->items != self->items_inline) {
+    if (self->computed_strides != NULL) {
+        PyMem_Free(self->computed_strides);
+        self->computed_strides = NULL;
+    }
+    if (self->items != self->items_inline && self->items != NULL) {
         PyMem_Free(self->items);
     }
     self->items = NULL;
@@ -160,8 +190,11 @@ bufferext_get_buffer(PyObject *module, PyObject *const *args,
     int flags = PyBUF_FULL_RO | PyBUF_DEVICE;
     BufferViewObject *self;
 
-    if (bufferext_parse_obj_flags("get_buffer", args, nargs, kwnames, &obj,
-                                  &flags) < 0) {
+    if (nargs == 1 && kwnames == NULL) {
+        obj = args[0];                  /* get_buffer(obj): the default */
+    }
+    else if (bufferext_parse_obj_flags("get_buffer", args, nargs, kwnames,
+                                       &obj, &flags) < 0) {
         return NULL;
     }
     if (flags == PyBUF_READ || flags == PyBUF_WRITE) {
@@ -243,6 +276,9 @@ view_getbuffer(PyObject *op, Py_buffer *view, int flags)
     view->obj = NULL;
     BUFFEREXT_LOCKED_BEGIN(op);
     device = BufferExt_IsDevice(&self->ext);
+    if (self->acquired) {
+        view_complete_layout(self);
+    }
     rc = !self->acquired
              ? bufferext_refuse(op, "BufferView is released")
              : bufferext_export(op, view, flags, &self->layout,
@@ -439,7 +475,7 @@ check_c_contiguous(BufferViewObject *self, const char *who)
 {
     PyObject *shape, *strides;
 
-    if (self->layout.c_contiguous) {
+    if (view_contiguous(self, 'C')) {
         return 0;
     }
     shape = bufferext_tuple_from_ssize(self->layout.ndim, self->layout.shape);
@@ -717,8 +753,8 @@ VIEW_GETTER(suboffsets,
                 : bufferext_tuple_from_ssize(self->layout.ndim,
                                              self->layout.suboffsets))
 VIEW_GETTER(readonly, PyBool_FromLong(self->layout.readonly))
-VIEW_GETTER(c_contiguous, PyBool_FromLong(self->layout.c_contiguous))
-VIEW_GETTER(f_contiguous, PyBool_FromLong(self->layout.f_contiguous))
+VIEW_GETTER(c_contiguous, PyBool_FromLong(view_contiguous(self, 'C')))
+VIEW_GETTER(f_contiguous, PyBool_FromLong(view_contiguous(self, 'F')))
 VIEW_GETTER(request_flags, PyLong_FromLong(self->request_flags))
 VIEW_GETTER(flags, PyLong_FromLong(self->ext.flags))
 VIEW_GETTER(device, BufferExt_IsDevice(&self->ext)
