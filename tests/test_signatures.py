@@ -68,14 +68,8 @@ def _callables() -> List[Tuple[str, Any]]:
 
 #: Docstrings written in Modules/view.c on another branch; strict, so the
 #: marks fail (XPASS) once that lands and must then be removed.
-PENDING = {"bufferext.BufferView.__enter__", "bufferext.BufferView.__exit__"}
-
 CALLABLES = _callables()
-WALK = [pytest.param(name, obj, id=name, marks=pytest.mark.xfail(
-            strict=True, reason="BufferView's with-statement docstrings "
-                                "are written on another branch (view.c)"))
-        if name in PENDING else pytest.param(name, obj, id=name)
-        for name, obj in CALLABLES]
+WALK = [pytest.param(name, obj, id=name) for name, obj in CALLABLES]
 
 
 def test_the_walk_finds_what_it_is_meant_to() -> None:
