@@ -785,17 +785,20 @@ static PyObject *
 adapter_repr(PyObject *op)
 {
     AdapterObject *self = Adapter_CAST(op);
-    PyObject *shape = adapter_get_shape(op, NULL), *result;
+    PyObject *shape = adapter_get_shape(op, NULL);
+    PyObject *device = adapter_get_device(op, NULL), *result = NULL;
 
-    if (shape == NULL) {
-        return NULL;
+    /* device= shows adapter.device: None for CPU memory */
+    if (shape != NULL && device != NULL) {
+        result = PyUnicode_FromFormat(
+            "<BufferAdapter of %.200s via %U: shape=%R format='%s' "
+            "device=%R%s>",
+            Py_TYPE(self->source)->tp_name, self->protocol, shape,
+            self->layout.format, device,
+            self->layout.readonly ? " readonly" : "");
     }
-    result = PyUnicode_FromFormat(
-        "<BufferAdapter of %.200s via %U: shape=%R format='%s' device=%s%s>",
-        Py_TYPE(self->source)->tp_name, self->protocol, shape,
-        self->layout.format, self->device ? self->device : "cpu",
-        self->layout.readonly ? " readonly" : "");
-    Py_DECREF(shape);
+    Py_XDECREF(shape);
+    Py_XDECREF(device);
     return result;
 }
 

@@ -400,3 +400,14 @@ def test_dlpack_device_of_a_non_contiguous_exporter() -> None:
     assert adapter.__dlpack_device__() == (1, 0)
     with bufferext.get_buffer(base) as view:
         assert view.__dlpack_device__() == (1, 0)
+
+
+def test_adapter_repr_shows_its_device_as_the_attribute_does() -> None:
+    cpu = bufferext.as_buffer(np.arange(3.0), readonly=True)
+    assert cpu.device is None
+    assert repr(cpu) == ("<BufferAdapter of numpy.ndarray via buffer: shape=(3,) "
+                         "format='d' device=None readonly>")
+    ve = bufferext.as_buffer(Interface("__ve_array_interface__", dict(VAI)))
+    assert ve.device == "bufferext.ve"
+    assert repr(ve) == ("<BufferAdapter of Interface via ve_array_interface: "
+                        "shape=(3,) format='d' device='bufferext.ve'>")
