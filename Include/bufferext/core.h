@@ -465,6 +465,8 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
                                       int flags)
 {
     int required = flags & PyBUF_REQUIRED_FLAGS, rc;
+    /* the exporter's getbuffer, read once (NULL: not known here) */
+    BufferExtAccel_GetBufferProc slot = BufferExtAccel_BufferSlot(obj);
     const char *problem;
 #ifdef BUFFEREXT_INTERNAL_PEP688
     BufferExtAccel_GetBufferProc direct = NULL;
@@ -472,7 +474,7 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
 
     BufferExtInternal_ClearExtension(view);
     if ((required || (flags & PyBUF_DEVICE)) &&
-        BufferExtAccel_CheckBuffer(obj)) {
+        BufferExtAccel_Exports(obj, slot)) {
         BufferExtAccel_TypeInfo info = BufferExtAccel_Info(Py_TYPE(obj));
         int unsupported = required & ~info.mask;
         if (unsupported) {
@@ -486,7 +488,7 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
                 flags &= ~PyBUF_DEVICE;
             }
             else if (info.device_getbuffer !=
-                     BufferExtAccel_Slot(obj, &info)) {
+                     BufferExtAccel_Slot(obj, &info, slot)) {
                 direct = info.device_getbuffer;
             }
         }
@@ -494,10 +496,10 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
     }
 #ifdef BUFFEREXT_INTERNAL_PEP688
     rc = direct != NULL ? direct(obj, &view->view, flags)
-                        : BufferExtAccel_CallGetBuffer(obj, &view->view,
-                                                          flags);
+                        : BufferExtAccel_CallSlot(slot, obj, &view->view,
+                                                  flags);
 #else
-    rc = BufferExtAccel_CallGetBuffer(obj, &view->view, flags);
+    rc = BufferExtAccel_CallSlot(slot, obj, &view->view, flags);
 #endif
     if (rc < 0) {
         /* an exporter may have written the extension before failing */

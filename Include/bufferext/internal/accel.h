@@ -10,6 +10,9 @@
  *   3.9-3.12     tp_flags (Py_TPFLAGS_VALID_VERSION_TAG) and tp_version_tag:
  *                the cache key.
  *   3.13+        tp_version_tag alone (zeroed on change), atomically.
+ *   3.9-3.11 with the GIL
+ *                the cache entries with plain loads (one thread at a time);
+ *                3.12+ and free-threaded builds through a sequence lock.
  *   3.9-3.11     the declaration through _PyType_Lookup, which reads the
  *                MRO's tp_dict and also gives the type its version tag.
  *   3.12+        the declaration through tp_mro and PyType_GetDict, after
@@ -100,6 +103,15 @@ typedef struct {
 #  define BUFFEREXT_ACCEL_HAVE_CACHE 1
 #endif
 
+/* Before 3.12 a GIL build runs one thread at a time in the whole process
+ * (no interpreter has a GIL of its own): the table is written (InfoMiss,
+ * which runs no Python code between its stores) and read with the GIL
+ * held, so a reader never meets a writer and the hit path reads the entry
+ * with plain loads, without the sequence checks. */
+#if PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
+#  define BUFFEREXT_ACCEL_ONE_THREAD 1
+#endif
+
 #ifdef BUFFEREXT_ACCEL_HAVE_CACHE
 static inline BufferExtAccel_CacheEntry *BufferExtAccel_Cache(void)
 {
@@ -123,21 +135,42 @@ static inline unsigned int BufferExtAccel_TypeTag(PyTypeObject *type)
 
 typedef getbufferproc BufferExtAccel_GetBufferProc;
 
-/* The getbuffer slot of the type of `obj`. */
+/* The getbuffer slot of the type of `obj`, or NULL when it exports no
+ * buffers: PyObject_CheckBuffer(obj) inlined where the type struct is
+ * visible (the test is the same on every CPython 3.9-3.15: a getbuffer slot
+ * is present, and the call into libpython costs as much as the cache
+ * lookup).  BufferExt_GetBuffer reads it once and calls what it read. */
 static inline BufferExtAccel_GetBufferProc
-BufferExtAccel_Slot(PyObject *obj, const BufferExtAccel_TypeInfo *info)
-{
-    (void)info;
-    return Py_TYPE(obj)->tp_as_buffer->bf_getbuffer;
-}
-
-/* PyObject_CheckBuffer(obj), inlined where the type struct is visible: the
- * test is the same on every CPython 3.9-3.13 (a getbuffer slot is present),
- * and the call into libpython costs as much as the cache lookup. */
-static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
+BufferExtAccel_BufferSlot(PyObject *obj)
 {
     PyBufferProcs *procs = Py_TYPE(obj)->tp_as_buffer;
-    return procs != NULL && procs->bf_getbuffer != NULL;
+    return procs != NULL ? procs->bf_getbuffer : NULL;
+}
+
+/* Whether `obj` exports buffers, given `slot` = BufferExtAccel_BufferSlot(obj)
+ * (the limited API decides by a call instead). */
+static inline int
+BufferExtAccel_Exports(PyObject *obj, BufferExtAccel_GetBufferProc slot)
+{
+    (void)obj;
+    return slot != NULL;
+}
+
+/* The getbuffer slot of the type of `obj` (`slot`, as read above), for the
+ * PEP 688 routing. */
+static inline BufferExtAccel_GetBufferProc
+BufferExtAccel_Slot(PyObject *obj, const BufferExtAccel_TypeInfo *info,
+                    BufferExtAccel_GetBufferProc slot)
+{
+    (void)obj;
+    (void)info;
+    return slot;
+}
+
+/* PyObject_CheckBuffer(obj), inlined. */
+static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
+{
+    return BufferExtAccel_BufferSlot(obj) != NULL;
 }
 
 /* BUFFEREXT_ACCEL_INLINE_DISPATCH: BufferExt_GetBuffer and BufferExt_Release
@@ -155,19 +188,34 @@ static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
 #  endif
 #endif
 
-/* PyObject_GetBuffer(obj, view, flags).  3.13+ also refuses the bare values
- * PyBUF_READ and PyBUF_WRITE: those go through the function. */
+/* PyObject_GetBuffer(obj, view, flags), given `slot` =
+ * BufferExtAccel_BufferSlot(obj).  3.13+ also refuses the bare values
+ * PyBUF_READ and PyBUF_WRITE: from 3.12 on (in case a 3.12 release has
+ * the check too) those go through the function. */
+static inline int
+BufferExtAccel_CallSlot(BufferExtAccel_GetBufferProc slot, PyObject *obj,
+                        Py_buffer *view, int flags)
+{
+#if BUFFEREXT_ACCEL_INLINE_DISPATCH
+    if (slot != NULL
+#  if PY_VERSION_HEX >= 0x030C0000
+        && flags != PyBUF_READ && flags != PyBUF_WRITE
+#  endif
+        ) {
+        return slot(obj, view, flags);
+    }
+#else
+    (void)slot;
+#endif
+    return PyObject_GetBuffer(obj, view, flags);
+}
+
+/* PyObject_GetBuffer(obj, view, flags). */
 static inline int
 BufferExtAccel_CallGetBuffer(PyObject *obj, Py_buffer *view, int flags)
 {
-#if BUFFEREXT_ACCEL_INLINE_DISPATCH
-    PyBufferProcs *procs = Py_TYPE(obj)->tp_as_buffer;
-    if (procs != NULL && procs->bf_getbuffer != NULL &&
-        flags != PyBUF_READ && flags != PyBUF_WRITE) {
-        return procs->bf_getbuffer(obj, view, flags);
-    }
-#endif
-    return PyObject_GetBuffer(obj, view, flags);
+    return BufferExtAccel_CallSlot(BufferExtAccel_BufferSlot(obj), obj, view,
+                                   flags);
 }
 
 /* PyBuffer_Release(view): the exporter's releasebuffer, then the reference
@@ -415,6 +463,13 @@ static inline int BufferExtAccel_CacheLoad(
     BufferExtAccel_CacheEntry *entry, PyTypeObject *type,
     unsigned int tag, BufferExtAccel_TypeInfo *info)
 {
+#  ifdef BUFFEREXT_ACCEL_ONE_THREAD
+    if (entry->tag != tag || entry->type != type) {
+        return 0;
+    }
+    *info = entry->info;
+    return 1;
+#  else
     unsigned int seq = BUFFEREXT_ACCEL_LOAD_ACQUIRE(&entry->seq);
 
     if (BUFFEREXT_ACCEL_LOAD(&entry->tag) != tag ||
@@ -430,6 +485,7 @@ static inline int BufferExtAccel_CacheLoad(
 #  endif
     BUFFEREXT_ACCEL_FENCE(__ATOMIC_ACQUIRE);
     return (seq & 1) == 0 && BUFFEREXT_ACCEL_LOAD(&entry->seq) == seq;
+#  endif
 }
 
 /* Cache miss: read what the header needs and remember it under the type's

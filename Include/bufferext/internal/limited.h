@@ -67,6 +67,31 @@ static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
     return PyObject_CheckBuffer(obj);
 }
 
+/* What accel.h reads of the type to call its getbuffer directly: nothing
+ * here (NULL), every export goes through PyObject_GetBuffer and whether
+ * `obj` exports is asked by a call. */
+static inline BufferExtAccel_GetBufferProc
+BufferExtAccel_BufferSlot(PyObject *obj)
+{
+    (void)obj;
+    return NULL;
+}
+
+static inline int
+BufferExtAccel_Exports(PyObject *obj, BufferExtAccel_GetBufferProc slot)
+{
+    (void)slot;
+    return PyObject_CheckBuffer(obj);
+}
+
+static inline int
+BufferExtAccel_CallSlot(BufferExtAccel_GetBufferProc slot, PyObject *obj,
+                        Py_buffer *view, int flags)
+{
+    (void)slot;
+    return PyObject_GetBuffer(obj, view, flags);
+}
+
 static inline int
 BufferExtAccel_CallGetBuffer(PyObject *obj, Py_buffer *view, int flags)
 {
@@ -80,9 +105,11 @@ static inline void BufferExtAccel_CallRelease(Py_buffer *view)
 
 /* The getbuffer slot of the type of `obj`, as the cache saw it. */
 static inline BufferExtAccel_GetBufferProc
-BufferExtAccel_Slot(PyObject *obj, const BufferExtAccel_TypeInfo *info)
+BufferExtAccel_Slot(PyObject *obj, const BufferExtAccel_TypeInfo *info,
+                    BufferExtAccel_GetBufferProc slot)
 {
     (void)obj;
+    (void)slot;
     return info->slot;
 }
 
