@@ -58,19 +58,12 @@ bufferext_check_request(PyObject *exporter, int flags,
     return 0;
 }
 
-/* Fill `view` from `layout` as CPython's memoryview does (the checks above);
- * a request the layout cannot meet raises BufferError "Type: reason".  Sets
- * everything but view->obj and the extension.  Returns 0 or -1. */
-static inline int
-bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
-                       const bufferext_export_layout *layout)
+/* Fill `view` from `layout` for a request of `flags` that the layout meets
+ * (no checks).  Sets everything but view->obj and the extension. */
+static inline void
+bufferext_fill_view(Py_buffer *view, int flags,
+                    const bufferext_export_layout *layout)
 {
-    /* The common layout (C-contiguous, no suboffsets) can only refuse the
-     * bits in layout->refused; any other layout takes the full checks. */
-    if ((layout->refused < 0 || (flags & layout->refused)) &&
-        bufferext_check_request(exporter, flags, layout) < 0) {
-        return -1;
-    }
     view->buf = layout->buf;
     view->len = layout->len;
     view->readonly = layout->readonly;
@@ -85,6 +78,26 @@ bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
         view->ndim = 1;
         view->shape = NULL;
     }
+}
+
+/* Whether a request of `flags` needs bufferext_check_request: the common
+ * layout (C-contiguous, no suboffsets) can only refuse the bits in
+ * layout->refused; any other layout takes the full checks. */
+#define BUFFEREXT_NEEDS_CHECK(layout, flags) \
+    ((layout)->refused < 0 || ((flags) & (layout)->refused))
+
+/* Fill `view` from `layout` as CPython's memoryview does (the checks above);
+ * a request the layout cannot meet raises BufferError "Type: reason".  Sets
+ * everything but view->obj and the extension.  Returns 0 or -1. */
+static inline int
+bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
+                       const bufferext_export_layout *layout)
+{
+    if (BUFFEREXT_NEEDS_CHECK(layout, flags) &&
+        bufferext_check_request(exporter, flags, layout) < 0) {
+        return -1;
+    }
+    bufferext_fill_view(view, flags, layout);
     return 0;
 }
 

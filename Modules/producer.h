@@ -36,15 +36,15 @@ typedef struct {
 
 #define BufferExtProducer_CAST(op) ((bufferext_producer *)(op))
 
-/* The body of every producer's getbuffer (inline: the hot path calls
- * nothing more than before): refuse a closed buffer, fill the request, say
- * where the memory is (`device` NULL: CPU memory), count the export, in the
- * object's critical section (without the GIL).  Each
- * type calls it with its constant device, so the compiler drops what that
- * device does not need.  0 or -1 with BufferError. */
-static inline int
-bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
-                          const char *device, void *device_info)
+/* The body of every producer's getbuffer: refuse a closed buffer, fill the
+ * request, say where the memory is (`device` NULL: CPU memory), count the
+ * export, in the object's critical section (without the GIL).  Each type
+ * calls it with its constant device, so the compiler drops what that
+ * device does not need.  0 or -1 with BufferError.  Out of line: what
+ * bufferext_producer_export leaves to it. */
+BUFFEREXT_INTERNAL_COLD int
+bufferext_producer_export_checked(PyObject *op, Py_buffer *view, int flags,
+                                  const char *device, void *device_info)
 {
     bufferext_producer *p = (bufferext_producer *)op;
     int rc;
@@ -56,6 +56,38 @@ bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
                  : bufferext_refuse(op, "buffer is closed");
     BUFFEREXT_LOCKED_END();
     return rc;
+}
+
+/* The same, inline: with the GIL, a request that an open buffer of the
+ * common layout meets as it is (no check can refuse it, no device memory
+ * for a consumer that did not ask for PyBUF_DEVICE) is filled here without
+ * a call, so a getbuffer is a leaf function on that path; anything else
+ * goes to bufferext_producer_export_checked (a tail call). */
+static inline int
+bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
+                          const char *device, void *device_info)
+{
+#ifndef Py_GIL_DISABLED
+    bufferext_producer *p = (bufferext_producer *)op;
+
+    if (p->open && !BUFFEREXT_NEEDS_CHECK(&p->layout, flags) &&
+        (device == NULL || (flags & PyBUF_DEVICE))) {
+        Py_buffer_extended *ext = BufferExt_Extended(view, flags);
+        bufferext_fill_view(view, flags, &p->layout);
+        /* Our types are guarded (bufferext_add_type declares their
+         * flags): the flag proves the extended view (see export.h). */
+        if (ext != NULL) {
+            ext->flags |= PyBUF_DEVICE;
+            ext->device = device;
+            ext->device_info = device_info;
+        }
+        p->exports++;
+        view->obj = Py_NewRef(op);
+        return 0;
+    }
+#endif
+    return bufferext_producer_export_checked(op, view, flags, device,
+                                             device_info);
 }
 
 /* The dtype/shape part of tp_new: set p->kind, resolve `dtype` (NULL:
