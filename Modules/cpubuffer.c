@@ -268,8 +268,8 @@ cpubuffer_clear_cache(PyObject *cls, PyObject *unused)
 
 /* ---- the buffer protocol ---------------------------------------------- */
 
-static int
-cpubuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
+int
+bufferext_cpubuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
     /* CPU memory: answers a PyBUF_DEVICE request with device == NULL. */
     return bufferext_producer_export(op, view, flags, NULL, NULL);
@@ -614,7 +614,7 @@ static PyType_Slot cpubuffer_slots[] = {
     {Py_tp_methods, cpubuffer_methods},
     {Py_tp_getset, cpubuffer_getset},
     {Py_tp_members, bufferext_producer_members},
-    {Py_bf_getbuffer, cpubuffer_getbuffer},
+    {Py_bf_getbuffer, bufferext_cpubuffer_getbuffer},
     {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
     {Py_tp_doc,
      "CPUBuffer(shape, dtype='float64', *, readonly=False)\n--\n\n"

@@ -3,7 +3,7 @@
  * capsule holds one extended-buffer export of the exporter for its whole
  * life, so export counting (and refusing close() meanwhile) comes for free;
  * one allocation per capsule holds the managed tensor, shape and strides. */
-#include "parts.h"
+#include "producer.h"
 #include "dlpack_abi.h"
 
 typedef struct {
@@ -497,8 +497,49 @@ bufferext_dlpack_managed(PyObject *exporter)
     return holder == NULL ? NULL : &holder->versioned;
 }
 
-int
-bufferext_dlpack_fill(PyObject *exporter, void *out_dltensor)
+/* What describe() makes of an export of a CPUBuffer (`exporter`, whose
+ * type's getbuffer is CPUBuffer's), read from its layout without the
+ * export: acquiring and releasing one at once would change nothing that
+ * outlives this call, and describe() would only copy these fields.  0 with
+ * `out` filled, or 1 where describe() has more to say (a closed buffer, a
+ * dtype or strides DLPack cannot express, suboffsets): then the general
+ * path runs and raises.  With the GIL only (free-threaded builds take the
+ * general path, in the object's critical section). */
+static inline int
+fill_cpubuffer(PyObject *exporter, BxDLTensor *out)
+{
+#ifndef Py_GIL_DISABLED
+    const bufferext_producer *p = BufferExtProducer_CAST(exporter);
+    const bufferext_export_layout *layout = &p->layout;
+    uint32_t packed = layout->dl_dtype;
+
+    if (!p->open || packed == 0 || layout->suboffsets != NULL ||
+        (layout->ndim > 0 && layout->item_strides == NULL)) {
+        return 1;
+    }
+    out->data = layout->buf;
+    out->device.device_type = BX_kDLCPU;
+    out->device.device_id = 0;
+    out->ndim = layout->ndim;
+    out->dtype.code = (uint8_t)(packed & 0xFF);
+    out->dtype.bits = (uint8_t)(packed >> 8 & 0xFF);
+    out->dtype.lanes = (uint16_t)(packed >> 16);
+    /* Py_ssize_t is int64_t wherever bufferext is built (64-bit) */
+    out->shape = layout->ndim > 0 ? (int64_t *)layout->shape : NULL;
+    out->strides = layout->ndim > 0 ? layout->item_strides : NULL;
+    out->byte_offset = 0;
+    return 0;
+#else
+    (void)exporter;
+    (void)out;
+    return 1;
+#endif
+}
+
+/* The general path of bufferext_dlpack_fill: one export, described and
+ * released.  Out of line, so that the path above stays a leaf. */
+BUFFEREXT_INTERNAL_COLD int
+fill_exported(PyObject *exporter, BxDLTensor *out)
 {
     dlpack_options opts;
     Py_buffer_extended ext;
@@ -512,9 +553,23 @@ bufferext_dlpack_fill(PyObject *exporter, void *out_dltensor)
     }
     /* Non-owning: shape and strides stay valid while the exporter lives
      * unchanged (the DLPack contract: until control returns). */
-    rc = describe(exporter, &ext, &opts, (BxDLTensor *)out_dltensor);
+    rc = describe(exporter, &ext, &opts, out);
     BufferExt_Release(&ext);
     return rc;
+}
+
+int
+bufferext_dlpack_fill(void *py_object, BxDLTensor *out)
+{
+    PyObject *exporter = (PyObject *)py_object;
+    PyBufferProcs *procs = Py_TYPE(exporter)->tp_as_buffer;
+
+    if (procs != NULL &&
+        procs->bf_getbuffer == bufferext_cpubuffer_getbuffer &&
+        fill_cpubuffer(exporter, out) == 0) {
+        return 0;
+    }
+    return fill_exported(exporter, out);
 }
 
 PyObject *

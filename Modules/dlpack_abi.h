@@ -29,7 +29,7 @@ enum {                       /* DLDataTypeCode */
 typedef struct { int32_t device_type; int32_t device_id; } BxDLDevice;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } BxDLDataType;
 
-typedef struct {
+typedef struct BxDLTensor {
     void *data;
     BxDLDevice device;
     int32_t ndim;

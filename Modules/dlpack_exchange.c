@@ -43,12 +43,6 @@ from_py_object(void *py_object, BxDLManagedTensorVersioned **out)
     return *out == NULL ? -1 : 0;
 }
 
-static int
-fill_dltensor(void *py_object, BxDLTensor *out)
-{
-    return bufferext_dlpack_fill((PyObject *)py_object, out);
-}
-
 /* Steals `tensor`: a BufferAdapter owning it. */
 static int
 to_py_object(BxDLManagedTensorVersioned *tensor, void **out_py_object)
@@ -148,7 +142,7 @@ static BxDLPackExchangeAPI exchange_api = {
     allocate,
     from_py_object,
     to_py_object,
-    fill_dltensor,
+    bufferext_dlpack_fill,
     current_work_stream,
 };
 

@@ -154,6 +154,11 @@ void bufferext_c_strides(int ndim, const Py_ssize_t *shape,
  * `obj` is not an instance of one of our types. */
 void bufferext_own_register(PyTypeObject *type);
 getbufferproc bufferext_own_getbuffer(PyObject *obj);
+/* cpubuffer.c: CPUBuffer's getbuffer.  A type whose slot is this function
+ * is CPUBuffer or a subclass that keeps its export (before 3.12 every
+ * subclass): its objects are producers of CPU memory (producer.h), which
+ * dlpack.c describes without an export. */
+int bufferext_cpubuffer_getbuffer(PyObject *op, Py_buffer *view, int flags);
 
 /* export.c: __array__ of memory on a device: numpy swallows the BufferError
  * of the buffer protocol and would build a 0-d object array; this refuses
@@ -260,7 +265,10 @@ PyObject *bufferext_dlpack_device(PyObject *exporter);
  * before the legacy default stream), or a non-owning fill of `out` whose
  * shape and strides point into the exporter.  NULL / -1 with an exception. */
 struct BxDLManagedTensorVersioned *bufferext_dlpack_managed(PyObject *exporter);
-int bufferext_dlpack_fill(PyObject *exporter, void *out_dltensor);
+struct BxDLTensor;
+/* The exchange API's dltensor_from_py_object_no_sync itself (its table
+ * points here: no call in between). */
+int bufferext_dlpack_fill(void *py_object, struct BxDLTensor *out);
 int bufferext_init_dlpack_exchange(PyObject *module);   /* dlpack_exchange.c */
 /* Free a consumed managed tensor (`versioned` says which struct) with the
  * GIL held: one made by dlpack.c is released directly, so also while the
