@@ -106,6 +106,44 @@ def test_fill_of_a_closed_buffer_is_a_buffer_error() -> None:
         fill(buf)
 
 
+def described(t: DLTensor) -> tuple:
+    ndim = t.ndim
+    return (t.data, t.device.device_type, t.device.device_id, ndim,
+            t.dtype.code, t.dtype.bits, t.dtype.lanes,
+            [t.shape[i] for i in range(ndim)] if ndim else None,
+            [t.strides[i] for i in range(ndim)] if ndim else None,
+            t.byte_offset)
+
+
+class CPUBufferSubclass(bufferext.CPUBuffer):
+    pass
+
+
+@pytest.mark.parametrize("shape,dtype,readonly", [
+    ((), "float64", False), (0, "int8", False), ((3, 0, 2), "uint16", False),
+    ((2, 3, 4), "complex64", True), (7, "?", False), ((1, 1), "int64", True)])
+@pytest.mark.parametrize("cls", [bufferext.CPUBuffer, CPUBufferSubclass])
+def test_fill_of_a_cpubuffer_matches_the_export_path(
+        cls: type, shape: Any, dtype: str, readonly: bool) -> None:
+    # CPUBuffer's fill reads the layout without an export (a subclass with
+    # a generic slot, 3.12+, takes the export path): the owning tensor,
+    # made from an export, must describe the same memory the same way.
+    buf = cls(shape, dtype, readonly=readonly)
+    out = fill(buf)
+    assert buf.exports == 0
+    managed = P_MANAGED()
+    assert api_of(cls).managed_tensor_from_py_object_no_sync(
+        buf, ctypes.byref(managed)) == 0
+    try:
+        assert described(out) == described(managed.contents.dl_tensor)
+        assert out.ndim == len(np.shape(np.empty(shape)))
+        if out.ndim == 0:
+            assert not out.shape and not out.strides
+    finally:
+        managed.contents.deleter(managed)
+    assert buf.exports == 0
+
+
 def test_managed_tensor_holds_an_export_until_deleted() -> None:
     buf = bufferext.CPUBuffer((2, 2), "float64", readonly=True)
     out = P_MANAGED()
