@@ -202,6 +202,16 @@ typedef struct Py_buffer_extended {
 #  define BUFFEREXT_INTERNAL_COLD static inline
 #endif
 
+/* Declares the few functions whose hot path is small but whose inline
+ * size, counting the paths that leave it, exceeds what compilers inline
+ * on their own (gcc -O2 keeps BufferExt_GetBuffer out of line, which costs
+ * a call, a stack frame and register moves per export). */
+#if defined(__GNUC__) || defined(__clang__)
+#  define BUFFEREXT_INTERNAL_HOT static inline __attribute__((always_inline))
+#else
+#  define BUFFEREXT_INTERNAL_HOT static inline
+#endif
+
 /* ---- the accelerator --------------------------------------------------- */
 
 /* The declaration lookup, its per-type cache and the PEP 688 routing read
@@ -454,20 +464,47 @@ BufferExtInternal_RejectExport(PyObject *obj, Py_buffer_extended *view,
     return -1;
 }
 
-/* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
- * the extension, raises BufferError up front (without calling the exporter)
- * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
- * and raises BufferError (after releasing) if the exporter wrote extension
- * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
- * On success the caller must call BufferExt_Release(view) once; on failure
- * nothing is held and the extension fields are zero. */
-static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
-                                      int flags)
+/* Whether the extension fields an exporter left in `view` for a request of
+ * `flags` are as they must be: BufferExtInternal_ExtensionProblem(view,
+ * flags) == NULL, in fewer tests. */
+static inline int
+BufferExtInternal_ExtensionClean(const Py_buffer_extended *view, int flags)
+{
+    int written = view->flags;
+
+    if (written & ~(flags & BUFFEREXT_EXTENDED_FLAGS)) {
+        return 0;
+    }
+    if (written & PyBUF_DEVICE) {
+        return 1;
+    }
+    return view->ext_flags == 0 && view->device == NULL &&
+           view->device_info == NULL;
+}
+
+/* BufferExtInternal_RejectExport with the problem of an unclean `view`. */
+BUFFEREXT_INTERNAL_COLD int
+BufferExtInternal_RejectUnclean(PyObject *obj, Py_buffer_extended *view,
+                                int flags)
+{
+    return BufferExtInternal_RejectExport(
+        obj, view, BufferExtInternal_ExtensionProblem(view, flags));
+}
+
+/* The whole of BufferExt_GetBuffer (below).  Where the header inlines the
+ * common case (BUFFEREXT_ACCEL_FAST_GETBUFFER), this is the out-of-line
+ * rest: a request that case does not cover starts over here. */
+#ifdef BUFFEREXT_ACCEL_FAST_GETBUFFER
+BUFFEREXT_INTERNAL_COLD int
+#else
+static inline int
+#endif
+BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
+                            int flags)
 {
     int required = flags & PyBUF_REQUIRED_FLAGS, rc;
     /* the exporter's getbuffer, read once (NULL: not known here) */
     BufferExtAccel_GetBufferProc slot = BufferExtAccel_BufferSlot(obj);
-    const char *problem;
 #ifdef BUFFEREXT_INTERNAL_PEP688
     BufferExtAccel_GetBufferProc direct = NULL;
 #endif
@@ -506,11 +543,59 @@ static inline int BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view,
         BufferExtInternal_ClearExtension(view);
         return -1;
     }
-    problem = BufferExtInternal_ExtensionProblem(view, flags);
-    if (problem != NULL) {
-        return BufferExtInternal_RejectExport(obj, view, problem);
+    if (!BufferExtInternal_ExtensionClean(view, flags)) {
+        return BufferExtInternal_RejectUnclean(obj, view, flags);
     }
     return 0;
+}
+
+/* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
+ * the extension, raises BufferError up front (without calling the exporter)
+ * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
+ * and raises BufferError (after releasing) if the exporter wrote extension
+ * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
+ * On success the caller must call BufferExt_Release(view) once; on failure
+ * nothing is held and the extension fields are zero. */
+BUFFEREXT_INTERNAL_HOT int
+BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
+{
+#ifdef BUFFEREXT_ACCEL_FAST_GETBUFFER
+    /* The common case, inline: an exporter whose type is in the cache and
+     * supports the request, its getbuffer called directly; anything else
+     * (an error to raise, a cache miss, PEP 688 routing, no getbuffer)
+     * goes to the whole function. */
+    BufferExtAccel_GetBufferProc slot = BufferExtAccel_BufferSlot(obj);
+    BufferExtAccel_TypeInfo info;
+    int general = slot == NULL;
+
+    if (flags & (PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE)) {
+        general = general ||
+                  !BufferExtAccel_InfoCached(Py_TYPE(obj), &info) ||
+                  (flags & PyBUF_REQUIRED_FLAGS & ~info.mask)
+#  ifdef BUFFEREXT_INTERNAL_PEP688
+                  || ((flags & PyBUF_DEVICE) && info.device_getbuffer != slot)
+#  endif
+            ;
+    }
+#  if PY_VERSION_HEX >= 0x030C0000
+    else {
+        general = general || flags == PyBUF_READ || flags == PyBUF_WRITE;
+    }
+#  endif
+    if (!general) {
+        BufferExtInternal_ClearExtension(view);
+        if (slot(obj, &view->view, flags) < 0) {
+            /* an exporter may have written the extension before failing */
+            BufferExtInternal_ClearExtension(view);
+            return -1;
+        }
+        if (BufferExtInternal_ExtensionClean(view, flags)) {
+            return 0;
+        }
+        return BufferExtInternal_RejectUnclean(obj, view, flags);
+    }
+#endif
+    return BufferExtInternal_GetBuffer(obj, view, flags);
 }
 
 /* BufferExt_Release: PyBuffer_Release plus clearing the extension.  Safe to

@@ -188,6 +188,15 @@ static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
 #  endif
 #endif
 
+/* BUFFEREXT_ACCEL_FAST_GETBUFFER: BufferExt_GetBuffer inlines only the
+ * common case (the slot called directly, the type's entry in the cache,
+ * every request flag supported) and leaves the rest to an out-of-line copy
+ * of the whole function; where the slot is not called directly it is that
+ * whole function, inline. */
+#if BUFFEREXT_ACCEL_INLINE_DISPATCH && defined(BUFFEREXT_ACCEL_HAVE_CACHE)
+#  define BUFFEREXT_ACCEL_FAST_GETBUFFER 1
+#endif
+
 /* PyObject_GetBuffer(obj, view, flags), given `slot` =
  * BufferExtAccel_BufferSlot(obj).  3.13+ also refuses the bare values
  * PyBUF_READ and PyBUF_WRITE: from 3.12 on (in case a 3.12 release has
@@ -524,19 +533,32 @@ BufferExtAccel_InfoMiss(PyTypeObject *type)
 }
 #endif
 
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
+/* What the cache holds of `type`: 1 with *info filled (a hit), or 0. */
+static inline int
+BufferExtAccel_InfoCached(PyTypeObject *type, BufferExtAccel_TypeInfo *info)
+{
+    unsigned int tag = BufferExtAccel_TypeTag(type);
+
+    if (tag != 0 && BufferExtAccel_CacheOwner() &&
+        BufferExtAccel_CacheLoad(
+            &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE], type,
+            tag, info)) {
+        BUFFEREXT_ACCEL_COUNT(0);
+        return 1;
+    }
+    return 0;
+}
+#endif
+
 /* What the header knows of `type`, through the cache.  Never raises. */
 static inline BufferExtAccel_TypeInfo
 BufferExtAccel_Info(PyTypeObject *type)
 {
 #ifdef BUFFEREXT_ACCEL_HAVE_CACHE
-    unsigned int tag = BufferExtAccel_TypeTag(type);
     BufferExtAccel_TypeInfo info;
 
-    if (tag != 0 && BufferExtAccel_CacheOwner() &&
-        BufferExtAccel_CacheLoad(
-            &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE], type,
-            tag, &info)) {
-        BUFFEREXT_ACCEL_COUNT(0);
+    if (BufferExtAccel_InfoCached(type, &info)) {
         return info;
     }
     return BufferExtAccel_InfoMiss(type);
