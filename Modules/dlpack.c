@@ -55,7 +55,12 @@ holder_free(dlpack_holder *holder)
 static int
 acquire(PyObject *exporter, Py_buffer_extended *ext)
 {
-    getbufferproc getbuffer = bufferext_own_getbuffer(exporter);
+    PyBufferProcs *procs = Py_TYPE(exporter)->tp_as_buffer;
+    /* a CPUBuffer's slot is its own getbuffer: no search */
+    getbufferproc getbuffer =
+        procs != NULL && procs->bf_getbuffer == bufferext_cpubuffer_getbuffer
+            ? bufferext_cpubuffer_getbuffer
+            : bufferext_own_getbuffer(exporter);
 
     BufferExtInternal_ClearExtension(ext);
     if (getbuffer == NULL) {
@@ -442,14 +447,19 @@ make_holder(PyObject *exporter, const dlpack_options *opts)
         holder->ext = ext;
         holder->held = 1;
     }
-    holder->versioned.version = opts->version;
-    holder->versioned.manager_ctx = holder;
-    holder->versioned.deleter = deleter_versioned;
-    holder->versioned.flags = flags;
-    holder->versioned.dl_tensor = tensor;
-    holder->legacy.dl_tensor = tensor;
-    holder->legacy.manager_ctx = holder;
-    holder->legacy.deleter = deleter_legacy;
+    /* only the struct the capsule will hold */
+    if (opts->versioned) {
+        holder->versioned.version = opts->version;
+        holder->versioned.manager_ctx = holder;
+        holder->versioned.deleter = deleter_versioned;
+        holder->versioned.flags = flags;
+        holder->versioned.dl_tensor = tensor;
+    }
+    else {
+        holder->legacy.dl_tensor = tensor;
+        holder->legacy.manager_ctx = holder;
+        holder->legacy.deleter = deleter_legacy;
+    }
     return holder;
 }
 
