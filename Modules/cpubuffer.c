@@ -392,8 +392,22 @@ cpubuffer_reduce_ex(PyObject *op, PyObject *protocol_arg)
     }
     /* Both export this buffer: the PickleBuffer keeps its export (and so
      * the memory) until the pickler is done with it. */
-    data = protocol >= 5 ? PyPickleBuffer_FromObject(op)
-                         : PyBytes_FromObject(op);
+    if (protocol < 5) {
+        data = PyBytes_FromObject(op);
+    }
+    else if (Py_TYPE(op)->tp_as_buffer->bf_getbuffer ==
+             bufferext_cpubuffer_getbuffer) {
+        data = PyPickleBuffer_FromObject(op);
+    }
+    else {
+        /* A Python subclass on 3.12+ exports through __buffer__, and the
+         * view's obj is then CPython's _buffer_wrapper, which
+         * PickleBuffer.raw() (and so the 3.14 pickler) cannot export
+         * again: hold the export in a memoryview, which can. */
+        PyObject *mv = PyMemoryView_FromObject(op);
+        data = mv == NULL ? NULL : PyPickleBuffer_FromObject(mv);
+        Py_XDECREF(mv);
+    }
     if (data == NULL ||
         (shape = bufferext_producer_get_shape(op, NULL)) == NULL ||
         (rebuild = PyObject_GetAttrString((PyObject *)Py_TYPE(op),

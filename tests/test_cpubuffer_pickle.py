@@ -112,8 +112,21 @@ def test_subclass_round_trips_as_itself() -> None:
     try:
         buf = Sub(3, "i4")
         np.asarray(buf)[:] = [7, 8, 9]
-        back = pickle.loads(pickle.dumps(buf, protocol=5))
+        for protocol in PROTOCOLS:
+            back = pickle.loads(pickle.dumps(buf, protocol=protocol))
+            assert type(back) is Sub and np.asarray(back).tolist() == [7, 8, 9]
+        # out of band: on 3.12+ a Python subclass exports through
+        # __buffer__ (CPython's _buffer_wrapper), which PickleBuffer.raw()
+        # cannot export again; the memory must still travel zero-copy
+        buffers: List[pickle.PickleBuffer] = []
+        data = pickle.dumps(buf, protocol=5, buffer_callback=buffers.append)
+        raw = buffers[0].raw()
+        assert address_of(raw) == buf.ptr and raw.nbytes == buf.nbytes
+        back = pickle.loads(data, buffers=buffers)
         assert type(back) is Sub and np.asarray(back).tolist() == [7, 8, 9]
+        raw.release()
+        del buffers
+        assert buf.exports == 0
         assert type(copy.copy(buf)) is Sub
     finally:
         del globals()["Sub"]
