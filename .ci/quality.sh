@@ -69,6 +69,8 @@ need_apt() {   # install Debian packages that are missing
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# The venvs build without isolation: they need what pyproject.toml's
+# build-system requires (setuptools>=77 reads the SPDX license string).
 make_venv() {   # make_venv DIR PYTHON PACKAGES...
     local dir=$1 python=$2
     shift 2
@@ -109,7 +111,7 @@ san_env() {   # the environment every sanitized process runs with
 
 setup_asan() {
     local venv=$VENVS/asan so libs
-    make_venv "$venv" python3 numpy pytest hypothesis setuptools wheel atheris
+    make_venv "$venv" python3 numpy pytest hypothesis "setuptools>=77" wheel atheris
     install_pkg "$venv" CC=gcc CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS"
     so=$(ls "$venv"/lib/python3*/site-packages/bufferext/_bufferext*.so)
     # (ldd's output first: `ldd | grep -q` under pipefail fails whenever
@@ -156,7 +158,7 @@ do_fuzz() {
     local venv=$VENVS/fuzz tests=$WORK/tests-fuzz seconds=$FUZZ_SECONDS
     local corpus=$VENVS/fuzz-corpus name
     (( LONG )) && seconds=$FUZZ_LONG_SECONDS
-    make_venv "$venv" python3 numpy setuptools wheel atheris
+    make_venv "$venv" python3 numpy "setuptools>=77" wheel atheris
     install_pkg "$venv"
     [[ -x $VENVS/asan/bin/python ]] || setup_asan
     snapshot "$tests"
@@ -190,7 +192,7 @@ do_valgrind() {
     need_apt valgrind
     python=$(pyenv_python 12)
     [[ -n $python ]] || { echo "no CPython 3.12 found under pyenv"; return 1; }
-    make_venv "$venv" "$python" numpy pytest hypothesis setuptools wheel
+    make_venv "$venv" "$python" numpy pytest hypothesis "setuptools>=77" wheel
     install_pkg "$venv"
     snapshot "$tests"
     rm -rf "$tests/Lib"
@@ -217,7 +219,7 @@ do_valgrind() {
 do_refleak() {
     local venv=$VENVS/debug tests=$WORK/tests-refleak
     need_apt python3.11-dbg python3.11-venv
-    make_venv "$venv" python3.11-dbg numpy pytest setuptools wheel
+    make_venv "$venv" python3.11-dbg numpy pytest "setuptools>=77" wheel
     "$venv/bin/python" -c 'import sys; assert hasattr(sys, "gettotalrefcount")'
     install_pkg "$venv"
     snapshot "$tests"
