@@ -121,8 +121,9 @@ echo "wheel: $(basename "$whl")"
 "$v/bin/python" -m pip install -q "$whl[test]" "mypy>=1.18"
 
 echo "-- $minor: the test suite, from the installed wheel"
-mkdir -p "$tests"
+mkdir -p "$tests/docs"
 cp -a /ci/src/tests /ci/src/pyproject.toml "$tests/"
+cp -a /ci/src/docs/examples "$tests/docs/"     # recipes some tests build
 ( cd "$tests" && BUFFEREXT_CI_REPORT=/ci/report-$minor.jsonl \
     PYTHONPATH=/ci/dotci/pytest_plugin \
     "$v/bin/python" -m pytest -q -p no:cacheprovider -p bufferext_ci_guard tests )
