@@ -8,12 +8,16 @@
   outside the source tree, so it imports the installed package.
 * ``mpiexec()``: the mpiexec next to the interpreter, else on PATH (skips
   the test when there is none).
+* ``editable_source()``: the source folder of an editable install
+  (``pip install -e``) of bufferext, else None.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +29,24 @@ import pytest
 import bufferext
 
 F = bufferext.BufferFlags
+
+# ---- how the package is installed ---------------------------------------------
+
+def editable_source() -> Optional[str]:
+    """The folder an editable install (PEP 660, ``pip install -e``) of
+    bufferext points at, from its ``direct_url.json`` (PEP 610); None for a
+    normal install."""
+    try:
+        text = importlib.metadata.distribution("bufferext").read_text(
+            "direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    info = json.loads(text) if text else {}
+    url = info.get("url", "")
+    if not info.get("dir_info", {}).get("editable") or not url.startswith("file://"):
+        return None
+    return os.path.realpath(url[len("file://"):])
+
 
 # ---- a fresh interpreter on the installed package ---------------------------
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import bufferext
-from _helpers import run_installed
+from _helpers import editable_source, run_installed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.path.dirname(HERE)
@@ -35,8 +35,14 @@ def devices_with(**env: str):
 
 def test_tests_run_against_the_installed_package():
     package_dir = os.path.dirname(os.path.abspath(bufferext.__file__))
-    assert not package_dir.startswith(os.path.join(SOURCE_ROOT, "Lib")), (
-        "bufferext was imported from the source tree; pip install . first")
+    if editable_source() is not None:
+        # pip install -e: the source tree is the package, by design, and
+        # the install must point at this very tree
+        assert editable_source() == os.path.realpath(SOURCE_ROOT)
+        assert package_dir == os.path.join(SOURCE_ROOT, "Lib", "bufferext")
+    else:
+        assert not package_dir.startswith(os.path.join(SOURCE_ROOT, "Lib")), (
+            "bufferext was imported from the source tree; pip install . first")
     assert os.path.basename(bufferext._bufferext.__file__).startswith(
         "_bufferext")
 
