@@ -121,9 +121,9 @@ echo "wheel: $(basename "$whl")"
 "$v/bin/python" -m pip install -q "$whl[test]" "mypy>=1.18"
 
 echo "-- $minor: the test suite, from the installed wheel"
-mkdir -p "$tests/docs"
-cp -a /ci/src/tests /ci/src/pyproject.toml "$tests/"
-cp -a /ci/src/docs/examples "$tests/docs/"     # recipes some tests build
+mkdir -p "$tests"
+# the docs too: tests check the conformance table and build the recipes
+cp -a /ci/src/tests /ci/src/docs /ci/src/pyproject.toml "$tests/"
 ( cd "$tests" && BUFFEREXT_CI_REPORT=/ci/report-$minor.jsonl \
     PYTHONPATH=/ci/dotci/pytest_plugin \
     "$v/bin/python" -m pytest -q -p no:cacheprovider -p bufferext_ci_guard tests )
