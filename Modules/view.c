@@ -39,11 +39,9 @@ static int view_free, view_open;
 static BufferViewObject *
 view_alloc(PyTypeObject *type)
 {
-    BufferViewObject *self;
-
 #if BUFFEREXT_FREELIST > 0
     if (view_free > 0) {
-        self = view_freelist[--view_free];
+        BufferViewObject *self = view_freelist[--view_free];
         (void)PyObject_Init((PyObject *)self, type);
         /* what tp_alloc's zeroing gives and get_buffer does not set (a
          * memset of the whole object costs more than the rest of it) */
