@@ -195,9 +195,12 @@ adapter_from_tensor(AdapterObject *self, const BxDLTensor *t, int readonly)
         for (i = t->ndim - 1; i >= 0; i--) {
             Py_ssize_t n = l->shape[i] ? l->shape[i] : 1;
             l->strides[i] = stride;
+            if (i == 0) {
+                break;              /* shape[0] makes no stride */
+            }
             /* a zero-size dimension elsewhere keeps the total size 0, so
              * the strides must be checked on their own */
-            if (i > 0 && stride > PY_SSIZE_T_MAX / n) {
+            if (stride > PY_SSIZE_T_MAX / n) {
                 PyErr_Format(PyExc_BufferError, "dlpack: the C-contiguous "
                              "strides of shape[%d:] overflow", i);
                 return -1;
