@@ -30,8 +30,7 @@ typedef struct {
 
 #if BUFFEREXT_FREELIST > 0
 /* Memory of dead bound methods, for the next; open while the module is. */
-static BoundObject *bound_freelist[BUFFEREXT_FREELIST];
-static int bound_free, bound_open;
+static bufferext_freelist bound_freelist;
 #endif
 
 /* ---- the bound method --------------------------------------------------- */
@@ -95,8 +94,8 @@ bound_new(FastMethodObject *descr, PyObject *self)
     BoundObject *b;
 
 #if BUFFEREXT_FREELIST > 0
-    if (bound_free > 0) {
-        b = bound_freelist[--bound_free];
+    b = bufferext_freelist_pop(&bound_freelist);
+    if (b != NULL) {
         (void)PyObject_Init((PyObject *)b, descr->bound_type);
     }
     else
@@ -124,8 +123,7 @@ bound_dealloc(PyObject *op)
     Py_CLEAR(b->descr);
     Py_CLEAR(b->self);
 #if BUFFEREXT_FREELIST > 0
-    if (bound_open && bound_free < BUFFEREXT_FREELIST) {
-        bound_freelist[bound_free++] = b;
+    if (bufferext_freelist_push(&bound_freelist, b)) {
         Py_DECREF(type);
         return;
     }
@@ -347,7 +345,7 @@ bufferext_fastmethods(PyObject *module, PyTypeObject *type,
         bufferext_disallow_instantiation(st->FastMethod_Type);
         bufferext_disallow_instantiation(st->FastBound_Type);
 #if BUFFEREXT_FREELIST > 0
-        bound_open = 1;
+        bound_freelist.open = 1;
 #endif
     }
     for (; *names != NULL; names++) {
@@ -384,9 +382,6 @@ void
 bufferext_fastmethods_clear(void)
 {
 #if BUFFEREXT_FREELIST > 0
-    bound_open = 0;
-    while (bound_free > 0) {
-        PyObject_GC_Del(bound_freelist[--bound_free]);
-    }
+    bufferext_freelist_close(&bound_freelist);
 #endif
 }

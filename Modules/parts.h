@@ -73,6 +73,44 @@ void bufferext_view_freelist_clear(void);
 #  define BUFFEREXT_FREELIST 16
 #endif
 
+#if BUFFEREXT_FREELIST > 0
+/* The memory of dead GC objects of one type, kept for the next; open from
+ * module init until the module is cleared. */
+typedef struct {
+    void *items[BUFFEREXT_FREELIST];
+    int count, open;
+} bufferext_freelist;
+
+/* Memory for a new object, or NULL (then allocate). */
+static inline void *
+bufferext_freelist_pop(bufferext_freelist *f)
+{
+    return f->count > 0 ? f->items[--f->count] : NULL;
+}
+
+/* Keep the memory of a dead, untracked object: 1, or 0 when the list is
+ * full or closed (the caller frees it then). */
+static inline int
+bufferext_freelist_push(bufferext_freelist *f, void *op)
+{
+    if (!f->open || f->count == BUFFEREXT_FREELIST) {
+        return 0;
+    }
+    f->items[f->count++] = op;
+    return 1;
+}
+
+/* Close the list and free what it keeps. */
+static inline void
+bufferext_freelist_close(bufferext_freelist *f)
+{
+    f->open = 0;
+    while (f->count > 0) {
+        PyObject_GC_Del(f->items[--f->count]);
+    }
+}
+#endif
+
 /* Without the GIL (a build with Py_GIL_DISABLED, docs/platforms.rst).  With
  * the GIL all of these are nothing and the code is as it always was.
  * - BUFFEREXT_LOCKED_BEGIN(op) ... BUFFEREXT_LOCKED_END(): the object's

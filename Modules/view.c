@@ -30,8 +30,7 @@ typedef struct {
 #if BUFFEREXT_FREELIST > 0
 /* Memory of dead views, for the next get_buffer(); open while the module
  * is (see parts.h). */
-static BufferViewObject *view_freelist[BUFFEREXT_FREELIST];
-static int view_free, view_open;
+static bufferext_freelist view_freelist;
 #endif
 
 /* A new GC-tracked BufferView, from the freelist when it has one; the
@@ -40,8 +39,8 @@ static BufferViewObject *
 view_alloc(PyTypeObject *type)
 {
 #if BUFFEREXT_FREELIST > 0
-    if (view_free > 0) {
-        BufferViewObject *self = view_freelist[--view_free];
+    BufferViewObject *self = bufferext_freelist_pop(&view_freelist);
+    if (self != NULL) {
         (void)PyObject_Init((PyObject *)self, type);
         /* what tp_alloc's zeroing gives and get_buffer does not set (a
          * memset of the whole object costs more than the rest of it) */
@@ -63,10 +62,7 @@ void
 bufferext_view_freelist_clear(void)
 {
 #if BUFFEREXT_FREELIST > 0
-    view_open = 0;
-    while (view_free > 0) {
-        PyObject_GC_Del(view_freelist[--view_free]);
-    }
+    bufferext_freelist_close(&view_freelist);
 #endif
 }
 
@@ -253,8 +249,7 @@ view_dealloc(PyObject *op)
     }
     view_release_held(self);
 #if BUFFEREXT_FREELIST > 0
-    if (view_open && view_free < BUFFEREXT_FREELIST) {
-        view_freelist[view_free++] = self;
+    if (bufferext_freelist_push(&view_freelist, self)) {
         Py_DECREF(type);
         return;
     }
@@ -995,7 +990,7 @@ bufferext_init_view(PyObject *module)
         return -1;
     }
 #if BUFFEREXT_FREELIST > 0
-    view_open = 1;
+    view_freelist.open = 1;
 #endif
     st->CUDADeviceInfo_Type = PyStructSequence_NewType(&cuda_desc);
     st->VEDeviceInfo_Type = PyStructSequence_NewType(&ve_desc);
