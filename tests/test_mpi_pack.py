@@ -7,6 +7,7 @@ limit, and ``redistribute(out=...)``.  The MPI tests run under ``mpiexec
 from __future__ import annotations
 
 import itertools
+import time
 from typing import List
 
 import numpy as np
@@ -96,20 +97,53 @@ def test_ranks_choosing_different_paths(dtype: type) -> None:
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
-def test_auto_chooses_by_contiguity() -> None:
+def test_auto_needs_no_timing_where_one_path_is_possible() -> None:
     g = np.zeros((8 * SIZE, 6))
     d = DistArray.from_global(g, dist="bn", comm=COMM)
     assert d._mpi.options.strategy == "auto"
-    d.redistribute(dist="cn")                 # strided rows: packed
-    d.redistribute(dist="bn", split="ceil")   # whole row blocks: datatypes
+    d.redistribute(dist="cn")                 # strided rows: timed
+    d.redistribute(dist="bn", split="ceil")   # whole row blocks: nothing to pack
     plans = {k[1]: p for k, p in d._mpi.plans.items() if k[0] == "redistribute"}
-    assert plans["'cn'"].strategy(8) == "pack"
-    assert plans["'bn'"].strategy(8) == "datatype"
+    assert plans["'cn'"].strategy(8) == "auto"
+    assert plans["'bn'"].strategy(8) == "pack"
+    assert plans["'bn'"].tuner.calls == 0
     use(d, count_limit=4)                     # counts no longer fit
     d.redistribute(dist="cn")
     plans = {k[1]: p for k, p in d._mpi.plans.items()
              if k[0] == "redistribute" and k[-1].count_limit == 4}
     assert plans["'cn'"].strategy(8) == "datatype"
+
+
+@pytest.mark.parametrize("slow", ["pack", "datatype"])
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+def test_auto_keeps_the_path_it_timed_faster(slow: str) -> None:
+    from bufferext.distarray import _redistribute
+
+    g = np.arange(8 * SIZE * 6, dtype=np.float64).reshape(8 * SIZE, 6)
+    d = DistArray.from_global(g, dist="bn", comm=COMM)
+    ref = DistArray.from_global(g, dist="cn", comm=COMM).local
+    e = d.redistribute(dist="cn")
+    plan = [p for k, p in d._mpi.plans.items() if k[0] == "redistribute"][0]
+    run, ways = plan._run_host, []
+
+    def timed(path: str, *args: object) -> None:
+        ways.append(path)
+        if path == slow:
+            time.sleep(0.02)
+        run(path, *args)
+
+    plan._run_host = timed
+    calls = len(_redistribute.HOST_PATHS) * (_redistribute.TRIALS + 1)
+    for k in range(calls + 2):
+        e.local[...] = -1
+        d.redistribute(dist="cn", out=e)
+        assert np.array_equal(e.local, ref), f"call {k} ({ways[-1]})"
+    fast = "datatype" if slow == "pack" else "pack"
+    paths = _redistribute.HOST_PATHS           # the first call ran paths[0]
+    assert ways[:calls - 1] == [paths[k % 2] for k in range(1, calls)]
+    assert plan.strategy(8) == fast
+    assert ways[calls - 1:] == [fast] * 3
 
 
 @pytest.mark.mpi(min_size=2)

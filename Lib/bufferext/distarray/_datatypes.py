@@ -16,7 +16,7 @@ from ._comm import mpi
 from ._layout import Sel
 
 __all__ = ["COUNT_LIMIT", "base_type", "contiguous", "count", "datatype",
-           "fast_index", "index", "runs", "slice_of"]
+           "fast_index", "first", "index", "runs", "slice_of"]
 
 #: Largest count one MPI call or datatype constructor argument may carry.
 COUNT_LIMIT = 2**31 - 1
@@ -30,6 +30,15 @@ def count(sels: Optional[Sequence[Sel]]) -> int:
     for s in sels:
         n *= s[1] if isinstance(s, tuple) else len(s)
     return n
+
+
+def first(sels: Sequence[Sel], shape: Sequence[int]) -> int:
+    """The flat position, in a C-contiguous buffer of ``shape``, of the
+    first element of the (non-empty) selection."""
+    pos = 0
+    for s, n in zip(sels, shape):
+        pos = pos * int(n) + int(s[0])
+    return pos
 
 
 def runs(sel: Sel, limit: int = COUNT_LIMIT) -> Tuple[np.ndarray, np.ndarray]:
@@ -88,6 +97,22 @@ def base_type(dtype: np.dtype) -> Tuple[Any, bool]:
     return mpi().BYTE.Create_contiguous(dtype.itemsize), True
 
 
+def _runs_type(t: Any, starts: np.ndarray, lengths: np.ndarray, limit: int,
+               free: List[Any]) -> Any:
+    """``t`` (extent: one slot) taken in runs of slots: equal runs at a
+    constant step are a vector (at the first run's offset), others
+    ``hindexed``.  (MPICH reads such vectors straight from the sender's
+    memory, and packs an ``hindexed`` of many blocks first, 2-4x slower.)"""
+    slot = t.extent
+    step = int(starts[1] - starts[0]) if starts.size > 1 else 0
+    if (1 < starts.size <= limit and step <= limit and np.all(lengths == lengths[0])
+            and np.all(np.diff(starts) == step)):
+        t = t.Create_vector(starts.size, int(lengths[0]), step)
+        free.append(t)
+        starts, lengths = starts[:1], np.ones(1, np.int64)
+    return _hindexed(t, lengths, starts * slot, limit, free)
+
+
 def datatype(sels: Sequence[Sel], shape: Sequence[int], dtype: np.dtype,
              limit: int = COUNT_LIMIT) -> Any:
     """A committed datatype selecting the product of ``sels`` (one selection
@@ -106,7 +131,7 @@ def datatype(sels: Sequence[Sel], shape: Sequence[int], dtype: np.dtype,
             t = t.Create_resized(0, strides[d])
             free.append(t)
         starts, lengths = runs(sels[d], limit)
-        t = _hindexed(t, lengths, starts * strides[d], groups, free)
+        t = _runs_type(t, starts, lengths, groups, free)
     t = t.Dup()
     t.Commit()
     for f in free:

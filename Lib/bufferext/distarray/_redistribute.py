@@ -4,14 +4,16 @@ holds everything".
 
 Each is one ``Alltoallw``: per peer, the product over dimensions of the
 source's owned set and the target's held set (``_layout.intersect``).  Host
-buffers are packed with numpy where that is faster, or selected in place
-by derived datatypes (``Options.strategy``); the own piece is a numpy copy
-overlapped with the exchange.  Buffers enter MPI through ``_buffers``.
+buffers are packed with numpy or selected in place by derived datatypes,
+whichever a plan's first calls timed faster (``Options.strategy``); the own
+piece is a numpy copy overlapped with the exchange.  Buffers enter MPI
+through ``_buffers``.
 """
 
 from __future__ import annotations
 
 import operator
+import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -19,7 +21,7 @@ import numpy as np
 from ._buffers import Acquisitions, new_buffer, producer_class
 from ._collective import same_dim
 from ._comm import agree, any_rank, cuda_aware, mpi, rank, size
-from ._datatypes import base_type, contiguous, count, datatype, fast_index
+from ._datatypes import base_type, contiguous, count, datatype, fast_index, first
 from ._layout import Layout, Sel, intersect, root_layout, spec_layout
 from ._maps import DimMap
 from ._spec import DistSpec
@@ -29,6 +31,15 @@ if TYPE_CHECKING:
     from ._array import DistArray
 
 __all__ = ["Plan", "allgather", "gather", "redistribute", "scatter"]
+
+
+#: Staging pieces start at the same address modulo a page as the elements
+#: they are copied from or to (4 KiB: the stride at which x86 cores confuse
+#: a load with an earlier store to another address, "4K aliasing").  A
+#: copy whose target lies a little ahead of its source in that sense ran
+#: 2.5-3x slower (2 MiB pieces, an AMD EPYC, numpy), longer than the
+#: exchange itself.
+PAGE = 4096
 
 
 class Side:
@@ -48,9 +59,15 @@ class Side:
         self.direct = all(r is not None for c, r in zip(self.counts, runs) if c)
         if self.direct:             # displacements into the buffer itself
             self.displs = [r[0] if r is not None else 0 for r in runs]
-        else:                       # displacements into the staging array
-            self.displs = np.concatenate(([0], np.cumsum(self.counts)[:-1])).tolist()
-        self.total = int(sum(self.counts))
+        else:                       # into the staging array, each large piece
+            self.displs = []        # congruent to its first element (PAGE)
+            end = 0
+            for c, s in zip(self.counts, sels):
+                if c >= PAGE and s is not None:
+                    end += (first(s, shape) - end) % PAGE
+                self.displs.append(end)
+                end += c
+        self.total = max([d + c for d, c in zip(self.displs, self.counts)] + [0])
         self.staging: Optional[np.ndarray] = None
 
     def fits(self, itemsize: int, limit: int) -> bool:
@@ -58,10 +75,51 @@ class Side:
         return max(self.counts + [(d + c) * itemsize for d, c in
                                   zip(self.displs, self.counts)]) <= limit
 
-    def stage(self, dtype: np.dtype) -> np.ndarray:
-        if self.staging is None or self.staging.dtype != dtype:
-            self.staging = np.empty(self.total, dtype)
-        return self.staging
+    def stage(self, like: np.ndarray) -> np.ndarray:
+        """The staging array for copies from or to ``like``: its start
+        congruent to ``like``'s modulo PAGE (kept between calls)."""
+        size = self.total * like.itemsize
+        if self.staging is None or self.staging.size < size + PAGE:
+            self.staging = np.empty(size + PAGE, np.uint8)
+        skip = (like.ctypes.data - self.staging.ctypes.data) % PAGE
+        return self.staging[skip:skip + size].view(like.dtype)
+
+
+#: Timed calls of each host path before ``"auto"`` settles; one more call
+#: of each comes first, untimed (it builds the datatypes or touches the
+#: staging).
+TRIALS = 2
+HOST_PATHS = ("pack", "datatype")
+
+
+class Tuner:
+    """``Options.strategy="auto"`` where staging is needed: the plan's first
+    calls alternate the two host paths, timed, then the rank keeps the
+    faster.  How fast MPI moves a derived datatype depends on the library,
+    its version and the host (MPICH reads some straight from the sender's
+    memory in one copy, and packs others several times slower than numpy
+    copies them), so the choice is measured, not guessed.  Each rank
+    chooses alone, with no collective call that a rank on another path
+    would miss: the paths' type signatures match.  (A rank's time is that
+    of the whole exchange, so the ranks mostly choose alike.)"""
+
+    __slots__ = ("calls", "best", "choice")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.best = [float("inf")] * len(HOST_PATHS)
+        self.choice: Optional[str] = None
+
+    def next(self) -> str:
+        return HOST_PATHS[self.calls % len(HOST_PATHS)]
+
+    def record(self, path: str, seconds: float) -> None:
+        self.calls += 1
+        if self.calls > len(HOST_PATHS):            # past the untimed calls
+            k = HOST_PATHS.index(path)
+            self.best[k] = min(self.best[k], seconds)
+        if self.calls == len(HOST_PATHS) * (TRIALS + 1):
+            self.choice = HOST_PATHS[self.best.index(min(self.best))]
 
 
 class Plan:
@@ -113,13 +171,20 @@ class Plan:
         #: What ``redistribute`` keeps with a cached plan: the target layout
         #: and this rank's maps in it.
         self.target: Optional[Tuple[Layout, List[DimMap]]] = None
+        self.tuner = Tuner()
 
     def free(self) -> None:
+        self._free_types()
+        self._free_packing()
+
+    def _free_types(self) -> None:
         if self.types is not None:
             for t in self.types[0] + self.types[1]:
                 if t is not None:
                     t.Free()
             self.types = self.typed = None
+
+    def _free_packing(self) -> None:
         if self.packing is not None:
             if self.packing[2]:
                 self.packing[1].Free()
@@ -132,18 +197,19 @@ class Plan:
         return self.packed
 
     def strategy(self, itemsize: int) -> str:
-        """``"pack"`` or ``"datatype"``: the path host buffers take.  Both
-        are one ``Alltoallw`` with matching type signatures (n base elements
-        or one derived type of n), so each rank may choose alone."""
+        """The path host buffers take: ``"pack"``, ``"datatype"``, or
+        ``"auto"`` while the tuner times both.  Both are one ``Alltoallw``
+        with matching type signatures (n base elements or one derived type
+        of n), so each rank may choose alone."""
         strategy, limit = self.options
         if strategy == "datatype":
             return "datatype"
         snd, rcv = self._sides()
         if not (snd.fits(itemsize, limit) and rcv.fits(itemsize, limit)):
             return "datatype"
-        if strategy == "pack":
-            return "pack"
-        return "datatype" if snd.direct and rcv.direct else "pack"
+        if strategy == "pack" or (snd.direct and rcv.direct):
+            return "pack"               # (nothing to pack: plain counts)
+        return self.tuner.choice or "auto"
 
     def run(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
         """Move the data: ``src`` and ``tgt`` are host arrays (or device
@@ -153,8 +219,21 @@ class Plan:
             if self.own is not None:
                 tgt[self.own[1]] = src[self.own[0]]
             return
-        if isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray) \
-                and self.strategy(dtype.itemsize) == "pack":
+        if not (isinstance(src, np.ndarray) and isinstance(tgt, np.ndarray)):
+            self._run_types(comm, src, tgt, dtype)
+            return
+        path = self.strategy(dtype.itemsize)
+        if path != "auto":
+            self._run_host(path, comm, src, tgt, dtype)
+            return
+        path = self.tuner.next()
+        start = time.perf_counter()
+        self._run_host(path, comm, src, tgt, dtype)
+        self.tuner.record(path, time.perf_counter() - start)
+
+    def _run_host(self, path: str, comm: Any, src: np.ndarray, tgt: np.ndarray,
+                  dtype: np.dtype) -> None:
+        if path == "pack":
             self._run_packed(comm, src, tgt, dtype)
         else:
             self._run_types(comm, src, tgt, dtype)
@@ -165,7 +244,7 @@ class Plan:
         copies out; the own piece goes straight from ``src`` to ``tgt``."""
         snd, rcv = self._sides()
         if self.packing is None or self.packing[0] != dtype:
-            self.free()
+            self._free_packing()
             base, own_base = base_type(dtype)
             size = dtype.itemsize
             self.packing = (dtype, base, own_base, [base] * len(snd.counts),
@@ -175,12 +254,12 @@ class Plan:
         if snd.direct:
             sbuf = src.reshape(-1)
         else:
-            sbuf = snd.stage(dtype)
+            sbuf = snd.stage(src)
             for p, idx in enumerate(snd.index):
                 if snd.counts[p]:
                     n0 = snd.displs[p]
                     sbuf[n0:n0 + snd.counts[p]].reshape(snd.shapes[p])[...] = src[idx]
-        rbuf = tgt.reshape(-1) if rcv.direct else rcv.stage(dtype)
+        rbuf = tgt.reshape(-1) if rcv.direct else rcv.stage(tgt)
         req = comm.Ialltoallw([sbuf, snd.counts, sdispls, types],
                               [rbuf, rcv.counts, rdispls, types])
         if self.own is not None:
@@ -195,7 +274,7 @@ class Plan:
     def _run_types(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
         """One ``Ialltoallw`` of derived datatypes selecting in place."""
         if self.types is None or self.dtype != dtype:
-            self.free()
+            self._free_types()
             self.dtype = dtype
             limit = self.options.count_limit
             self.types = (

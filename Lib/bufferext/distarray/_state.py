@@ -20,15 +20,15 @@ __all__ = ["MPIState", "Options"]
 class Options(NamedTuple):
     """How the MPI layer moves data (tests change them per array).
 
-    ``strategy``: how redistributions move host buffers: ``"auto"`` packs
-    with numpy into contiguous staging (only the side that needs it) and
-    runs one ``Alltoallw`` of plain element counts whenever some peer's
-    selection is not one contiguous block and counts and byte displacements
-    fit an int (MPICH packs element-strided derived datatypes several times
-    slower than numpy copies them), else one ``Alltoallw`` of derived
-    datatypes; ``"pack"`` / ``"datatype"`` force one path (``"pack"`` still
-    falls back to datatypes past the count limit).  Device memory handed to
-    CUDA-aware MPI always takes the datatype path.
+    ``strategy``: how redistributions move host buffers: ``"pack"`` copies
+    strided pieces with numpy into contiguous staging (only the side that
+    needs it) and runs one ``Alltoallw`` of plain element counts;
+    ``"datatype"`` runs one ``Alltoallw`` of derived datatypes selecting the
+    pieces in place; ``"auto"`` hands contiguous pieces to MPI as they are
+    and otherwise times both paths on a plan's first calls and keeps the
+    faster (``_redistribute.Tuner``).  ``"pack"`` still falls back to
+    datatypes past the count limit, and device memory handed to CUDA-aware
+    MPI always takes the datatype path.
 
     ``count_limit``: the largest count one MPI call or datatype constructor
     argument may carry (an MPI int); lowered by tests to exercise the
