@@ -101,11 +101,12 @@ def _runs_type(t: Any, starts: np.ndarray, lengths: np.ndarray, limit: int,
                free: List[Any]) -> Any:
     """``t`` (extent: one slot) taken in runs of slots: equal runs at a
     constant step are a vector (at the first run's offset), others
-    ``hindexed``.  (MPICH reads such vectors straight from the sender's
-    memory, and packs an ``hindexed`` of many blocks first, 2-4x slower.)"""
+    ``hindexed``.  (Within a node MPICH copies most such vectors straight
+    from the sender's memory, and packs an ``hindexed`` of many blocks
+    first, 2-4x slower.)"""
     slot = t.extent
     step = int(starts[1] - starts[0]) if starts.size > 1 else 0
-    if (1 < starts.size <= limit and step <= limit and np.all(lengths == lengths[0])
+    if (1 < starts.size <= limit and abs(step) <= limit and np.all(lengths == lengths[0])
             and np.all(np.diff(starts) == step)):
         t = t.Create_vector(starts.size, int(lengths[0]), step)
         free.append(t)
