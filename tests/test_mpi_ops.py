@@ -261,9 +261,9 @@ def test_validate_collective_one_to_one_claim() -> None:
 
 
 def test_error_on_one_rank_is_raised_everywhere() -> None:
-    dist = "bb" if RANK != 1 else "bq"
-    with pytest.raises(ValueError, match=r"rank 1 of \d+: dist='bq'") as info:
-        DistArray.scatter(G if RANK == 0 else None, dist=dist, comm=COMM)
+    objects = np.empty((SIZE * 2, 3), object) if RANK == 1 else None
+    with pytest.raises(TypeError, match=r"^rank 1 of \d+: array of dtype object") as info:
+        DistArray.scatter(objects, dist="bn", comm=COMM, root=1)
     assert same_everywhere(str(info.value))
     with pytest.raises(ValueError, match="array=None on the root") as info:
         DistArray.scatter(None, dist="bb", comm=COMM)
@@ -275,6 +275,49 @@ def test_error_on_one_rank_is_raised_everywhere() -> None:
     with pytest.raises(ValueError, match="grid_shape") as info:
         d.redistribute(dist="bb", grid_shape=(SIZE + 1, 1) if RANK == SIZE - 1 else None)
     assert same_everywhere(str(info.value))
+    COMM.Barrier()                                     # nobody is stuck
+
+
+OTHERS = ", ".join(str(r) for r in range(SIZE) if r != 1)
+PLURAL = "s" if SIZE > 2 else ""
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_different_arguments_fail_on_every_rank(cached: bool) -> None:
+    """A collective called with other arguments on one rank would build
+    another plan there and exchange data that does not fit (a silently
+    wrong result for redistribute and scatter, a deadlock for gather): every
+    rank raises the same ValueError naming the argument and each value."""
+    d = DistArray.from_global(G, dist="bn", comm=COMM)
+    if cached:                                      # plans for both exist
+        d.redistribute(dist="nb")
+        d.redistribute(dist="cn")
+    calls = {
+        "redistribute": (lambda: d.redistribute(dist="cn" if RANK == 1 else "nb"),
+                         "dist='nb' on rank{s} {o}, 'cn' on rank 1"),
+        "gather": (lambda: d.gather(root=1 if RANK == 1 else 0),
+                   "root=0 on rank{s} {o}, 1 on rank 1"),
+        "scatter": (lambda: DistArray.scatter(G, dist="bn", comm=COMM,
+                                              block_size=2 if RANK == 1 else None),
+                    "block_size=None on rank{s} {o}, 2 on rank 1"),
+    }
+    for op, (call, values) in calls.items():
+        with pytest.raises(ValueError) as info:
+            call()
+        text = str(info.value)
+        assert text == (f"{op}: the processes passed different arguments ("
+                        + values.format(s=PLURAL, o=OTHERS)
+                        + "); a collective call needs the same on every process"), text
+        assert same_everywhere(text)
+    # index arrays that print alike (over 1000 items) but differ still count
+    idx = np.arange(3000)
+    if RANK == 1:
+        idx[1500], idx[1501] = 1501, 1500
+    g = DistArray.from_global(np.arange(3000.0), dist="b", comm=COMM)
+    with pytest.raises(ValueError, match=r"^redistribute: .*\(indices=") as info:
+        g.redistribute(dist="u", indices=[[idx[r::SIZE] for r in range(SIZE)]])
+    assert same_everywhere(str(info.value))
+    assert np.array_equal(d.redistribute(dist="nb").allgather(), G)   # still usable
     COMM.Barrier()                                     # nobody is stuck
 
 

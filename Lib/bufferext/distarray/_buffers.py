@@ -20,6 +20,7 @@ only bufferext's producers.  The view is released only once the operation
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 import numpy as np
@@ -148,7 +149,7 @@ class Acquired:
                 raise BufferError(f"DistArray: the local buffer is memory on device "
                                   f"{view.device!r}; MPI moves CPU, "
                                   "'bufferext.cuda' and 'bufferext.ve' memory")
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            nbytes = math.prod(shape) * dtype.itemsize
             if view.nbytes != nbytes:
                 raise BufferError(f"DistArray: the local buffer has {view.nbytes} "
                                   f"bytes, its shape {shape} and dtype {dtype} "

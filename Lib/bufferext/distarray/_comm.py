@@ -5,14 +5,17 @@ one process becomes the same exception on every process."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+import reprlib
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
 from ._protocol import ProtocolError
 
-__all__ = ["agree", "any_rank", "cuda_aware", "mpi", "rank", "size"]
+__all__ = ["agree", "any_rank", "content_key", "cuda_aware", "digest", "mpi", "rank",
+           "same_call", "size"]
 
 T = TypeVar("T")
 
@@ -87,6 +90,58 @@ def agree(comm: Any, fn: Callable[[], T]) -> T:
         if other is not None:
             raise _rebuild(where, len(infos), other) from err
     return result  # type: ignore[return-value]
+
+
+def content_key(value: Any) -> Any:
+    """A hashable key for an argument, equal only for equal contents
+    (``repr`` shortens numpy arrays past 1000 items, so two index arrays
+    differing in the middle would share a key)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            return ("ndarray", value.shape, content_key(value.tolist()))
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(content_key(v) for v in value)
+    return repr(value)
+
+
+def digest(key: Any) -> int:
+    """63 bits of a content key, alike on every process for equal keys
+    (``hash()`` of a string is salted per process)."""
+    raw = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+    return int.from_bytes(raw, "little") >> 1
+
+
+def same_call(comm: Any, op: str, args: Sequence[Tuple[str, Any]], signature: int,
+              flag: bool = False) -> bool:
+    """Check that every process called the collective ``op`` with the same
+    ``args`` (``signature``: the ``digest`` of their content keys), and
+    return whether ``flag`` is true on some process: one small reduction.
+
+    Processes that pass different arguments to one collective would each
+    build their own plan and exchange data that does not fit, silently or
+    into a deadlock; instead every process raises the same ValueError
+    naming each argument that differs and its value on each process."""
+    mine = np.array([int(flag), signature, -signature], np.int64)
+    every = np.empty(3, np.int64)
+    comm.Allreduce(mine, every, op=mpi().MAX)
+    if every[1] == -every[2]:
+        return bool(every[0])
+    shown = reprlib.Repr()
+    shown.maxstring = shown.maxother = 60
+    table = comm.allgather([(digest(content_key(v)), shown.repr(v)) for _, v in args])
+    parts = []
+    for k, (name, _) in enumerate(args):
+        if len({row[k][0] for row in table}) > 1:
+            ranks: Dict[str, List[int]] = {}
+            for r, row in enumerate(table):
+                ranks.setdefault(row[k][1], []).append(r)
+            parts.append(f"{name}=" + ", ".join(
+                f"{text} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+                for text, rs in ranks.items()))
+    raise ValueError(f"{op}: the processes passed different arguments ("
+                     + "; ".join(parts) + "); a collective call needs the same on "
+                     "every process")
 
 
 def cuda_aware() -> bool:

@@ -20,7 +20,8 @@ import numpy as np
 
 from ._buffers import Acquisitions, new_buffer, producer_class
 from ._collective import same_dim
-from ._comm import agree, any_rank, cuda_aware, mpi, rank, size
+from ._comm import (agree, content_key, cuda_aware, digest, mpi, rank, same_call,
+                    size)
 from ._datatypes import base_type, contiguous, count, datatype, fast_index, first
 from ._layout import Layout, Sel, intersect, root_layout, spec_layout
 from ._maps import DimMap
@@ -169,8 +170,9 @@ class Plan:
         #: of the target, so that it may start with any contents.
         self.fills_target = sum(map(count, self.recvs)) == int(np.prod(self.tgt_shape))
         #: What ``redistribute`` keeps with a cached plan: the target layout
-        #: and this rank's maps in it.
+        #: and this rank's maps in it, and the ``digest`` of the arguments.
         self.target: Optional[Tuple[Layout, List[DimMap]]] = None
+        self.signature = 0
         self.tuner = Tuner()
 
     def free(self) -> None:
@@ -320,6 +322,11 @@ def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
             comm: Any = None, root: int = 0) -> "DistArray":
     """``DistArray.scatter``: root's global array to every process's section."""
     me = rank(comm)
+    if size(comm) > 1:
+        args = (("dist", dist), ("grid_shape", grid_shape), ("block_size", block_size),
+                ("padding", padding), ("periodic", periodic), ("indices", indices),
+                ("split", split), ("root", root))
+        same_call(comm, "scatter", args, digest(tuple(content_key(v) for _, v in args)))
 
     def header() -> Tuple[Tuple[int, ...], str]:
         r = _check_root(comm, root)
@@ -367,6 +374,8 @@ def _collect(darr: "DistArray", root: Optional[int]) -> Optional[np.ndarray]:
     state = darr._mpi
     comm = state.comm
     if root is not None:
+        if size(comm) > 1:
+            same_call(comm, "gather", (("root", root),), digest(content_key(root)))
         root = agree(comm, lambda: _check_root(comm, root))
     me = rank(comm)
     src_layout = darr._mpi_layout()         # raises alike on every rank
@@ -420,19 +429,6 @@ def _check_out(darr: "DistArray", out: Any, maps: Sequence[DimMap], device: str)
                          f"requested distribution {tuple(want)!r}")
 
 
-def _content_key(value: Any) -> Any:
-    """A plan-cache key for an argument, equal only for equal contents
-    (``repr`` shortens numpy arrays past 1000 items, so two index arrays
-    differing in the middle would share a key)."""
-    if isinstance(value, np.ndarray):
-        if value.dtype.hasobject:
-            return ("ndarray", value.shape, _content_key(value.tolist()))
-        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(_content_key(v) for v in value)
-    return repr(value)
-
-
 def redistribute(darr: "DistArray", *, dist: Any, grid_shape: Any = None,
                  block_size: Any = None, split: Optional[str] = None,
                  padding: Any = None, periodic: Any = None, indices: Any = None,
@@ -445,11 +441,14 @@ def redistribute(darr: "DistArray", *, dist: Any, grid_shape: Any = None,
     me = rank(comm)
     device = darr.device if device is None else device
 
-    key = ("redistribute", _content_key(dist), _content_key(grid_shape),
-           _content_key(block_size), split, _content_key(padding),
-           _content_key(periodic), _content_key(indices), device, state.options)
+    args = (("dist", dist), ("grid_shape", grid_shape), ("block_size", block_size),
+            ("split", split), ("padding", padding), ("periodic", periodic),
+            ("indices", indices))            # (the device may differ per process)
+    call = tuple(content_key(v) for _, v in args)
+    key = ("redistribute",) + call + (device, state.options)
     entry = state.plans.get(key)
-    if size(comm) > 1 and any_rank(comm, entry is None):
+    signature = digest(call) if entry is None else entry.signature
+    if size(comm) > 1 and same_call(comm, "redistribute", args, signature, entry is None):
         entry = None                    # someone has no plan: all take the slow path
     if entry is None:
         def prepare() -> Any:
@@ -462,6 +461,7 @@ def redistribute(darr: "DistArray", *, dist: Any, grid_shape: Any = None,
         tgt_layout = spec_layout(spec)
         entry = Plan(src_layout, tgt_layout, me, size(comm), state.options)
         entry.target = (tgt_layout, spec.maps(me))
+        entry.signature = signature
         state.plans[key] = entry            # same key on every rank: same path
         state.keep(darr)
     assert entry.target is not None
