@@ -66,6 +66,27 @@ def test_staged_round_trip_redistribute_halos(standins: None, device: str) -> No
         g, dist="bn", comm=COMM).local)
 
 
+@pytest.mark.parametrize("device", ["cuda", "ve"])
+def test_staged_column_halos(standins: None, device: str) -> None:
+    """Column slabs of a staged device array: strided in the host copy,
+    packed through staging arrays around the non-persistent exchange."""
+    from bufferext.distarray import DistArray
+    g = np.arange(7 * 4 * SIZE, dtype=np.float64).reshape(7, 4 * SIZE)
+    pads = [None, [(1, 1)] * SIZE]
+    d = DistArray.from_global(g, dist="nb", grid_shape=(1, SIZE), padding=pads,
+                              device=device, comm=COMM)
+    ref = DistArray.from_global(g, dist="nb", grid_shape=(1, SIZE), padding=pads,
+                                comm=COMM).local
+    for _ in range(2):
+        spoiled = ref.copy()
+        m = d.maps[1]
+        spoiled[:, :m.owned_slice.start] = -1
+        spoiled[:, m.owned_slice.stop:] = -1
+        d.buffer.copy_from_host(spoiled)
+        d.update_halos()
+        assert np.array_equal(np.asarray(d.buffer.to_host()).reshape(d.local_shape), ref)
+
+
 #: How late the stand-in's asynchronous writes land (STANDIN_CUDA_LATE_MS):
 #: far longer than the MPI operations below take, so that one that read
 #: device memory without waiting on the exporter's event would read the
