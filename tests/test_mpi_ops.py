@@ -337,6 +337,11 @@ def test_different_arguments_fail_on_every_rank(cached: bool) -> None:
         g.redistribute(dist="u", indices=[[idx[r::SIZE] for r in range(SIZE)]])
     assert same_everywhere(str(info.value))
     assert np.array_equal(d.redistribute(dist="nb").allgather(), G)   # still usable
+    # equal values of other types are the same argument
+    out = d.gather(root=np.int64(0) if RANK == 1 else 0)
+    assert np.array_equal(out, G) if RANK == 0 else out is None
+    e = d.redistribute(dist="bb", grid_shape=(np.int32(SIZE), 1) if RANK else (SIZE, 1))
+    assert np.array_equal(e.allgather(), G)
     COMM.Barrier()                                     # nobody is stuck
 
 

@@ -95,7 +95,10 @@ def agree(comm: Any, fn: Callable[[], T]) -> T:
 def content_key(value: Any) -> Any:
     """A hashable key for an argument, equal only for equal contents
     (``repr`` shortens numpy arrays past 1000 items, so two index arrays
-    differing in the middle would share a key)."""
+    differing in the middle would share a key).  A numpy scalar keys as
+    the Python number it holds."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
             return ("ndarray", value.shape, content_key(value.tolist()))
