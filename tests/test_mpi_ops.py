@@ -174,6 +174,22 @@ def test_halos_of_columns(periodic: bool) -> None:
         assert d._mpi.halo_call is not None         # ran the second and third
 
 
+@pytest.mark.parametrize("limit", [None, 3])
+def test_halos_3d_middle_dimension(limit: Any) -> None:
+    """Slabs of the middle dimension are runs of the last one, strided:
+    staged through numpy (or, past a count limit of 3, chunked datatypes)."""
+    arr = np.arange(5 * 4 * SIZE * 6, dtype=np.int32).reshape(5, 4 * SIZE, 6)
+    d = DistArray.from_global(arr, dist="bbb", grid_shape=(1, SIZE, 1), comm=COMM,
+                              padding=[None, edge_pads(SIZE, 2, 1, 1), [(1, 2)]],
+                              periodic=[False, True, True])
+    if limit is not None:
+        d = limit_counts(d, limit)
+    for _ in range(2):
+        spoil(d)
+        d.update_halos()
+        assert np.array_equal(d.local, expected_halos(arr, d))
+
+
 def test_halos_empty_ranks() -> None:
     arr = np.arange(5 * 4, dtype=np.int64).reshape(5, 4)
     # ceil split of 5 over SIZE ranks: trailing ranks own nothing
