@@ -103,7 +103,7 @@ class Halo:
                 return buf.reshape(-1)[run[0]:run[0] + run[1]]
             if (moves is not None and count(sels) <= self.limit
                     and all(isinstance(x, tuple) for x in sels)):
-                view = buf[tuple(slice(a, a + n) for a, n in sels)]
+                view = buf[index(sels)]        # basic slices: a view
                 staging = np.empty(view.shape, buf.dtype)
                 moves.append((staging, view))
                 return staging.reshape(-1)
