@@ -4,11 +4,16 @@ dims_create, and datatype chunking with a small forced count limit
 
 from __future__ import annotations
 
+import array
+from typing import Any
+
 import numpy as np
 import pytest
 
+from bufferext import CPUBuffer
 from bufferext.distarray import (DistArray, ProtocolError, agree, cuda_aware,
                                  dims_create, validate_collective)
+from bufferext.distarray._comm import content_key, digest
 from bufferext.distarray._datatypes import datatype, runs
 
 G = np.arange(6 * 8, dtype=np.float64).reshape(6, 8)
@@ -148,3 +153,100 @@ def test_plans_are_keyed_on_index_contents() -> None:
     e = d.redistribute(dist="u", grid_shape=(1,), indices=[[second]])
     assert np.array_equal(e.maps[0].indices, second)
     assert np.array_equal(e.local, second)
+
+
+# ---- content keys: plans and the cross-process digest keyed by contents ------
+
+def test_a_memoryview_of_changed_indices_gets_a_new_plan() -> None:
+    # A memoryview's repr names its address, not its contents: keyed by
+    # repr, the second call reused the first plan and ignored the new
+    # indices (a silently wrong result).
+    d = DistArray.from_global(np.arange(6.0) * 10, dist="b", grid_shape=(1,))
+    idx = np.array([0, 2, 4])
+    view = memoryview(idx)
+    e = d.redistribute(dist="u", grid_shape=(1,), indices=[[view]])
+    assert np.array_equal(e.local, [0, 20, 40])
+    idx[:] = [5, 3, 1]
+    e = d.redistribute(dist="u", grid_shape=(1,), indices=[[view]])
+    assert np.array_equal(e.maps[0].indices, [5, 3, 1])
+    assert np.array_equal(e.local, [50, 30, 10])
+
+
+class _Summarised:
+    """An array-like whose repr does not show its contents (as torch
+    tensors and pandas objects print past a size)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.values
+
+    def __repr__(self) -> str:
+        return f"_Summarised(<{self.values.size} values>)"
+
+
+def test_long_arrays_differing_in_the_middle_key_apart() -> None:
+    n = 3000
+    first = np.arange(n)
+    second = first.copy()
+    second[1500], second[1501] = 1501, 1500
+    assert repr(first) == repr(second)
+    for wrap in (np.asarray, _Summarised, memoryview):
+        assert content_key(wrap(first)) != content_key(wrap(second)), wrap
+        assert content_key(wrap(first)) == content_key(wrap(first.copy())), wrap
+        assert digest(content_key(wrap(first))) != digest(content_key(wrap(second)))
+    d = DistArray.from_global(np.arange(n), dist="b", grid_shape=(1,))
+    d.redistribute(dist="u", grid_shape=(1,), indices=[[_Summarised(first)]])
+    e = d.redistribute(dist="u", grid_shape=(1,), indices=[[_Summarised(second)]])
+    assert np.array_equal(e.local, second)
+
+
+def test_equal_contents_key_as_documented() -> None:
+    idx = [0, 2, 4]
+    # integer index arrays of any width and any array-like holding them
+    alike = [np.array(idx, np.int64), np.array(idx, np.int32), np.array(idx, np.uint8),
+             memoryview(np.array(idx, np.int16)), array.array("i", idx),
+             range(0, 6, 2), CPUBuffer.empty(3, "i4")]
+    np.asarray(alike[-1])[...] = idx
+    assert len({content_key(a) for a in alike}) == 1
+    # a list and a tuple of equal items; numpy scalars as the number they hold
+    assert content_key([1, (2, "b")]) == content_key((np.int32(1), [np.int64(2), "b"]))
+    assert content_key({"b": 1, "a": 2}) == content_key({"a": 2, "b": np.int8(1)})
+    # ... but not across kinds: 1, 1.0 and True are different arguments, and
+    # so are an array and a list of the same numbers, and float arrays of
+    # another width
+    apart = [1, 1.0, True, "1", None, [1], np.array([1]), np.array([1.0]),
+             np.array([1.0], np.float32), np.array([True])]
+    assert len({content_key(a) for a in apart}) == len(apart)
+    assert len({digest(content_key(a)) for a in apart}) == len(apart)
+    # plans follow: an int32 array after an equal int64 one reuses its plan
+    d = DistArray.from_global(np.arange(6.0), dist="b", grid_shape=(1,))
+    e = d.redistribute(dist="u", grid_shape=(1,), indices=[[np.array(idx)]])
+    f = d.redistribute(dist="u", grid_shape=(1,), indices=[[np.array(idx, np.int32)]])
+    assert len([k for k in d._mpi.plans if k[0] == "redistribute"]) == 1
+    assert np.array_equal(e.local, f.local) and np.array_equal(f.local, idx)
+
+
+def test_an_argument_without_contents_is_refused() -> None:
+    d = DistArray.from_global(np.arange(6.0), dist="b", grid_shape=(1,))
+    closed = CPUBuffer.empty(3, "i8")
+    closed.close()
+    released = memoryview(np.arange(3))
+    released.release()
+    for value, where, why in [
+            (object(), "indices[0][0]", "(type object)"),
+            ({1, 2}, "indices[0][0]", "(type set)"),
+            (closed, "indices[0][0]", "closed"),
+            (released, "indices[0][0]", "released memoryview")]:
+        with pytest.raises(TypeError) as info:
+            d.redistribute(dist="u", grid_shape=(1,), indices=[[value]])
+        text = str(info.value)
+        assert text.startswith(f"redistribute: {where}="), text
+        assert why in text and "cannot be compared across calls" in text, text
+    with pytest.raises(TypeError, match=r"^redistribute: grid_shape=<generator "):
+        d.redistribute(dist="b", grid_shape=(n for n in (1,)))
+    with pytest.raises(TypeError, match=r"^x=<object object at .*\(type object\)"):
+        content_key(object(), "x")
+    with pytest.raises(TypeError, match="content key"):
+        digest(object())                # digest serialises keys only

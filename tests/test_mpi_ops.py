@@ -361,6 +361,39 @@ def test_different_arguments_fail_on_every_rank(cached: bool) -> None:
     COMM.Barrier()                                     # nobody is stuck
 
 
+def test_arguments_are_compared_by_their_contents() -> None:
+    """Arguments are keyed by contents, not repr: memoryviews of equal
+    index arrays are the same call on every rank (their reprs name their
+    addresses), and one changed in place is another call.  An argument with
+    no content on one rank raises the same TypeError on every rank instead
+    of leaving the others waiting."""
+    n = SIZE * 3
+    d = DistArray.from_global(np.arange(n) * 10.0, dist="b", comm=COMM)
+    idx = np.arange(n)[::-1].copy()
+    views = [memoryview(idx[r::SIZE]) for r in range(SIZE)]
+    e = d.redistribute(dist="u", indices=[views])
+    assert np.array_equal(e.local, idx[RANK::SIZE] * 10.0)
+    idx[:] = np.roll(idx, 1)                            # the views see it
+    e = d.redistribute(dist="u", indices=[views])
+    assert np.array_equal(e.local, idx[RANK::SIZE] * 10.0)
+    assert np.array_equal(e.allgather(), np.arange(n) * 10.0)
+    odd = object()
+    calls = {
+        "redistribute: grid_shape": lambda: d.redistribute(
+            dist="b", grid_shape=odd if RANK == 1 else None),
+        "gather: root": lambda: d.gather(root=odd if RANK == 1 else 0),
+        "scatter: periodic": lambda: DistArray.scatter(
+            G, dist="bn", comm=COMM, periodic=odd if RANK == 1 else None),
+    }
+    for where, call in calls.items():
+        with pytest.raises(TypeError, match=rf"^rank 1 of {SIZE}: {where}=<object "
+                           r"object at 0x\w+> \(type object\) cannot be "
+                           "compared across calls and processes") as info:
+            call()
+        assert same_everywhere(str(info.value))
+    COMM.Barrier()                                     # nobody is stuck
+
+
 def test_periodic_padding_wider_than_interior() -> None:
     arr = np.zeros((SIZE * 2,))
     pads = edge_pads(SIZE, 2, 1, 1) if SIZE > 1 else [(2, 1)]

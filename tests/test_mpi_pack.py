@@ -103,15 +103,16 @@ def test_auto_needs_no_timing_where_one_path_is_possible() -> None:
     assert d._mpi.options.strategy == "auto"
     d.redistribute(dist="cn")                 # strided rows: timed
     d.redistribute(dist="bn", split="ceil")   # whole row blocks: nothing to pack
-    plans = {k[1]: p for k, p in d._mpi.plans.items() if k[0] == "redistribute"}
-    assert plans["'cn'"].strategy(8) == "auto"
-    assert plans["'bn'"].strategy(8) == "pack"
-    assert plans["'bn'"].tuner.calls == 0
+    # k[1]: the content key of dist, ("str", "cn")
+    plans = {k[1][1]: p for k, p in d._mpi.plans.items() if k[0] == "redistribute"}
+    assert plans["cn"].strategy(8) == "auto"
+    assert plans["bn"].strategy(8) == "pack"
+    assert plans["bn"].tuner.calls == 0
     use(d, count_limit=4)                     # counts no longer fit
     d.redistribute(dist="cn")
-    plans = {k[1]: p for k, p in d._mpi.plans.items()
+    plans = {k[1][1]: p for k, p in d._mpi.plans.items()
              if k[0] == "redistribute" and k[-1].count_limit == 4}
-    assert plans["'cn'"].strategy(8) == "datatype"
+    assert plans["cn"].strategy(8) == "datatype"
 
 
 @pytest.mark.parametrize("slow", ["pack", "datatype"])

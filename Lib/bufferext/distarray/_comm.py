@@ -14,8 +14,8 @@ import numpy as np
 
 from ._protocol import ProtocolError
 
-__all__ = ["agree", "any_rank", "content_key", "cuda_aware", "digest", "mpi", "rank",
-           "same_call", "size"]
+__all__ = ["agree", "any_rank", "call_keys", "content_key", "cuda_aware", "digest",
+           "mpi", "rank", "same_call", "size"]
 
 T = TypeVar("T")
 
@@ -92,31 +92,187 @@ def agree(comm: Any, fn: Callable[[], T]) -> T:
     return result  # type: ignore[return-value]
 
 
-def content_key(value: Any) -> Any:
-    """A hashable key for an argument, equal only for equal contents
-    (``repr`` shortens numpy arrays past 1000 items, so two index arrays
-    differing in the middle would share a key).  A numpy scalar keys as
-    the Python number it holds."""
-    if isinstance(value, np.generic):
-        value = value.item()
+#: A content key: nested tuples of str, bytes, int, bool and None only,
+#: whose ``repr`` and ``digest`` are alike on every process.
+Key = Tuple[Any, ...]
+
+_INT64_MAX = 2**63 - 1
+
+#: What an argument that has no content key should be instead.
+_KEYABLE = ("pass None, a bool, int, float, complex or str, a list, tuple or "
+            "dict of those, or an array-like (a numpy array, a buffer such as "
+            "memoryview, bytes or array.array, a range, or an object with "
+            "__array__, __array_interface__ or __dlpack__)")
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, shortened to about 60 characters (for messages)."""
+    shown = reprlib.Repr()
+    shown.maxstring = shown.maxother = 60
+    try:
+        return shown.repr(value)
+    except Exception:               # noqa: BLE001 - a repr that fails names no value
+        return f"<{_type_name(value)} object>"
+
+
+def _type_name(value: Any) -> str:
+    cls = type(value)
+    return (cls.__qualname__ if cls.__module__ == "builtins"
+            else f"{cls.__module__}.{cls.__qualname__}")
+
+
+def _unkeyable(value: Any, name: str, reason: str = "") -> TypeError:
+    return TypeError(f"{name}={_shown(value)} (type {_type_name(value)}) cannot be "
+                     f"compared across calls and processes{reason}: {_KEYABLE}")
+
+
+def _as_array(value: Any, name: str) -> np.ndarray:
+    """An array-like argument as the numpy array of its current contents:
+    ``numpy.asarray``, as the distribution code reads it (``from_dlpack``
+    for an object that speaks only DLPack)."""
+    try:
+        arr = np.asarray(value)
+        if arr.dtype.hasobject and hasattr(value, "__dlpack__"):
+            arr = np.from_dlpack(value)
+    except Exception as exc:        # noqa: BLE001 - an exporter's failure, named
+        raise _unkeyable(value, name, f" (as a numpy array: {type(exc).__name__}: "
+                         f"{exc})") from None
+    if arr.dtype.hasobject:         # not array-like: numpy wraps it as an object
+        try:                        # (or a buffer exporter whose export failed)
+            memoryview(value).release()
+        except TypeError:
+            pass
+        except Exception as exc:    # noqa: BLE001 - an exporter's failure, named
+            raise _unkeyable(value, name, f" (its buffer request raised "
+                             f"{type(exc).__name__}: {exc})") from None
+        raise _unkeyable(value, name)
+    return arr
+
+
+def _array_key(arr: np.ndarray, name: str) -> Key:
+    shape = tuple(int(n) for n in arr.shape)
+    if arr.dtype.hasobject:             # e.g. one index array per grid rank
+        return ("objects", shape) + tuple(
+            content_key(v, f"{name}[{i}]") for i, v in enumerate(arr.flat))
+    dt = arr.dtype
+    if dt.kind in "iu" and not (dt.kind == "u" and dt.itemsize == 8 and arr.size
+                                and int(arr.max()) > _INT64_MAX):
+        # every integer width alike: the plans read integers as int64
+        return ("array", "int64", shape, np.ascontiguousarray(arr, dtype="<i8").tobytes())
+    kind = dt.str if dt.names is None else str(dt.descr)
+    return ("array", kind, shape, np.ascontiguousarray(arr).tobytes())
+
+
+def content_key(value: Any, name: str = "value") -> Key:
+    """A key of an argument's current contents, for a plan cache and for
+    ``digest``: arguments with equal keys make the same plan.
+
+    * None, bool, int, float, complex and str (numpy scalars as the Python
+      number they hold, subclasses as their base type) key as themselves,
+      tagged by kind: ``1``, ``1.0`` and ``True`` key apart (``block_size``
+      takes an int and no bool, ``periodic`` a bool and no int).  A float
+      keys by its exact value (``float.hex``), so NaN keys like NaN.
+    * A list and a tuple of equal items key alike (the distribution
+      arguments read both the same way), item by item.
+    * A dict keys by its items, sorted by their keys' keys.
+    * Anything array-like keys by the contents it has now, as numpy sees
+      them: dtype, shape and bytes.  That is a numpy array, a buffer
+      exporter (memoryview, bytes, bytearray, array.array, CPUBuffer), a
+      range, or an object with ``__array__``, ``__array_interface__`` or
+      ``__dlpack__``.  Integer arrays key as int64, whatever their width
+      (indices are read as int64), so an int32 and an int64 index array of
+      equal values key alike; other dtypes key as they are.  An array keys
+      apart from a list of the same numbers (and a 0-d array from the
+      number).  An object array keys by its items.
+
+    Nothing keys by ``repr`` (numpy shortens it past 1000 items; a
+    memoryview's names its address, not its contents).  Anything else
+    raises TypeError naming ``name`` (the argument, e.g. ``"redistribute:
+    indices"``; an item's index is appended) and the type.
+    """
     if isinstance(value, np.ndarray):
-        if value.dtype.hasobject:
-            return ("ndarray", value.shape, content_key(value.tolist()))
-        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+        return _array_key(value, name)
+    if value is None:
+        return ("none",)
+    if isinstance(value, (bool, np.bool_)):
+        return ("bool", bool(value))
+    if isinstance(value, (int, np.integer)):
+        return ("int", int(value))
+    if isinstance(value, (float, np.floating)):
+        return ("float", float(value).hex())
+    if isinstance(value, (complex, np.complexfloating)):
+        z = complex(value)
+        return ("complex", z.real.hex(), z.imag.hex())
+    if isinstance(value, str):
+        return ("str", str.__str__(value))
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__,) + tuple(content_key(v) for v in value)
-    return repr(value)
+        return ("seq",) + tuple(content_key(v, f"{name}[{i}]")
+                                for i, v in enumerate(value))
+    if isinstance(value, dict):
+        items = [(content_key(k, f"{name} key"), content_key(v, f"{name}[{k!r}]"))
+                 for k, v in value.items()]
+        return ("dict",) + tuple(sorted(items, key=lambda kv: _encode(kv[0])))
+    return _array_key(_as_array(value, name), name)
+
+
+def call_keys(comm: Any, op: str, args: Sequence[Tuple[str, Any]]
+              ) -> Tuple[Optional[Key], Optional[Exception]]:
+    """The content keys of the collective ``op``'s named ``args`` and None,
+    or None and the error of an argument that has none (a TypeError naming
+    it, from ``content_key``).
+
+    On one process the error is raised here.  With several it is returned,
+    for ``same_call`` to raise on every process: raised here, on one
+    process alone, it would leave the others waiting in the reduction.
+    """
+    try:
+        return tuple(content_key(v, f"{op}: {n}") for n, v in args), None
+    except Exception as exc:        # noqa: BLE001 - raised on every process later
+        if size(comm) == 1:
+            raise
+        return None, exc
+
+
+def _feed(update: Callable[[bytes], Any], key: Any) -> None:
+    """Serialise a content key, tagged and length-prefixed (so two keys
+    serialise alike only if they are equal), into ``update``."""
+    if isinstance(key, tuple):
+        update(b"t" + len(key).to_bytes(8, "little"))
+        for item in key:
+            _feed(update, item)
+    elif isinstance(key, bytes):
+        update(b"b" + len(key).to_bytes(8, "little"))
+        update(key)
+    elif isinstance(key, str):
+        raw = key.encode("utf-8", "surrogatepass")
+        update(b"s" + len(raw).to_bytes(8, "little") + raw)
+    elif key is None or isinstance(key, bool):
+        update({None: b"N", False: b"F", True: b"T"}[key])
+    elif isinstance(key, int):
+        raw = key.to_bytes((key.bit_length() + 8) // 8, "little", signed=True)
+        update(b"i" + len(raw).to_bytes(8, "little") + raw)
+    else:
+        raise TypeError(f"digest: a {type(key).__name__} is no part of a content "
+                        "key (tuples of str, bytes, int, bool and None)")
+
+
+def _encode(key: Any) -> bytes:
+    parts: List[bytes] = []
+    _feed(parts.append, key)
+    return b"".join(parts)
 
 
 def digest(key: Any) -> int:
-    """63 bits of a content key, alike on every process for equal keys
-    (``hash()`` of a string is salted per process)."""
-    raw = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
-    return int.from_bytes(raw, "little") >> 1
+    """63 bits of a content key (or a tuple of them), alike on every process
+    for equal keys: a hash of its canonical serialisation (``hash()`` of a
+    string is salted per process)."""
+    hasher = hashlib.blake2b(digest_size=8)
+    _feed(hasher.update, key)
+    return int.from_bytes(hasher.digest(), "little") >> 1
 
 
 def same_call(comm: Any, op: str, args: Sequence[Tuple[str, Any]], signature: int,
-              flag: bool = False) -> bool:
+              flag: bool = False, error: Optional[Exception] = None) -> bool:
     """Check that every process called the collective ``op`` with the same
     ``args`` (``signature``: the ``digest`` of their content keys), and
     return whether ``flag`` is true on some process: one small reduction.
@@ -124,15 +280,23 @@ def same_call(comm: Any, op: str, args: Sequence[Tuple[str, Any]], signature: in
     Processes that pass different arguments to one collective would each
     build their own plan and exchange data that does not fit, silently or
     into a deadlock; instead every process raises the same ValueError
-    naming each argument that differs and its value on each process."""
-    mine = np.array([int(flag), signature, -signature], np.int64)
-    every = np.empty(3, np.int64)
+    naming each argument that differs and its value on each process.
+    ``error`` is this process's error from ``call_keys`` (an argument with
+    no content key, ``signature`` then unused): if any process has one,
+    every process raises it (that of the lowest such rank, as ``agree``)."""
+    mine = np.array([int(flag), signature, -signature, int(error is not None)],
+                    np.int64)
+    every = np.empty(4, np.int64)
     comm.Allreduce(mine, every, op=mpi().MAX)
+    if every[3]:
+        def fail() -> None:
+            if error is not None:
+                raise error
+        agree(comm, fail)           # raises on every process
+        raise AssertionError("agree returned although a process failed")
     if every[1] == -every[2]:
         return bool(every[0])
-    shown = reprlib.Repr()
-    shown.maxstring = shown.maxother = 60
-    table = comm.allgather([(digest(content_key(v)), shown.repr(v)) for _, v in args])
+    table = comm.allgather([(digest(content_key(v)), _shown(v)) for _, v in args])
     parts = []
     for k, (name, _) in enumerate(args):
         if len({row[k][0] for row in table}) > 1:

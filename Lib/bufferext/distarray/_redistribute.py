@@ -20,7 +20,7 @@ import numpy as np
 
 from ._buffers import Acquisitions, new_buffer, producer_class
 from ._collective import same_dim
-from ._comm import (agree, content_key, cuda_aware, digest, mpi, rank, same_call,
+from ._comm import (agree, call_keys, cuda_aware, digest, mpi, rank, same_call,
                     size)
 from ._datatypes import base_type, contiguous, count, datatype, fast_index, first
 from ._layout import Layout, Sel, intersect, root_layout, spec_layout
@@ -326,7 +326,9 @@ def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
         args = (("dist", dist), ("grid_shape", grid_shape), ("block_size", block_size),
                 ("padding", padding), ("periodic", periodic), ("indices", indices),
                 ("split", split), ("root", root))
-        same_call(comm, "scatter", args, digest(tuple(content_key(v) for _, v in args)))
+        call, unkeyable = call_keys(comm, "scatter", args)
+        same_call(comm, "scatter", args, 0 if call is None else digest(call),
+                  error=unkeyable)
 
     def header() -> Tuple[Tuple[int, ...], str]:
         r = _check_root(comm, root)
@@ -375,7 +377,10 @@ def _collect(darr: "DistArray", root: Optional[int]) -> Optional[np.ndarray]:
     comm = state.comm
     if root is not None:
         if size(comm) > 1:
-            same_call(comm, "gather", (("root", root),), digest(content_key(root)))
+            args = (("root", root),)
+            call, unkeyable = call_keys(comm, "gather", args)
+            same_call(comm, "gather", args, 0 if call is None else digest(call),
+                      error=unkeyable)
         root = agree(comm, lambda: _check_root(comm, root))
     me = rank(comm)
     src_layout = darr._mpi_layout()         # raises alike on every rank
@@ -444,12 +449,17 @@ def redistribute(darr: "DistArray", *, dist: Any, grid_shape: Any = None,
     args = (("dist", dist), ("grid_shape", grid_shape), ("block_size", block_size),
             ("split", split), ("padding", padding), ("periodic", periodic),
             ("indices", indices))            # (the device may differ per process)
-    call = tuple(content_key(v) for _, v in args)
-    key = ("redistribute",) + call + (device, state.options)
-    entry = state.plans.get(key)
-    signature = digest(call) if entry is None else entry.signature
-    if size(comm) > 1 and same_call(comm, "redistribute", args, signature, entry is None):
+    # keyed by the arguments' contents (an index array changed in place is
+    # another call); an argument with none raises on every process
+    call, unkeyable = call_keys(comm, "redistribute", args)
+    key = None if call is None else ("redistribute",) + call + (device, state.options)
+    entry = None if key is None else state.plans.get(key)
+    signature = (entry.signature if entry is not None
+                 else 0 if call is None else digest(call))
+    if size(comm) > 1 and same_call(comm, "redistribute", args, signature, entry is None,
+                                    unkeyable):
         entry = None                    # someone has no plan: all take the slow path
+    assert key is not None              # (else call_keys or same_call raised)
     if entry is None:
         def prepare() -> Any:
             producer_class(device)
