@@ -480,3 +480,77 @@ def test_undeclared_device_exporter_word_for_word(c99: Any) -> None:
         "violation", "supported flags",
         "exports device memory but does not declare DEVICE "
         "(declared RECORDS_RO (0x1c))")
+
+
+needs_buffer_dunder = pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="__buffer__ (PEP 688) needs Python 3.12")
+
+
+class _RaisesInGetbuffer:
+    """An exporter whose every buffer request raises ``exc``."""
+
+    exc: BaseException = RuntimeError("boom")
+
+    def __buffer__(self, flags: int) -> memoryview:
+        raise self.exc
+
+
+@needs_buffer_dunder
+def test_exporter_raising_in_getbuffer_is_reported_not_raised() -> None:
+    report = check(_RaisesInGetbuffer())
+    assert not report.conformant
+    assert findings(report) == [
+        ("violation", "extended request",
+         "FULL_RO|DEVICE: the exporter raised RuntimeError: boom (an exporter "
+         "answers a request or refuses it with BufferError)")]
+
+
+@needs_buffer_dunder
+def test_exporter_raising_only_for_some_requests_is_a_violation_of_each() -> None:
+    class WritableBoom:
+        def __buffer__(self, flags: int) -> memoryview:
+            if flags & bufferext.BufferFlags.WRITABLE:
+                raise KeyError("no writer")
+            return memoryview(b"abcd")
+
+    report = check(WritableBoom())
+    assert not report.conformant
+    # each of the 14 writable requests, in the plain and the declared probes
+    writable = {flag_names(r) for r in legacy_requests()
+                if r & bufferext.BufferFlags.WRITABLE}
+    raised = [f for f in findings(report) if f[0] == "violation"]
+    assert len(writable) == 14 and {f[1] for f in raised} == writable
+    assert {f[2] for f in raised} == {
+        "the exporter raised KeyError: 'no writer' (an exporter answers a "
+        "request or refuses it with BufferError)"}
+
+
+@needs_buffer_dunder
+def test_exporter_refusing_with_buffer_error_is_reported_as_refusals() -> None:
+    class Refuses(_RaisesInGetbuffer):
+        exc = BufferError("not now")
+
+    report = check(Refuses())
+    assert report.conformant            # refusing every request is allowed
+    assert findings(report)[0] == ("info", "extended request",
+                                   "FULL_RO|DEVICE refused: not now")
+    assert findings(report)[-1] == ("ok", "requests",
+                                    "0 declared requests answered, 28 refused")
+
+
+@needs_buffer_dunder
+def test_cli_reports_an_exporter_raising_in_getbuffer(tmp_path) -> None:
+    (tmp_path / "boom_exporter.py").write_text(
+        "class Boom:\n"
+        "    def __buffer__(self, flags):\n"
+        "        raise RuntimeError('boom')\n"
+        "obj = Boom()\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bufferext", "check", "boom_exporter:obj"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert ("[violation] extended request: FULL_RO|DEVICE: the exporter raised "
+            "RuntimeError: boom") in proc.stdout

@@ -177,6 +177,13 @@ _EXTENSION_PROBLEMS = ("wrote the buffer extension", "not requested",
                        "exported an invalid buffer")
 
 
+def _raised(exc: BaseException) -> str:
+    """What an exporter that failed with another exception than a refusal
+    did, for a violation."""
+    return (f"the exporter raised {type(exc).__name__}: {exc} (an exporter "
+            "answers a request or refuses it with BufferError)")
+
+
 def _probe(obj: Any, request: int) -> Tuple[str, Any]:
     """("ok", view) | ("refused", exception) | ("violation", message)."""
     try:
@@ -187,6 +194,8 @@ def _probe(obj: Any, request: int) -> Tuple[str, Any]:
         return "refused", exc
     except (ValueError, TypeError) as exc:
         return "refused", exc
+    except Exception as exc:        # the exporter's fault: a report, not a crash
+        return "violation", _raised(exc)
 
 
 # ---- the extended request and device safety ---------------------------------
@@ -202,6 +211,15 @@ def _where(obj: Any, report: Report) -> Optional[str]:
         else:
             report.add("info", "extended request",
                        f"FULL_RO|DEVICE refused: {exc}")
+        return None
+    except (ValueError, TypeError) as exc:
+        report.add("info", "extended request",
+                   f"FULL_RO|DEVICE refused with {type(exc).__name__} "
+                   f"(BufferError is the standard): {exc}")
+        return None
+    except Exception as exc:        # the exporter's fault: a report, not a crash
+        report.add("violation", "extended request",
+                   f"FULL_RO|DEVICE: {_raised(exc)}")
         return None
     if device is not None:
         report.add("ok", "extended request", f"memory on device {device!r}")
@@ -306,7 +324,13 @@ def _claims(obj: Any, device: Optional[str], report: Report) -> None:
 
 
 def check(obj: Any, target: str = "") -> Report:
-    """Check ``obj`` and return the report (never raises for its faults)."""
+    """Check ``obj`` and return the report.
+
+    Never raises for the object's faults: an exporter that fails a request
+    with another exception than a refusal (BufferError; ValueError and
+    TypeError are noted as non-standard refusals) is a violation naming
+    the exception's type and message.
+    """
     report = Report(target or repr(obj)[:80], type(obj).__qualname__)
     _protocols(obj, report)
     if not report.protocols["buffer"]:
