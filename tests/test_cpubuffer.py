@@ -184,6 +184,31 @@ def test_absurd_shapes(shape, exc, words):
     assert "CPUBuffer" in str(info.value)
 
 
+UNDERSTOOD = ["give a numpy dtype (e.g. 'float32', numpy.int16, '<i4') or a "
+              "struct format of one item (e.g. 'd', '<h', 'Zf') of a supported "
+              "type: bool, int8..int64"]
+SUPPORTED = ["is not supported: expected bool, int8..int64, uint8..uint64, "
+             "float16/32/64 or complex64/128"]
+
+
+@pytest.mark.parametrize("dtype, words", [
+    # a struct format numpy has no type for: not numpy's "data type 'c4'
+    # not understood" (the numpy spelling it was translated to)
+    ("Ze", ["dtype 'Ze' (a complex of two float16)"] + SUPPORTED),
+    ("<Ze", ["dtype '<Ze' (a complex of two float16)"] + SUPPORTED),
+    ("c4", ["dtype 'c4' is not understood: "] + UNDERSTOOD),
+    ("Zq", ["dtype 'Zq' is not understood: "] + UNDERSTOOD),
+    (3.5, ["dtype 3.5 is not understood: "] + UNDERSTOOD),
+], ids=["Ze", "<Ze", "c4", "Zq", "3.5"])
+def test_dtype_errors_name_the_dtype_given_and_what_is_supported(dtype, words):
+    for make in (CPUBuffer, CPUBuffer.empty):
+        with pytest.raises(TypeError) as info:
+            make(2, dtype)
+        for word in words:
+            assert word in str(info.value), str(info.value)
+        assert "data type" not in str(info.value)      # no numpy wording
+
+
 def test_unallocatable_size_is_memory_error():
     with pytest.raises(MemoryError, match=str(2**62)):
         CPUBuffer(2**62, "u1")
