@@ -177,3 +177,54 @@ def test_fuzz_never_raises_anything_but_protocolerror(dims, shape, version):
     # accepted: then import must work and agree on the shape
     d = DistArray.from_distarray(data)
     assert d.local_shape == tuple(shape)
+
+
+# -- what later steps could not use: ProtocolError up front ---------------------------
+
+BIG = 2**63                                 # one past the largest int64
+
+
+@pytest.mark.parametrize("dim, buffer, key, value", [
+    (B(size=BIG, grid=2, rank=0, stop=4), np.zeros(4), "size", BIG),
+    (B(size=BIG, grid=2, rank=1, start=BIG - 4, stop=BIG), np.zeros(4), "stop", BIG),
+    (B(grid=2**64, rank=0), np.zeros(4), "proc_grid_size", 2**64),
+    (B(grid=2**64, rank=BIG), np.zeros(4), "proc_grid_rank", BIG),
+    (B(padding=(BIG, 0)), np.zeros(4), "padding", (BIG, 0)),
+    (C(size=10, grid=3, rank=1, start=BIG, block_size=BIG), np.zeros(0), "start", BIG),
+    (C(size=10, grid=3, rank=1, start=BIG, block_size=BIG), np.zeros(0),
+     "block_size", BIG),
+    (C(size=BIG, grid=3, rank=1, start=1), np.zeros(3), "size", BIG),
+    (U([1, 2], size=BIG), np.zeros(2), "size", BIG),
+], ids=["b-size", "b-stop", "b-proc_grid_size", "b-proc_grid_rank", "b-padding",
+        "c-start", "c-block_size", "c-size", "u-size"])
+def test_integers_past_int64_are_refused(dim, buffer, key, value):
+    # before: size 2**63 passed validation (and failed later with
+    # OverflowError); padding 2**63 was only "wider than the section"
+    rejects(_exp(buffer, dim), f"dim_data[0][{key!r}] = {value!r}: must fit an "
+            "int64 (at most 2**63 - 1)")
+
+
+def test_indices_whose_buffer_cannot_be_read_are_protocol_errors():
+    # before: the BufferError or ValueError of the export escaped
+    closed = bufferext.CPUBuffer(2, "i8")
+    closed.close()
+    released = memoryview(np.array([1, 2]))
+    released.release()
+    rejects(_exp(np.zeros(2), U([0, 1]) | {"indices": closed}),
+            "dim_data[0]['indices'] = CPUBuffer((2,), dtype='int64', closed): its "
+            "buffer cannot be read (BufferError: ", "closed); must be a 1-D buffer "
+            "of integers")
+    rejects(_exp(np.zeros(2), U([0, 1]) | {"indices": released}),
+            "dim_data[0]['indices'] = <released memory at ", ">: its buffer cannot "
+            "be read (ValueError: operation forbidden on released memoryview object)")
+
+
+def test_indices_on_a_device_or_failing_their_export_are_protocol_errors(c99):
+    on_device = c99.ExporterFull(2, device="bufferext.cuda")
+    rejects(_exp(np.zeros(2), U([0, 1]) | {"indices": on_device}),
+            "dim_data[0]['indices'] = ", ": memory on device 'bufferext.cuda': "
+            "indices must be a 1-D buffer of integers in CPU memory")
+    failing = c99.ExporterFull(2, fail=True)
+    rejects(_exp(np.zeros(2), U([0, 1]) | {"indices": failing}),
+            "dim_data[0]['indices'] = ", ": its buffer cannot be read "
+            "(BufferError: ", "forced getbuffer failure")

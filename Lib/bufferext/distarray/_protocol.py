@@ -22,7 +22,7 @@ Decisions where the protocol text is ambiguous (see docs/distarray.rst):
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -94,8 +94,11 @@ def _fast_dim(dd: Dict[str, Any], extent: int) -> Optional[Dict[str, Any]]:
     try:
         dist = dd["dist_type"]
         size, grid, rank = dd["size"], dd["proc_grid_size"], dd["proc_grid_rank"]
+        # every int an int64 (a block's start, stop and padding lie within
+        # size; a cyclic start and block_size are bounded below)
         if not (type(size) is int and type(grid) is int and type(rank) is int
-                and size >= 0 and 0 <= rank < grid and dd.keys() <= _KEYS[dist]):
+                and 0 <= size <= _INT64_MAX and 0 <= rank < grid <= _INT64_MAX
+                and dd.keys() <= _KEYS[dist]):
             return None
         start = dd["start"]
         if dist == "b":
@@ -115,8 +118,9 @@ def _fast_dim(dd: Dict[str, Any], extent: int) -> Optional[Dict[str, Any]]:
                         "padding": pad, "periodic": periodic}
         elif dist == "c":
             block = dd.get("block_size", 1)
-            if (type(start) is int and type(block) is int and block >= 1
-                    and start == rank * block
+            if (type(start) is int and type(block) is int
+                    and 1 <= block <= _INT64_MAX and start == rank * block
+                    and start <= _INT64_MAX
                     and owned_count(size, grid, rank, block) == extent):
                 if len(dd) == 6:
                     return dd
@@ -215,6 +219,9 @@ class _Checker:
                 or not all(_is_int(p) and p >= 0 for p in padding)):
             self.bad(dim, "padding", padding, "must be a 2-tuple of Python ints >= 0")
             padding = None
+        elif padding[0] > _INT64_MAX or padding[1] > _INT64_MAX:
+            self.bad(dim, "padding", padding, "must fit an int64 (at most 2**63 - 1)")
+            padding = None
         else:
             padding = (padding[0], padding[1])
         out["periodic"] = self.bool_key(dim, dd, "periodic")
@@ -265,8 +272,8 @@ class _Checker:
             return
         raw = dd["indices"]
         indices = _index_buffer(raw, self.legacy)
-        if indices is None:
-            self.bad(dim, "indices", raw, "must be a 1-D buffer of integers")
+        if isinstance(indices, str):
+            self.bad(dim, "indices", raw, indices)
             return
         if indices.shape[0] != extent:
             self.bad(dim, "indices", raw, f"has {indices.shape[0]} entries, the "
@@ -280,27 +287,50 @@ class _Checker:
         out["indices"] = indices
 
 
-def _index_buffer(raw: Any, legacy: bool) -> Optional[np.ndarray]:
-    """``raw`` as a read-only 1-D int64 array, or None if it is not one."""
+_NOT_INDICES = "must be a 1-D buffer of integers"
+
+
+def _unreadable(raw: Any, exc: Exception) -> str:
+    """Why ``raw``, a buffer exporter, gave no CPU buffer: its memory is on
+    a device, or its export failed (closed, released, ...)."""
+    try:
+        view = get_buffer(raw, _PROBE)
+    except Exception:               # noqa: BLE001 - the first failure says it
+        view = None
+    if view is not None:
+        device = view.device
+        view.release()
+        if device is not None:
+            return (f"memory on device {device!r}: indices must be a 1-D "
+                    "buffer of integers in CPU memory")
+    return (f"its buffer cannot be read ({type(exc).__name__}: {exc}); "
+            f"{_NOT_INDICES}")
+
+
+def _index_buffer(raw: Any, legacy: bool) -> Union[np.ndarray, str]:
+    """``raw`` as a read-only 1-D int64 array, or a str saying why it is
+    not one."""
     if legacy and type(raw) in (list, tuple):
         # int64 indices: a larger int is no index of any array
         if not all(_is_int(v) and -2**63 <= v < 2**63 for v in raw):
-            return None
+            return _NOT_INDICES
         return np.array(raw, dtype=np.int64).reshape(-1)
     try:
         view = memoryview(raw)
     except TypeError:
-        return None
+        return _NOT_INDICES
+    except Exception as exc:        # noqa: BLE001 - a device buffer, a closed one, ...
+        return _unreadable(raw, exc)
     if view.ndim != 1:
-        return None
+        return _NOT_INDICES
     try:
         arr = np.asarray(view)
     except (TypeError, ValueError):
-        return None
+        return _NOT_INDICES
     if arr.dtype.kind not in "iu":
-        return None
+        return _NOT_INDICES
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
-        return None
+        return _NOT_INDICES
     return arr.astype(np.int64, copy=False)
 
 
