@@ -25,76 +25,14 @@ if (( $# )); then MINORS=("$@"); else MINORS=(3.14 3.15); fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CI_DIR=$ROOT/.ci
 CHROOT=${SID_CHROOT:-$ROOT/.ci-venvs/sid-root}
-MIRROR=http://deb.debian.org/debian
 PACKAGES=(gcc g++ ca-certificates python3-minimal)
 for minor in "${MINORS[@]}"; do
     PACKAGES+=("python$minor-dev" "python$minor-venv")
 done
 
-say() { printf -- '-- %s [%s]\n' "$*" "$(date +%H:%M:%S)"; }
-
-mounted=()
-unmount_all() {
-    local m
-    for (( i = ${#mounted[@]} - 1; i >= 0; i-- )); do
-        m=${mounted[i]}
-        umount -l "$m" 2>/dev/null || true
-    done
-}
-trap unmount_all EXIT
-
-bind() {         # host-dir chroot-relative-dir [fstype]
-    mkdir -p "$CHROOT$2"
-    if [[ ${3:-} == proc ]]; then
-        mount -t proc proc "$CHROOT$2"
-    else
-        mount --bind "$1" "$CHROOT$2"
-    fi
-    mounted+=("$CHROOT$2")
-}
-
-in_root() {      # command... : run in the chroot, clean environment
-    chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin \
-        LANG=C.UTF-8 PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
-        PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 "$@"
-}
-
-apt_in_root() {
-    in_root env DEBIAN_FRONTEND=noninteractive apt-get \
-        -o Acquire::Check-Valid-Until=false -o Dpkg::Use-Pty=0 -qq "$@"
-}
-
-# ---- the chroot ------------------------------------------------------------
-
-if [[ ! -x $CHROOT/usr/bin/apt-get || ! -f $CHROOT/.bufferext-ready ]]; then
-    if ! command -v debootstrap >/dev/null; then
-        say "apt-get install debootstrap"
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-    fi
-    rm -rf "$CHROOT"
-    mkdir -p "$(dirname "$CHROOT")"
-    say "debootstrap --variant=minbase sid"
-    debootstrap --variant=minbase sid "$CHROOT" "$MIRROR" >"$CHROOT.log" 2>&1 || {
-        tail -20 "$CHROOT.log"; exit 1; }
-fi
-bind /proc /proc proc
-bind /dev/shm /dev/shm
-bind /dev/pts /dev/pts
-cp /etc/resolv.conf "$CHROOT/etc/resolv.conf"
-# pip inside verifies TLS with the host's extra CA certificates
-mkdir -p "$CHROOT/usr/local/share/ca-certificates"
-cp /usr/local/share/ca-certificates/*.crt "$CHROOT/usr/local/share/ca-certificates/" \
-    2>/dev/null || true
-if [[ ! -f $CHROOT/.bufferext-ready ]] || \
-        ! in_root dpkg -s "${PACKAGES[@]}" >/dev/null 2>&1; then
-    say "apt-get install ${PACKAGES[*]}"
-    apt_in_root update
-    apt_in_root install -y --no-install-recommends "${PACKAGES[@]}" >/dev/null
-    touch "$CHROOT/.bufferext-ready"
-fi
-in_root update-ca-certificates >/dev/null 2>&1 || true
-say "chroot: $(in_root sh -c 'ldd --version | head -1')"
+# shellcheck source=chroot.sh
+source "$CI_DIR/chroot.sh"
+chroot_open "${PACKAGES[@]}"
 
 # ---- the work, per interpreter -------------------------------------------
 

@@ -62,11 +62,16 @@ acquire(PyObject *exporter, Py_buffer_extended *ext)
             ? bufferext_cpubuffer_getbuffer
             : bufferext_own_getbuffer(exporter);
 
+    int rc;
+
     BufferExtInternal_ClearExtension(ext);
     if (getbuffer == NULL) {
         return -1;
     }
-    return getbuffer(exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
+    BufferExtInternal_SetMark(ext, PyBUF_RECORDS_RO | PyBUF_DEVICE);
+    rc = getbuffer(exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
+    BufferExtInternal_ClearMark(ext);
+    return rc;
 }
 
 static void

@@ -110,13 +110,11 @@ bufferext_export(PyObject *exporter, Py_buffer *view, int flags,
                  const bufferext_export_layout *layout, const char *device,
                  void *device_info, Py_ssize_t *exports)
 {
-    /* Our types are guarded (bufferext_add_type declares their flags), so
-     * the flag proves the extended view (docs/capi.rst, the PEP 688 rule):
-     * the check of BufferExt_SetDevice would only cost time. */
-    if (bufferext_fill_request(exporter, view, flags, layout) < 0 ||
-        BufferExtInternal_WriteDevice(exporter,
-                                      BufferExt_Extended(view, flags),
-                                      device, device_info) < 0) {
+    /* first: the consumer's mark is read from the view, which filling
+     * overwrites (a refused request leaves extension fields the consumer
+     * clears, as BufferExt_GetBuffer does) */
+    if (BufferExt_SetDevice(exporter, view, flags, device, device_info) < 0 ||
+        bufferext_fill_request(exporter, view, flags, layout) < 0) {
         return -1;
     }
     (*exports)++;

@@ -70,12 +70,12 @@ bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
 #ifndef Py_GIL_DISABLED
     bufferext_producer *p = (bufferext_producer *)op;
 
+    /* read before the view is written: the consumer's mark */
+    Py_buffer_extended *ext = BufferExt_Extended(view, flags);
+
     if (p->open && !BUFFEREXT_NEEDS_CHECK(&p->layout, flags) &&
-        (device == NULL || (flags & PyBUF_DEVICE))) {
-        Py_buffer_extended *ext = BufferExt_Extended(view, flags);
+        (device == NULL || ext != NULL)) {
         bufferext_fill_view(view, flags, &p->layout);
-        /* Our types are guarded (bufferext_add_type declares their
-         * flags): the flag proves the extended view (see export.h). */
         if (ext != NULL) {
             ext->flags |= PyBUF_DEVICE;
             ext->device = device;

@@ -52,7 +52,7 @@ def test_info_json(args):
     info = json.loads(proc.stdout)
     assert info["version"] == bufferext.__version__
     assert info["include"] == bufferext.get_include()
-    assert info["abi_version"] == 1
+    assert info["abi_version"] == 2
     assert info["flags"]["DEVICE"] == 0x10000
     assert info["flags"]["REQUIRED"] == 0xFD
     assert info["flags"]["LEGACY"] == 0x1FD

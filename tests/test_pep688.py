@@ -10,7 +10,11 @@ and whatever flags its caller chose, and made any class with a Python
 * ``BufferExt_SetSupportedFlags`` puts a guard in place of the type's
   ``__buffer__``: ``__buffer__(flags)`` with PyBUF_DEVICE raises BufferError;
 * ``BufferExt_GetBuffer`` asks a Python-level exporter without PyBUF_DEVICE;
-* ``BufferExt_SetDevice`` refuses device memory for a type left unguarded.
+* ``BufferExt_SetDevice`` writes the extension only into a view that the
+  consumer marked as extended (``BufferExt_Extended``): a request flag is no
+  proof of the struct behind it.
+* the guard and CPython's wrapper vouch only for (subclasses of) the class
+  they were made for: copied into another class, they route nothing.
 
 Before the rule, ``CPUBuffer(4).__buffer__(0x1011c)`` wrote past the
 Py_buffer (valgrind: invalid write), a VE adapter returned a memoryview over
@@ -231,16 +235,18 @@ def test_header_exporters_are_guarded(capi: ModuleType) -> None:
 
 
 @needs_pep688
-def test_unguarded_header_exporter_refuses_device_memory(
+def test_unguarded_header_exporter_refuses_bare_device_requests(
         capi: ModuleType) -> None:
     # a type that never called BufferExt_SetSupportedFlags keeps CPython's
-    # wrapper: BufferExt_SetDevice then refuses device memory, whatever path
-    # the request came through, instead of writing past a bare Py_buffer
+    # wrapper, which passes PyBUF_DEVICE with a bare Py_buffer: the view
+    # carries no consumer's mark, so BufferExt_SetDevice refuses device
+    # memory instead of writing past it; through the header the request
+    # arrives marked and is served
     exporter = capi.ExporterUndeclared(device=capi.DEVICE_CUDA)
-    with pytest.raises(BufferError, match="not guarded"):
+    with pytest.raises(BufferError, match="not one marked as extended"):
         exporter.__buffer__(DEVICE | FULL_RO)
-    with pytest.raises(BufferError, match="not guarded"):
-        bufferext.get_buffer(exporter)
+    with bufferext.get_buffer(exporter) as view:
+        assert view.device == capi.DEVICE_CUDA
     cpu = capi.ExporterUndeclared()
     with cpu.__buffer__(DEVICE | FULL_RO) as m:   # CPU: no extension written
         assert m.nbytes == 16
@@ -289,3 +295,100 @@ def test_class_declaration_change_is_seen_everywhere() -> None:
     assert bufferext.check_buffer_supports(x, nd)
     with bufferext.get_buffer(x, nd) as view:
         assert view.shape == (4,)
+
+
+# ---- issue 21, item 1: a guard found in a stranger's dict -------------------
+# Before: ``class Evil(int): __buffer__ = CPUBuffer.__dict__['__buffer__']``
+# made BufferExt_GetBuffer call CPUBuffer's getbuffer on an int (an export
+# of an address the caller chose, a write into an immutable int, SIGSEGV on
+# tobytes()); the same with BufferView's guard on a bytearray subclass.
+
+@needs_pep688
+@pytest.mark.parametrize("owner, base, arg", [
+    ("CPUBuffer", "int", "12345"), ("CPUBuffer", "bytes", "16"),
+    ("CPUBuffer", "object", ""), ("BufferView", "bytearray", "16"),
+    ("BufferView", "int", "7"), ("BufferAdapter", "object", ""),
+    ("CUDABuffer", "bytearray", "16"), ("VEBuffer", "bytes", "16")])
+def test_guard_copied_into_a_stranger_vouches_for_nothing(
+        owner: str, base: str, arg: str) -> None:
+    out = child(f"""
+        import bufferext
+        guard = getattr(bufferext, {owner!r}).__dict__['__buffer__']
+        class Evil({base}):
+            __buffer__ = guard
+        evil = Evil({arg})
+        for call in (lambda: bufferext.get_buffer(evil),
+                     lambda: evil.__buffer__(0), lambda: memoryview(evil),
+                     lambda: bufferext.check_buffer_supports(evil,
+                                                             0x10000)):
+            try:
+                result = call()
+            except TypeError as e:
+                print("TypeError", e)
+            else:
+                print("result", result)
+        """)
+    # CPython's own answer to a descriptor used on a stranger
+    assert out.count(f"requires a 'bufferext.{owner}' object") == 3, out
+    assert out.rstrip().endswith("result False"), out
+
+
+# ---- issue 21, item 6: a request flag is not proof of an extended struct --
+# Before: pickle.PickleBuffer(CPUBuffer(4)).__buffer__(0x1011c),
+# memoryview._from_flags(CPUBuffer(4), 0x1011c) and the PickleBuffer of
+# CPUBuffer.__reduce_ex__(5) made CPUBuffer write the extension past a
+# memoryview's internal Py_buffer (valgrind: invalid write of size 8; the
+# ASan job of .ci/quality.sh runs these), and a guarded device exporter
+# reached through them handed device memory to a memoryview.
+
+DOORS = {
+    "from_flags": "memoryview._from_flags(x, flags)",
+    "picklebuffer": "pickle.PickleBuffer(x).__buffer__(flags)",
+}
+
+
+@needs_pep688
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_foreign_doors_serve_cpu_memory_without_the_extension(
+        door: str) -> None:
+    import pickle  # noqa: F401 - used by the door's expression
+    x = bufferext.CPUBuffer(4)
+    flags = DEVICE | FULL_RO
+    m = eval(DOORS[door])
+    assert m.nbytes == 32 and bytes(m) == bytes(32)
+    m.release()
+    data = x.__reduce_ex__(5)[1][0]          # the PickleBuffer pickle gets
+    with data.__buffer__(flags) as m:
+        assert m.nbytes == 32
+    data.release()
+    assert x.exports == 0
+
+
+@needs_pep688
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_foreign_doors_refuse_device_memory(capi: ModuleType,
+                                            door: str) -> None:
+    import pickle  # noqa: F401
+    x = capi.ExporterFull(device=capi.DEVICE_CUDA)   # guarded, declared
+    flags = DEVICE | FULL_RO
+    # PickleBuffer's own request has no PyBUF_DEVICE: refused there already
+    with pytest.raises(BufferError, match=(
+            "not one marked as extended" if door == "from_flags"
+            else "only be exported to consumers that request PyBUF_DEVICE")):
+        eval(DOORS[door])
+    assert x.exports == 0
+    with bufferext.get_buffer(x) as view:            # the header's door
+        assert view.device == capi.DEVICE_CUDA
+
+
+def test_exporters_trust_only_a_marked_view(capi: ModuleType) -> None:
+    # BufferExt_Extended: the flag alone (a bare view, internal NULL) gives
+    # nothing; the consumer's mark gives the view itself
+    assert capi.extended_for(DEVICE, False) is None
+    assert capi.extended_for(DEVICE | FULL_RO, False) is None
+    assert capi.extended_for(DEVICE, True) is True
+    assert capi.extended_for(FULL_RO, True) is None
+    x = capi.ExporterFull()
+    assert capi.set_device(x, DEVICE, None, False, False)["flags"] == 0
+    with pytest.raises(BufferError, match="not one marked as extended"):
+        capi.set_device(x, DEVICE, "test.dev", True, False)

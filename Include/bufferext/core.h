@@ -13,6 +13,10 @@
  *                 type attribute __buffer_supported_flags__ (an int) and is
  *                 cached per type and per translation unit, keyed on the
  *                 type's version tag, so a lookup costs a few loads.
+ *   the mark      a consumer that passes PyBUF_DEVICE marks the view it
+ *                 hands over (view->internal, see BufferExt_Extended), so an
+ *                 exporter tells an extended view from a bare Py_buffer by
+ *                 the view itself, whatever path the request took.
  *   PEP 688       on 3.12+, which request paths can carry an extended view:
  *                 BufferExt_SetSupportedFlags guards a type's __buffer__,
  *                 and the cache also records which getbuffer a device
@@ -180,18 +184,58 @@ typedef struct Py_buffer_extended {
                              exporter, valid until the buffer is released. */
 } Py_buffer_extended;
 
+/* The mark of an extended view.  A request flag is no proof of the struct
+ * behind it: PyBUF_DEVICE reaches a getbuffer with a bare Py_buffer
+ * through any path that forwards its caller's flags (CPython's __buffer__
+ * wrapper, pickle.PickleBuffer, memoryview._from_flags, an exporter that
+ * forwards to another, a consumer that ignores this header).  So every
+ * consumer that passes PyBUF_DEVICE writes the mark into view->internal
+ * before it calls the exporter, and an exporter writes the extension only
+ * when it finds the mark there on entry (BufferExt_Extended).  The mark
+ * is the view's own address with its bits flipped by a fixed key: on
+ * 64-bit platforms that is never a user-space address, so no pointer an
+ * exporter stores in `internal` equals it, and a stale mark left in
+ * reused memory marks only the same address (consumers clear a mark the
+ * exporter did not overwrite).  Part of the ABI (BUFFEREXT_ABI_VERSION 2). */
+#define BUFFEREXT_MARK_KEY 0x62756665u    /* "bufe" */
+
+static inline void *BufferExtInternal_Mark(const Py_buffer *view)
+{
+    return (void *)((uintptr_t)view ^ ~(uintptr_t)BUFFEREXT_MARK_KEY);
+}
+
+/* Consumer side: mark `view` for a request of `flags` (internal = NULL for
+ * a request without PyBUF_DEVICE), before calling the exporter. */
+static inline void BufferExtInternal_SetMark(Py_buffer_extended *view,
+                                             int flags)
+{
+    view->view.internal = (flags & PyBUF_DEVICE)
+                              ? BufferExtInternal_Mark(&view->view) : NULL;
+}
+
+/* Consumer side, after the call: a mark the exporter left in place is
+ * cleared, so that no later use of this memory finds it. */
+static inline void BufferExtInternal_ClearMark(Py_buffer_extended *view)
+{
+    if (view->view.internal == BufferExtInternal_Mark(&view->view)) {
+        view->view.internal = NULL;
+    }
+}
+
 /* The ABI between extensions built separately, against any release of this
  * header.  BUFFEREXT_ABI_VERSION names the layout of Py_buffer_extended and
  * the meaning of its fields; it changes (a major, incompatible change) only
  * if either ever does, never for a new extended flag (a bit in
- * BUFFEREXT_EXTENDED_FLAGS) or a new device name.  Beside it, extensions
- * share: the type attribute __buffer_supported_flags__ (its values as
- * above), the docstring that marks the PEP 688 guard of __buffer__
- * (internal/accel.h), and the device-info layouts, versioned on their own
+ * BUFFEREXT_EXTENDED_FLAGS) or a new device name.  Version 2 added the mark
+ * of an extended view (above): an exporter of version 2 trusts no
+ * PyBUF_DEVICE request from a consumer of version 1.  Beside it,
+ * extensions share: the type attribute __buffer_supported_flags__ (its
+ * values as above), the docstring that marks the PEP 688 guard of
+ * __buffer__ (internal/accel.h), and the device-info layouts, versioned on their own
  * (cuda.h, ve.h: a major number for incompatible changes, a minor one for
  * fields added in the reserved space).  Nothing else (the cache, internal
  * names) crosses an extension's boundary. */
-#define BUFFEREXT_ABI_VERSION 1
+#define BUFFEREXT_ABI_VERSION 2
 
 /* Declares the error paths of the inline functions below: kept out of line
  * (where the compiler allows saying so) so that the hot path a consumer
@@ -531,6 +575,7 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
         }
 #endif
     }
+    BufferExtInternal_SetMark(view, flags);
 #ifdef BUFFEREXT_INTERNAL_PEP688
     rc = direct != NULL ? direct(obj, &view->view, flags)
                         : BufferExtAccel_CallSlot(slot, obj, &view->view,
@@ -538,6 +583,7 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
 #else
     rc = BufferExtAccel_CallSlot(slot, obj, &view->view, flags);
 #endif
+    BufferExtInternal_ClearMark(view);
     if (rc < 0) {
         /* an exporter may have written the extension before failing */
         BufferExtInternal_ClearExtension(view);
@@ -583,8 +629,13 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
     }
 #  endif
     if (!general) {
+        int rc;
+
         BufferExtInternal_ClearExtension(view);
-        if (slot(obj, &view->view, flags) < 0) {
+        BufferExtInternal_SetMark(view, flags);
+        rc = slot(obj, &view->view, flags);
+        BufferExtInternal_ClearMark(view);
+        if (rc < 0) {
             /* an exporter may have written the extension before failing */
             BufferExtInternal_ClearExtension(view);
             return -1;
@@ -616,54 +667,58 @@ static inline int BufferExt_IsDevice(const Py_buffer_extended *view)
 /* ---- exporter helpers ------------------------------------------------- */
 
 /* BufferExt_Extended: inside a getbuffer function, the extended view behind
- * `view`, or NULL when the consumer did not request PyBUF_DEVICE (then the
- * memory after the Py_buffer is not the consumer's to write).  On CPython
- * 3.12+ use it only in a type that BufferExt_SetSupportedFlags guarded (or
- * use BufferExt_SetDevice, which checks). */
+ * `view`, or NULL when the consumer did not request PyBUF_DEVICE through an
+ * extended view (then the memory after the Py_buffer is not the consumer's
+ * to write, and the request is served as if PyBUF_DEVICE were absent).  The
+ * proof is the consumer's mark in view->internal (see
+ * BufferExtInternal_Mark), which the exporter's own writes replace: call
+ * it on entry, before anything fills the view. */
 static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
                                                      int flags)
 {
-    return (flags & PyBUF_DEVICE) ? (Py_buffer_extended *)view : NULL;
+    return (flags & PyBUF_DEVICE) &&
+                   view->internal == BufferExtInternal_Mark(view)
+               ? (Py_buffer_extended *)view : NULL;
 }
 
-/* The body of BufferExt_SetDevice without the check of the guard, for
- * exporters that know their type is guarded (bufferext's own). */
-static inline int BufferExtInternal_WriteDevice(PyObject *exporter,
-                                                Py_buffer_extended *ext,
-                                                const char *device,
-                                                void *device_info)
+/* The refusal of BufferExt_SetDevice: device memory for a request without
+ * PyBUF_DEVICE, or with it but through a view not marked as extended.  -1. */
+BUFFEREXT_INTERNAL_COLD int
+BufferExtInternal_RefuseDevice(PyObject *exporter, const char *device,
+                               int flags)
 {
-    if (ext == NULL) {
-        char name[BUFFEREXT_INTERNAL_NAME_SIZE];
-        if (device == NULL) {
-            return 0;
-        }
+    char name[BUFFEREXT_INTERNAL_NAME_SIZE];
+    const char *type = BufferExtInternal_TypeName(Py_TYPE(exporter), name,
+                                                  sizeof(name));
+
+    if (flags & PyBUF_DEVICE) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: cannot export memory on device '%s': the "
+                     "request includes PyBUF_DEVICE, but its view is a plain "
+                     "Py_buffer, not one marked as extended (request device "
+                     "memory with BufferExt_GetBuffer or "
+                     "bufferext.get_buffer(); an exporter calls "
+                     "BufferExt_SetDevice before it fills the view)",
+                     type, device);
+    }
+    else {
         PyErr_Format(PyExc_BufferError,
                      "%.200s: memory on device '%s' can only be exported to "
                      "consumers that request PyBUF_DEVICE (memoryview, "
-                     "bytes() and numpy read CPU memory only)",
-                     BufferExtInternal_TypeName(Py_TYPE(exporter), name,
-                                                sizeof(name)), device);
-        return -1;
+                     "bytes() and numpy read CPU memory only)", type, device);
     }
-    ext->flags |= PyBUF_DEVICE;
-    ext->device = device;
-    ext->device_info = device_info;
-    return 0;
+    return -1;
 }
 
 /* BufferExt_SetDevice: inside a getbuffer function, say where the memory is.
  * device == NULL (CPU memory): answers a PyBUF_DEVICE request explicitly
  * (flags gets PyBUF_DEVICE, device stays NULL); does nothing otherwise.
  * device != NULL: fills device, device_info and flags if PyBUF_DEVICE was
- * requested; otherwise raises BufferError naming the exporter's type and the
- * device, so device memory never reaches a CPU-only consumer.
- * On CPython 3.12+ a PyBUF_DEVICE request is trusted only if the type of
- * `exporter` is guarded (BufferExt_SetSupportedFlags was called on it or a
- * base): CPython's own __buffer__ method passes any flags with a bare
- * Py_buffer.  An unguarded type's device memory is refused, with a message
- * that says so; its CPU memory is exported without the extension.
- * Call it before taking any reference or counting the export.
+ * requested through an extended view (BufferExt_Extended); otherwise
+ * raises BufferError naming the exporter's type and the device, so device
+ * memory never reaches a CPU-only consumer.
+ * Call it first, before anything writes the view (the consumer's mark is
+ * read from it), taking any reference or counting the export.
  * Returns 0, or -1 with BufferError. */
 static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
                                       int flags, const char *device,
@@ -671,28 +726,16 @@ static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
 {
     Py_buffer_extended *ext = BufferExt_Extended(view, flags);
 
-#ifdef BUFFEREXT_INTERNAL_PEP688
-    if (ext != NULL && !BufferExtAccel_Info(Py_TYPE(exporter)).guarded) {
-        char name[BUFFEREXT_INTERNAL_NAME_SIZE];
-        if (device == NULL) {
-            return 0;
-        }
-        PyErr_Format(PyExc_BufferError,
-                     "%.200s: cannot export memory on device '%s': the "
-                     "type's __buffer__ is not guarded, so a PyBUF_DEVICE "
-                     "request cannot be trusted ("
-#ifdef Py_LIMITED_API
-                     "the limited API cannot install the guard: build the "
-                     "exporter with the full C API"
-#else
-                     "call BufferExt_SetSupportedFlags on the type"
-#endif
-                     ")", BufferExtInternal_TypeName(Py_TYPE(exporter), name,
-                                                sizeof(name)), device);
-        return -1;
+    if (ext != NULL) {
+        ext->flags |= PyBUF_DEVICE;
+        ext->device = device;
+        ext->device_info = device_info;
+        return 0;
     }
-#endif
-    return BufferExtInternal_WriteDevice(exporter, ext, device, device_info);
+    if (device == NULL) {
+        return 0;
+    }
+    return BufferExtInternal_RefuseDevice(exporter, device, flags);
 }
 
 #ifdef __cplusplus

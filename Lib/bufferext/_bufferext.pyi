@@ -34,7 +34,7 @@ PyBUF_REQUIRED_FLAGS: Final = 0xFD
 #: Every request bit that existed before the draft (declared 0 means these).
 LEGACY_FLAGS: Final = 0x1FD
 #: Version of the Py_buffer_extended layout.
-ABI_VERSION: Final = 1
+ABI_VERSION: Final = 2
 #: Version of the header, ``0xMMmmpp00``-style like ``PY_VERSION_HEX``.
 VERSION_HEX: Final[int]
 

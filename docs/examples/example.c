@@ -27,16 +27,17 @@ hostarray_getbuffer(PyObject *self, Py_buffer *view, int flags)
 {
     HostArray *a = (HostArray *)self;
 
+    /* First, before anything writes the view: CPU memory answers a
+     * PyBUF_DEVICE request explicitly (flags gets PyBUF_DEVICE, device
+     * stays NULL).  Without the request it does nothing, so plain
+     * consumers are served as before. */
+    (void)BufferExt_SetDevice(self, view, flags, NULL, NULL);
     /* Fill the PEP 3118 fields (BufferError for PyBUF_WRITABLE on
      * read-only memory); the reference to self is stored last. */
     if (PyBuffer_FillInfo(view, NULL, a->data, sizeof(a->data), 0,
                           flags) < 0) {
         return -1;
     }
-    /* CPU memory: answer a PyBUF_DEVICE request explicitly (flags gets
-     * PyBUF_DEVICE, device stays NULL).  Without the request it does
-     * nothing, so plain consumers are served as before. */
-    (void)BufferExt_SetDevice(self, view, flags, NULL, NULL);
     a->exports++;
     view->obj = Py_NewRef(self);
     return 0;

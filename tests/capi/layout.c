@@ -38,7 +38,7 @@ FREEZE((PyBUF_DEVICE | PyBUF_SIMPLE) != PyBUF_WRITE);
 FREEZE((PyBUF_DEVICE & (PyBUF_READ | PyBUF_WRITE)) == 0);
 FREEZE(BUFFEREXT_SUPPORTS_LEGACY == 0);
 FREEZE(BUFFEREXT_SUPPORTS_SIMPLE_ONLY == -1);
-FREEZE(BUFFEREXT_ABI_VERSION == 1);
+FREEZE(BUFFEREXT_ABI_VERSION == 2);
 
 /* ---- Py_buffer_extended: the Py_buffer, then the extension ------------ */
 FREEZE(offsetof(Py_buffer_extended, view) == 0);

@@ -1089,18 +1089,25 @@ tc_reset_cache_stats(PyObject *module, PyObject *noargs)
 
 /* ---- producer helpers called directly --------------------------------- */
 
-/* extended_for(flags) -> bool: whether BufferExt_Extended hands back the
- * same address as an extended view, None if it returns NULL. */
+/* extended_for(flags, marked=True) -> bool: whether BufferExt_Extended
+ * hands back the same address as an extended view, None if it returns
+ * NULL.  `marked`: the view carries a consumer's mark, as
+ * BufferExt_GetBuffer leaves it for the exporter (else internal is NULL,
+ * as in a bare Py_buffer a plain consumer passes). */
 static PyObject *
 tc_extended_for(PyObject *module, PyObject *args)
 {
     Py_buffer_extended ext;
     Py_buffer_extended *got;
-    int flags;
+    int flags, marked = 1;
 
     (void)module;
-    if (!PyArg_ParseTuple(args, "i:extended_for", &flags)) {
+    if (!PyArg_ParseTuple(args, "i|p:extended_for", &flags, &marked)) {
         return NULL;
+    }
+    memset(&ext, 0, sizeof(ext));
+    if (marked) {
+        BufferExtInternal_SetMark(&ext, flags);
     }
     got = BufferExt_Extended(&ext.view, flags);
     if (got == NULL) {
@@ -1109,9 +1116,9 @@ tc_extended_for(PyObject *module, PyObject *args)
     return PyBool_FromLong(got == &ext);
 }
 
-/* set_device(exporter, flags, device, with_info) -> dict of the extension
- * after BufferExt_SetDevice on a zeroed extended view (the exporter only
- * names the type in errors). */
+/* set_device(exporter, flags, device, with_info, marked=True) -> dict of
+ * the extension after BufferExt_SetDevice on a zeroed extended view (the
+ * exporter only names the type in errors); `marked` as in extended_for. */
 static PyObject *
 tc_set_device(PyObject *module, PyObject *args)
 {
@@ -1119,14 +1126,17 @@ tc_set_device(PyObject *module, PyObject *args)
     Py_buffer_extended ext;
     PyObject *exporter;
     const char *device;
-    int flags, with_info;
+    int flags, with_info, marked = 1;
 
     (void)module;
-    if (!PyArg_ParseTuple(args, "Oizp:set_device", &exporter, &flags,
-                          &device, &with_info)) {
+    if (!PyArg_ParseTuple(args, "Oizp|p:set_device", &exporter, &flags,
+                          &device, &with_info, &marked)) {
         return NULL;
     }
     memset(&ext, 0, sizeof(ext));
+    if (marked) {
+        BufferExtInternal_SetMark(&ext, flags);
+    }
     if (BufferExt_SetDevice(exporter, &ext.view, flags, device,
                             with_info ? &info : NULL) < 0) {
         if (!extension_is_clear(&ext)) {

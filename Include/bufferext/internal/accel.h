@@ -17,9 +17,9 @@
  *                MRO's tp_dict and also gives the type its version tag.
  *   3.12+        the declaration through tp_mro and PyType_GetDict, after
  *                PyUnstable_Type_AssignVersionTag; for PEP 688, the
- *                d_wrapped field of the wrapper descriptor of __buffer__
- *                (PyWrapperDescrObject) and m_ml/m_self of the guard
- *                (PyCFunctionObject).
+ *                d_wrapped and d_type fields of the wrapper descriptor of
+ *                __buffer__ (PyWrapperDescrObject) and m_ml/m_self of the
+ *                guard (PyCFunctionObject).
  *   3.9-3.15, GIL builds
  *                BufferExt_GetBuffer/Release call bf_getbuffer and
  *                bf_releasebuffer directly, as PyObject_GetBuffer and
@@ -378,6 +378,16 @@ static inline void BufferExtAccel_ReadRoute(
     info->guarded = wrapper != NULL;
     if (wrapper == NULL && Py_IS_TYPE(found, &PyWrapperDescr_Type)) {
         wrapper = found;
+    }
+    /* The owner check: a guard or wrapper is anyone's to copy into another
+     * class's dict, and its function reads the object as an instance of
+     * the class it was made for (PyDescr_TYPE).  Found in a class that is
+     * not a subclass of that one, it vouches for nothing: the class is
+     * unguarded and its own slot (which calls __buffer__, whose wrapper
+     * raises CPython's TypeError) gets no device request. */
+    if (wrapper != NULL && !PyType_IsSubtype(type, PyDescr_TYPE(wrapper))) {
+        info->guarded = 0;
+        wrapper = NULL;
     }
     if (wrapper != NULL && slot != NULL) {
         void *wrapped = ((PyWrapperDescrObject *)wrapper)->d_wrapped;

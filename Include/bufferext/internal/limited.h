@@ -34,8 +34,10 @@
  *                objects found (__self__, __objclass__, __doc__).  The
  *                guard itself cannot be built (instancemethod is not in the
  *                limited API): BufferExt_SetSupportedFlags does not install
- *                it, so a limited-API type is unguarded on 3.12+ and
- *                BufferExt_SetDevice refuses its device memory there.
+ *                it, so a limited-API type is unguarded on 3.12+: its
+ *                __buffer__ hands over unmarked views (BufferExt_SetDevice
+ *                refuses device memory through it), the header's own
+ *                device requests arrive marked.
  *   dispatch     PyObject_GetBuffer and PyBuffer_Release, never inlined.
  */
 #ifndef BUFFEREXT_INTERNAL_LIMITED_H
@@ -224,14 +226,17 @@ static inline int BufferExtAccel_IsSlotWrapper(PyObject *obj)
 }
 
 /* The getbuffer slot of the class a slot wrapper was made for (its
- * __objclass__), or NULL. */
+ * __objclass__), or NULL, also when `type` is not a subclass of that class
+ * (the owner check of accel.h's BufferExtAccel_ReadRoute: a wrapper copied
+ * into a stranger's dict vouches for nothing). */
 static inline BufferExtAccel_GetBufferProc
-BufferExtAccel_WrapperSlot(PyObject *wrapper)
+BufferExtAccel_WrapperSlot(PyTypeObject *type, PyObject *wrapper)
 {
     PyObject *owner = BufferExtAccel_GetAttr(wrapper, "__objclass__");
     BufferExtAccel_GetBufferProc slot = NULL;
 
-    if (owner != NULL && PyType_Check(owner)) {
+    if (owner != NULL && PyType_Check(owner) &&
+        PyType_IsSubtype(type, (PyTypeObject *)owner)) {
         slot = BufferExtAccel_TypeSlot((PyTypeObject *)owner);
     }
     Py_XDECREF(owner);
@@ -263,7 +268,7 @@ static inline PyObject *BufferExtAccel_GuardedWrapper(PyObject *found)
 /* accel.h's BufferExtAccel_ReadRoute, through public attributes;
  * `found` is the type's __buffer__ (NULL: none, or CPython < 3.12). */
 static inline void BufferExtAccel_ReadRoute(
-    PyObject *found, BufferExtAccel_TypeInfo *info)
+    PyTypeObject *type, PyObject *found, BufferExtAccel_TypeInfo *info)
 {
     PyObject *wrapper;
 
@@ -278,10 +283,14 @@ static inline void BufferExtAccel_ReadRoute(
     if (wrapper == NULL && BufferExtAccel_IsSlotWrapper(found)) {
         wrapper = found;
     }
-    if (wrapper != NULL && info->slot != NULL) {
+    if (wrapper != NULL) {
         BufferExtAccel_GetBufferProc wrapped =
-            BufferExtAccel_WrapperSlot(wrapper);
-        if (wrapped == info->slot || (info->guarded && wrapped != NULL)) {
+            BufferExtAccel_WrapperSlot(type, wrapper);
+        if (wrapped == NULL) {              /* a stranger's */
+            info->guarded = 0;
+        }
+        else if (info->slot != NULL &&
+                 (wrapped == info->slot || info->guarded)) {
             info->device_getbuffer = wrapped;
         }
     }
@@ -332,7 +341,7 @@ BufferExtAccel_InfoFrom(PyTypeObject *type, const BufferExtAccel_Keys *keys)
                     ? BUFFEREXT_LEGACY_FLAGS
                     : (info.declared < 0 ? 0 : info.declared);
     info.slot = BufferExtAccel_TypeSlot(type);
-    BufferExtAccel_ReadRoute(keys->buffer, &info);
+    BufferExtAccel_ReadRoute(type, keys->buffer, &info);
     if (info.device_getbuffer == NULL) {
         info.mask &= ~PyBUF_DEVICE;
     }
