@@ -33,26 +33,47 @@ typedef struct {
 
 #define Adapter_CAST(op) ((AdapterObject *)(op))
 
+/* A new, empty adapter of `source`.  Its allocation may run the garbage
+ * collector, whose finalizers may run Python code: callers make it before
+ * they read what they describe (a capsule someone else could consume). */
 static AdapterObject *
-adapter_alloc(bufferext_state *st, PyObject *source, const char *protocol,
-              int ndim)
+adapter_new(bufferext_state *st, PyObject *source)
 {
     AdapterObject *self = (AdapterObject *)st->BufferAdapter_Type->tp_alloc(
         st->BufferAdapter_Type, 0);
 
-    if (self == NULL) {
-        return NULL;
+    if (self != NULL) {
+        self->source = Py_NewRef(source);
     }
-    self->source = Py_NewRef(source);
+    return self;
+}
+
+/* Say how the memory was read and make room for `ndim` dimensions (no
+ * Python code runs).  0, or -1 with an exception. */
+static int
+adapter_set_dims(AdapterObject *self, const char *protocol, int ndim)
+{
     self->protocol = PyUnicode_FromString(protocol);
     self->dims = bufferext_dims_alloc(ndim, &self->items);
     if (self->protocol == NULL || self->dims == NULL) {
-        Py_DECREF(self);
-        return NULL;
+        return -1;
     }
     self->layout.ndim = ndim;
     self->layout.shape = self->dims;
     self->layout.strides = self->dims + ndim;
+    return 0;
+}
+
+/* Both, for callers that read nothing another party can change. */
+static AdapterObject *
+adapter_alloc(bufferext_state *st, PyObject *source, const char *protocol,
+              int ndim)
+{
+    AdapterObject *self = adapter_new(st, source);
+
+    if (self != NULL && adapter_set_dims(self, protocol, ndim) < 0) {
+        Py_CLEAR(self);
+    }
     return self;
 }
 
@@ -310,6 +331,14 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (args[2] != Py_None && (force = PyObject_IsTrue(args[2])) < 0) {
         return NULL;
     }
+    /* Everything that can run Python code (the arguments above, the GC of
+     * this allocation) comes before the capsule is read: a finalizer could
+     * hand the same capsule to another consumer, which renames it and owns
+     * (and may free) its tensor. */
+    self = adapter_new(st, args[0]);
+    if (self == NULL) {
+        return NULL;
+    }
     if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE_VERSIONED)) {
         versioned = 1;
     }
@@ -323,13 +352,13 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                      "dlpack: capsule name is '%s', expected 'dltensor' or "
                      "'dltensor_versioned' (a consumed capsule cannot be "
                      "used twice)", name ? name : "(null)");
-        return NULL;
+        goto error;
     }
     managed = PyCapsule_GetPointer(capsule, versioned
                                    ? BX_DLPACK_CAPSULE_VERSIONED
                                    : BX_DLPACK_CAPSULE);
     if (managed == NULL) {
-        return NULL;
+        goto error;
     }
     if (versioned) {
         BxDLManagedTensorVersioned *m = managed;
@@ -339,7 +368,7 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          "major version %d is understood",
                          (unsigned)m->version.major,
                          (unsigned)m->version.minor, BX_DLPACK_MAJOR);
-            return NULL;   /* not consumed: its destructor frees it */
+            goto error;    /* not consumed: its destructor frees it */
         }
         readonly = (m->flags & BX_DLPACK_FLAG_READ_ONLY) != 0;
         tensor = &m->dl_tensor;
@@ -348,31 +377,30 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         tensor = &((BxDLManagedTensor *)managed)->dl_tensor;
     }
     if (check_tensor(tensor) < 0) {
-        return NULL;
+        goto error;
     }
     if (force == 0 && readonly) {
         PyErr_SetString(PyExc_BufferError, "dlpack: the tensor is "
                         "read-only (DLPack READ_ONLY flag) but readonly=False "
                         "was requested");
-        return NULL;
-    }
-    self = adapter_alloc(st, args[0], versioned ? "dlpack" : "dlpack-legacy",
-                         (int)tensor->ndim);
-    if (self == NULL) {
-        return NULL;
+        goto error;
     }
     /* Validate everything first: a rejected capsule stays its producer's. */
-    if (adapter_from_tensor(self, tensor, force == 1 || readonly) < 0 ||
+    if (adapter_set_dims(self, versioned ? "dlpack" : "dlpack-legacy",
+                         (int)tensor->ndim) < 0 ||
+        adapter_from_tensor(self, tensor, force == 1 || readonly) < 0 ||
         (self->device != NULL && adapter_import_cuda(st, self, stream) < 0) ||
         PyCapsule_SetName(capsule, versioned ? "used_dltensor_versioned"
                                              : "used_dltensor") < 0) {
-        Py_DECREF(self);
-        return NULL;
+        goto error;
     }
     /* Consumed: from here on the adapter owns the tensor. */
     self->dl_managed = managed;
     self->dl_versioned = versioned;
     return (PyObject *)self;
+error:
+    Py_DECREF(self);
+    return NULL;
 }
 
 /* ---- the dict protocols and re-exported buffers ----------------------- */
@@ -480,7 +508,7 @@ adapter_from_buffer(PyObject *module, PyObject *args)
     }
     self = adapter_alloc(st, source, "buffer", ext.view.ndim);
     if (self == NULL) {
-        BufferExt_Release(&ext);
+        bufferext_release_ext_raised(&ext);
         return NULL;
     }
     self->held = ext.view;
@@ -577,19 +605,22 @@ adapter_dealloc(PyObject *op)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs(op);
     }
-    if (self->dl_managed != NULL) {
-        /* The producer's deleter may run Python code: keep any pending
-         * exception out of its way. */
+    if (self->dl_managed != NULL || self->has_held) {
+        /* The producer's deleter or releasebuffer may run Python code: keep
+         * any pending exception out of its way. */
         PyObject *type_, *value, *tb;
         PyErr_Fetch(&type_, &value, &tb);
-        bufferext_dlpack_delete_locked(self->dl_managed, self->dl_versioned);
+        if (self->dl_managed != NULL) {
+            bufferext_dlpack_delete_locked(self->dl_managed,
+                                           self->dl_versioned);
+        }
+        if (self->has_held) {
+            PyBuffer_Release(&self->held);
+        }
         PyErr_Restore(type_, value, tb);
     }
     if (self->owns_event) {
         bufferext_cuda_release_event(&self->info.cuda);
-    }
-    if (self->has_held) {
-        PyBuffer_Release(&self->held);
     }
     PyMem_Free(self->dims);
     Py_XDECREF(self->format_obj);

@@ -199,29 +199,51 @@ cpubuffer_install(CPUBufferObject *self, void *allocation, char *data,
     self->head.open = 1;
 }
 
+/* A new CPUBuffer of `type` from a parsed spec (its dtype references
+ * move to the object, or are dropped on failure).  Runs no Python code
+ * but tp_alloc's garbage collector, which cannot reach the new object. */
 static PyObject *
-cpubuffer_make(PyTypeObject *type, PyObject *shape, PyObject *dtype,
-               int readonly, int zeroed)
+cpubuffer_from_spec(PyTypeObject *type, bufferext_producer_spec *spec,
+                    int readonly, int zeroed)
 {
-    bufferext_state *st = bufferext_state_from_type(type);
     CPUBufferObject *self;
     void *allocation;
     size_t mapped;
     char *data;
 
-    if (st == NULL ||
-        (self = (CPUBufferObject *)type->tp_alloc(type, 0)) == NULL) {
+    allocation = cpubuffer_alloc(spec->layout.nbytes, zeroed, &data,
+                                 &mapped);
+    if (allocation == NULL) {
+        bufferext_dtype_clear(&spec->dt);
         return NULL;
     }
-    if (bufferext_producer_init(&self->head, &cpubuffer_kind, st, shape,
-                                dtype, readonly) < 0 ||
-        (allocation = cpubuffer_alloc(self->head.layout.len, zeroed,
-                                      &data, &mapped)) == NULL) {
-        Py_DECREF(self);
+    self = (CPUBufferObject *)type->tp_alloc(type, 0);
+    if (self == NULL ||
+        bufferext_producer_setup(&self->head, &cpubuffer_kind, spec,
+                                 readonly) < 0) {
+        bufferext_dtype_clear(&spec->dt);
+        cpubuffer_free_block(allocation, mapped);
+        Py_XDECREF(self);
         return NULL;
     }
     cpubuffer_install(self, allocation, data, mapped);
     return (PyObject *)self;
+}
+
+/* The constructors: every call that runs Python code (the dtype resolver,
+ * the dimensions' __index__) comes first, on locals. */
+static PyObject *
+cpubuffer_make(PyTypeObject *type, PyObject *shape, PyObject *dtype,
+               int readonly, int zeroed)
+{
+    bufferext_state *st = bufferext_state_from_type(type);
+    bufferext_producer_spec spec;
+
+    if (st == NULL ||
+        bufferext_producer_parse("CPUBuffer", st, shape, dtype, &spec) < 0) {
+        return NULL;
+    }
+    return cpubuffer_from_spec(type, &spec, readonly, zeroed);
 }
 
 static PyObject *
@@ -286,13 +308,12 @@ cpubuffer_copy_from_host(PyObject *op, PyObject *source)
     Py_buffer view;
     int rc;
 
-    if (st == NULL || bufferext_producer_check_writable(&self->head) < 0 ||
-        bufferext_producer_get_source(&self->head, st, who, source,
-                                      &view) < 0) {
+    if (st == NULL || bufferext_producer_get_source(&self->head, st, who,
+                                                    source, &view) < 0) {
         return NULL;
     }
     rc = PyBuffer_ToContiguous(self->head.layout.buf, &view, view.len, 'C');
-    PyBuffer_Release(&view);
+    bufferext_release_raised(&view);
     bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
@@ -316,38 +337,61 @@ cpubuffer_to_host(PyObject *op, PyObject *unused)
     return array;
 }
 
+/* resize() refuses a closed or exported buffer. */
+static int
+cpubuffer_check_resize(CPUBufferObject *self)
+{
+    if (bufferext_producer_check_open(&self->head) < 0 ||
+        bufferext_producer_check_not_exported(&self->head, "resize") < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* The new shape is parsed (each dimension's __index__ is Python code that
+ * may close, resize or export this very buffer) and its memory allocated
+ * first; the checks and the swap then run in one critical section, with
+ * no Python code in between. */
 static PyObject *
-cpubuffer_resize_impl(PyObject *op, PyObject *shape)
+cpubuffer_resize(PyObject *op, PyObject *shape)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
     bufferext_layout layout;
-    Py_ssize_t old_len = self->head.layout.len;
     void *allocation;
     size_t mapped;
     char *data;
+    int rc;
 
-    if (bufferext_producer_check_open(&self->head) < 0 ||
-        bufferext_producer_check_not_exported(&self->head, "resize") < 0 ||
+    BUFFEREXT_LOCKED_BEGIN(op);
+    rc = cpubuffer_check_resize(self);      /* early, for a clear error */
+    BUFFEREXT_LOCKED_END();
+    if (rc < 0 ||
         bufferext_layout_parse("CPUBuffer.resize", shape,
                                self->head.layout.itemsize, &layout) < 0 ||
         (allocation = cpubuffer_alloc(layout.nbytes, 1, &data, &mapped)) ==
             NULL) {
         return NULL;
     }
-    if (bufferext_producer_set_layout(&self->head, &layout) < 0) {
+    BUFFEREXT_LOCKED_BEGIN(op);
+    rc = cpubuffer_check_resize(self);      /* what the parse may change */
+    if (rc == 0) {
+        Py_ssize_t old_len = self->head.layout.len;
+        void *old = self->head.layout.buf;
+        rc = bufferext_producer_set_layout(&self->head, &layout);
+        if (rc == 0) {
+            memcpy(data, old, (size_t)(old_len < layout.nbytes
+                                           ? old_len : layout.nbytes));
+            cpubuffer_free_block(self->allocation, self->mapped);
+            cpubuffer_install(self, allocation, data, mapped);
+        }
+    }
+    BUFFEREXT_LOCKED_END();
+    if (rc < 0) {
         cpubuffer_free_block(allocation, mapped);
-        PyErr_Format(PyExc_MemoryError,
-                     "CPUBuffer: cannot allocate %zd bytes", layout.nbytes);
         return NULL;
     }
-    memcpy(data, self->head.layout.buf,
-           (size_t)(old_len < layout.nbytes ? old_len : layout.nbytes));
-    cpubuffer_free_block(self->allocation, self->mapped);
-    cpubuffer_install(self, allocation, data, mapped);
     Py_RETURN_NONE;
 }
-
-static BUFFEREXT_LOCKED_METHOD(cpubuffer_resize, cpubuffer_resize_impl)
 
 static PyObject *
 cpubuffer_dlpack_device(PyObject *op, PyObject *unused)
@@ -366,6 +410,64 @@ cpubuffer_dlpack_device(PyObject *op, PyObject *unused)
  * machine of the other order.  Loading copies the data once into new
  * memory.  A copy (copy(), copy.copy, copy.deepcopy) is one memcpy. */
 
+/* What a Python subclass adds to an instance (its __dict__, __slots__, or
+ * what its own __getstate__ gives) travels with the buffer: in the reduce
+ * tuple's state, which pickle's BUILD step restores, and into copies.  The
+ * rules are pickle's, written once in Lib/bufferext/_subclass.py and
+ * fetched by name on first use; an exact CPUBuffer has no such state. */
+static PyObject *
+cpubuffer_subclass_helper(PyObject *op, const char *name)
+{
+    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
+    PyObject *module, *helper;
+
+    if (st == NULL) {
+        return NULL;
+    }
+    if (Py_IS_TYPE(op, st->CPUBuffer_Type)) {
+        return Py_NewRef(Py_None);
+    }
+    module = PyImport_ImportModule("bufferext._subclass");
+    if (module == NULL) {
+        return NULL;
+    }
+    helper = PyObject_GetAttrString(module, name);
+    Py_DECREF(module);
+    return helper;
+}
+
+/* The subclass state of `op` (None when it has none).  New reference. */
+static PyObject *
+cpubuffer_subclass_state(PyObject *op)
+{
+    PyObject *helper = cpubuffer_subclass_helper(op, "state"), *state;
+
+    if (helper == NULL || helper == Py_None) {
+        return helper;
+    }
+    state = PyObject_CallOneArg(helper, op);
+    Py_DECREF(helper);
+    return state;
+}
+
+/* Give `copy` the subclass state of `op`: shallow (memo NULL), as
+ * copy.copy does, or deep with copy.deepcopy's `memo`.  0 or -1. */
+static int
+cpubuffer_copy_state(PyObject *op, PyObject *copy, PyObject *memo)
+{
+    PyObject *helper = cpubuffer_subclass_helper(op, "copy_into"), *done;
+
+    if (helper == NULL || helper == Py_None) {
+        Py_XDECREF(helper);
+        return helper == NULL ? -1 : 0;
+    }
+    done = PyObject_CallFunctionObjArgs(helper, op, copy,
+                                        memo ? memo : Py_None, NULL);
+    Py_DECREF(helper);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
 /* ValueError naming the state when closed.  0 or -1. */
 static int
 cpubuffer_check_open_to(CPUBufferObject *self, const char *what)
@@ -383,13 +485,21 @@ static PyObject *
 cpubuffer_reduce_ex(PyObject *op, PyObject *protocol_arg)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
-    PyObject *rebuild = NULL, *data = NULL, *shape = NULL, *result = NULL;
-    long protocol = PyLong_AsLong(protocol_arg);
+    PyObject *rebuild = NULL, *data = NULL, *shape = NULL, *state = NULL;
+    PyObject *result = NULL;
+    bufferext_producer_snapshot now;
+    long protocol = PyLong_AsLong(protocol_arg);   /* __index__: first */
 
     if ((protocol == -1 && PyErr_Occurred()) ||
-        cpubuffer_check_open_to(self, "pickle") < 0) {
+        cpubuffer_check_open_to(self, "pickle") < 0 ||
+        bufferext_producer_pin(&self->head, "CPUBuffer.__reduce_ex__",
+                               0) < 0) {
         return NULL;
     }
+    /* Pinned from here: what runs Python code below (the subclass state,
+     * the GC of each allocation) cannot resize or close the buffer
+     * between the data and the shape read with it. */
+    bufferext_producer_read(&self->head, &now);
     /* Both export this buffer: the PickleBuffer keeps its export (and so
      * the memory) until the pickler is done with it. */
     if (protocol < 5) {
@@ -409,18 +519,26 @@ cpubuffer_reduce_ex(PyObject *op, PyObject *protocol_arg)
         Py_XDECREF(mv);
     }
     if (data == NULL ||
-        (shape = bufferext_producer_get_shape(op, NULL)) == NULL ||
+        (shape = bufferext_tuple_from_ssize(now.ndim, now.shape)) == NULL ||
+        (state = cpubuffer_subclass_state(op)) == NULL ||
         (rebuild = PyObject_GetAttrString((PyObject *)Py_TYPE(op),
                                           "_from_pickle")) == NULL) {
         goto error;
     }
-    result = Py_BuildValue("O(OOOO)", rebuild, data, shape,
-                           self->head.dt.typestr,
-                           self->head.layout.readonly ? Py_True : Py_False);
+    result = state == Py_None
+        ? Py_BuildValue("O(OOOO)", rebuild, data, shape,
+                        self->head.dt.typestr,
+                        self->head.layout.readonly ? Py_True : Py_False)
+        : Py_BuildValue("O(OOOO)O", rebuild, data, shape,
+                        self->head.dt.typestr,
+                        self->head.layout.readonly ? Py_True : Py_False,
+                        state);
 error:
+    bufferext_producer_unpin(&self->head);
     Py_XDECREF(rebuild);
     Py_XDECREF(data);
     Py_XDECREF(shape);
+    Py_XDECREF(state);
     return result;
 }
 
@@ -448,7 +566,7 @@ cpubuffer_from_pickle(PyObject *cls, PyObject *args)
         return NULL;
     }
     rc = PyBuffer_ToContiguous(self->head.layout.buf, &view, view.len, 'C');
-    PyBuffer_Release(&view);
+    bufferext_release_raised(&view);
     bufferext_producer_unpin(&self->head);
     if (rc < 0) {
         Py_DECREF(self);
@@ -458,32 +576,42 @@ cpubuffer_from_pickle(PyObject *cls, PyObject *args)
 }
 
 /* A new buffer of the same type, shape and dtype holding a copy of the
- * contents; read-only if `readonly`. */
+ * contents; read-only if `readonly`.  The source is pinned first: the
+ * garbage collector of the copy's allocation may run finalizers, which
+ * then cannot resize or close it between the shape read and the copy;
+ * the copy's spec is the source's own (no dtype resolver runs). */
 static PyObject *
-cpubuffer_duplicate(PyObject *op, int readonly)
+cpubuffer_duplicate(PyObject *op, int readonly, PyObject *memo)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op), *copy;
-    PyObject *shape;
+    bufferext_producer_spec spec;
+    bufferext_producer_snapshot now;
+    int i;
 
     if (cpubuffer_check_open_to(self, "copy") < 0 ||
-        (shape = bufferext_producer_get_shape(op, NULL)) == NULL) {
+        bufferext_producer_pin(&self->head, "CPUBuffer.copy", 0) < 0) {
         return NULL;
     }
-    copy = (CPUBufferObject *)cpubuffer_make(Py_TYPE(op), shape,
-                                             self->head.dt.dtype, readonly,
-                                             0);
-    Py_DECREF(shape);
-    if (copy == NULL) {
-        return NULL;
+    bufferext_producer_read(&self->head, &now);
+    spec.dt = self->head.dt;
+    Py_INCREF(spec.dt.dtype);
+    Py_INCREF(spec.dt.typestr);
+    spec.layout.ndim = now.ndim;
+    spec.layout.nbytes = now.len;
+    for (i = 0; i < now.ndim; i++) {
+        spec.layout.shape[i] = now.shape[i];
+        spec.layout.strides[i] = now.strides[i];
     }
-    /* Pinned: close() and resize() of the source wait for the copy. */
-    if (bufferext_producer_pin(&self->head, "CPUBuffer.copy") < 0) {
-        Py_DECREF(copy);
-        return NULL;
+    copy = (CPUBufferObject *)cpubuffer_from_spec(Py_TYPE(op), &spec,
+                                                  readonly, 0);
+    if (copy != NULL) {
+        memcpy(copy->head.layout.buf, now.buf, (size_t)now.len);
     }
-    memcpy(copy->head.layout.buf, self->head.layout.buf,
-           (size_t)self->head.layout.len);
     bufferext_producer_unpin(&self->head);
+    if (copy != NULL && cpubuffer_copy_state(op, (PyObject *)copy,
+                                             memo) < 0) {
+        Py_CLEAR(copy);
+    }
     return (PyObject *)copy;
 }
 
@@ -504,14 +632,27 @@ cpubuffer_copy(PyObject *op, PyObject *args, PyObject *kwargs)
     else if ((flag = PyObject_IsTrue(readonly)) < 0) {
         return NULL;
     }
-    return cpubuffer_duplicate(op, flag);
+    return cpubuffer_duplicate(op, flag, NULL);
 }
 
 static PyObject *
 cpubuffer_copy_same(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    return cpubuffer_duplicate(op, CPUBuffer_CAST(op)->head.layout.readonly);
+    return cpubuffer_duplicate(op, CPUBuffer_CAST(op)->head.layout.readonly,
+                               NULL);
+}
+
+static PyObject *
+cpubuffer_deepcopy(PyObject *op, PyObject *memo)
+{
+    if (!PyDict_Check(memo)) {
+        PyErr_Format(PyExc_TypeError, "__deepcopy__: memo must be a dict, "
+                     "not '%.200s'", Py_TYPE(memo)->tp_name);
+        return NULL;
+    }
+    return cpubuffer_duplicate(op, CPUBuffer_CAST(op)->head.layout.readonly,
+                               memo);
 }
 
 static PyMethodDef cpubuffer_methods[] = {
@@ -552,7 +693,7 @@ static PyMethodDef cpubuffer_methods[] = {
      "readonly=None keeps this buffer's flag; True or False sets it."},
     {"__copy__", cpubuffer_copy_same, METH_NOARGS,
      "__copy__($self, /)\n--\n\ncopy.copy(): the same as copy()."},
-    {"__deepcopy__", cpubuffer_copy_same, METH_O,
+    {"__deepcopy__", cpubuffer_deepcopy, METH_O,
      "__deepcopy__($self, memo, /)\n--\n\n"
      "copy.deepcopy(): the same as copy() (a buffer holds no objects)."},
     {"__reduce_ex__", cpubuffer_reduce_ex, METH_O,
@@ -572,33 +713,48 @@ static PyMethodDef cpubuffer_methods[] = {
 
 /* ---- attributes ------------------------------------------------------- */
 
+/* A closed buffer has no address: ValueError.  0 or -1. */
+static int
+check_snapshot_open(const bufferext_producer_snapshot *now)
+{
+    if (!now->open) {
+        PyErr_SetString(PyExc_ValueError, "operation on a closed CPUBuffer");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 get_ptr(PyObject *op, void *closure)
 {
-    CPUBufferObject *self = CPUBuffer_CAST(op);
+    bufferext_producer_snapshot now;
     (void)closure;
-    if (bufferext_producer_check_open(&self->head) < 0) {
-        return NULL;
-    }
-    return PyLong_FromVoidPtr(self->head.layout.buf);
+
+    bufferext_producer_read(BufferExtProducer_CAST(op), &now);
+    return check_snapshot_open(&now) < 0 ? NULL : PyLong_FromVoidPtr(now.buf);
 }
 
 static PyObject *
 get_array_interface(PyObject *op, void *closure)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
+    bufferext_producer_snapshot now;
     PyObject *shape;
     (void)closure;
 
-    if (bufferext_producer_check_open(&self->head) < 0 ||
-        (shape = bufferext_producer_get_shape(op, NULL)) == NULL) {
+    bufferext_producer_read(&self->head, &now);
+    if (check_snapshot_open(&now) < 0 ||
+        (shape = bufferext_tuple_from_ssize(now.ndim, now.shape)) == NULL) {
         return NULL;
     }
-    /* NumPy's array interface v3; strides None: C-contiguous. */
+    /* NumPy's array interface v3; strides None: C-contiguous.  Like every
+     * array interface, the address is valid while the buffer is neither
+     * closed nor resized (numpy holds an export when it reads the buffer
+     * protocol, which it tries first). */
     return Py_BuildValue("{s:N,s:O,s:[(s,O)],s:(NO),s:O,s:i}",
                          "shape", shape, "typestr", self->head.dt.typestr,
                          "descr", "", self->head.dt.typestr,
-                         "data", PyLong_FromVoidPtr(self->head.layout.buf),
+                         "data", PyLong_FromVoidPtr(now.buf),
                          self->head.layout.readonly ? Py_True : Py_False,
                          "strides", Py_None, "version", 3);
 }

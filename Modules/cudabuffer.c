@@ -64,21 +64,6 @@ check_not_exported(CUDABufferObject *self, const char *what)
     return 0;
 }
 
-/* Writing: refused on a read-only buffer while it is exported (a consumer
- * holds it as read-only memory). */
-static int
-check_writable(CUDABufferObject *self)
-{
-    if (check_open(self) < 0) {
-        return -1;
-    }
-    if (self->head.layout.readonly &&
-        check_not_exported(self, "be written while read-only") < 0) {
-        return -1;
-    }
-    return 0;
-}
-
 static int
 ctx_push(CUDABufferObject *self, const char *who)
 {
@@ -250,6 +235,7 @@ cudabuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     static char *keywords[] = {"shape", "dtype", "device", "readonly", NULL};
     PyObject *shape, *dtype = NULL, *device = NULL;
     int readonly = 0, ordinal = 0;
+    bufferext_producer_spec spec;
     bufferext_state *st;
     CUDABufferObject *self;
 
@@ -262,15 +248,20 @@ cudabuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (st == NULL || bufferext_cuda_ready(st) < 0) {
         return NULL;
     }
-    if (device != NULL && parse_ordinal(device, &ordinal) < 0) {
+    /* What runs Python code (the ordinal's and dimensions' __index__, the
+     * dtype resolver) runs first, on locals. */
+    if ((device != NULL && parse_ordinal(device, &ordinal) < 0) ||
+        bufferext_producer_parse("CUDABuffer", st, shape, dtype,
+                                 &spec) < 0) {
         return NULL;
     }
     self = (CUDABufferObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
+        bufferext_dtype_clear(&spec.dt);
         return NULL;
     }
-    if (bufferext_producer_init(&self->head, &cudabuffer_kind, st, shape,
-                                dtype, readonly) < 0 ||
+    if (bufferext_producer_setup(&self->head, &cudabuffer_kind, &spec,
+                                 readonly) < 0 ||
         set_up(self, ordinal, self->head.layout.len) < 0) {
         Py_DECREF(self);        /* dealloc tears down what was set up */
         return NULL;
@@ -331,9 +322,8 @@ cudabuffer_copy_from_host(PyObject *op, PyObject *source)
     Py_buffer view;
     int rc = -1;
 
-    if (st == NULL || check_writable(self) < 0 ||
-        bufferext_producer_get_source(&self->head, st, who, source,
-                                      &view) < 0) {
+    if (st == NULL || bufferext_producer_get_source(&self->head, st, who,
+                                                    source, &view) < 0) {
         return NULL;
     }
     src = bufferext_contiguous_bytes(&view, &staged);
@@ -341,7 +331,7 @@ cudabuffer_copy_from_host(PyObject *op, PyObject *source)
         rc = copy_in(self, who, src, view.len);
     }
     PyMem_RawFree(staged);
-    PyBuffer_Release(&view);
+    bufferext_release_raised(&view);
     bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
@@ -357,8 +347,13 @@ cudabuffer_to_host(PyObject *op, PyObject *unused)
     int rc = 0;
     (void)unused;
 
+    /* pinned first: numpy.empty runs Python code (and the GC) */
+    if (bufferext_producer_pin(&self->head, who, 0) < 0) {
+        return NULL;
+    }
     array = bufferext_producer_host_array(&self->head, &view);
     if (array == NULL) {
+        bufferext_producer_unpin(&self->head);
         return NULL;
     }
     if (self->head.layout.len > 0 && (rc = ctx_push(self, who)) == 0) {
@@ -371,6 +366,7 @@ cudabuffer_to_host(PyObject *op, PyObject *unused)
         bufferext_cuda_ctx_pop();
     }
     PyBuffer_Release(&view);
+    bufferext_producer_unpin(&self->head);
     if (rc < 0) {
         Py_CLEAR(array);
     }
@@ -412,7 +408,7 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
     const char *who = "CUDABuffer.copy_from";
     CUDABufferObject *self = CUDABuffer_CAST(op), *src;
     bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
-    int same;
+    int same, rc;
 
     if (st == NULL) {
         return NULL;
@@ -425,15 +421,7 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
         return NULL;
     }
     src = CUDABuffer_CAST(other);
-    if (check_writable(self) < 0 || check_open(src) < 0) {
-        return NULL;
-    }
-    if (src->head.layout.len != self->head.layout.len) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: source has %zd bytes, the buffer %zd", who,
-                     src->head.layout.len, self->head.layout.len);
-        return NULL;
-    }
+    /* the dtypes never change: compared (numpy code) before the pins */
     same = PyObject_RichCompareBool(src->head.dt.dtype, self->head.dt.dtype,
                                     Py_EQ);
     if (same <= 0) {
@@ -445,13 +433,24 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
         }
         return NULL;
     }
-    if (src == self || self->head.layout.len == 0) {
-        Py_RETURN_NONE;
-    }
-    if (copy_device(self, src, who) < 0) {
+    if (bufferext_producer_pin(&self->head, who, 1) < 0) {
         return NULL;
     }
-    Py_RETURN_NONE;
+    rc = bufferext_producer_pin(&src->head, who, 0);
+    if (rc == 0) {
+        if (src->head.layout.len != self->head.layout.len) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: source has %zd bytes, the buffer %zd", who,
+                         src->head.layout.len, self->head.layout.len);
+            rc = -1;
+        }
+        else if (src != self && self->head.layout.len > 0) {
+            rc = copy_device(self, src, who);
+        }
+        bufferext_producer_unpin(&src->head);
+    }
+    bufferext_producer_unpin(&self->head);
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 /* ---- fill -------------------------------------------------------------- */
@@ -597,36 +596,46 @@ fill_memset(CUDABufferObject *self, const char *pattern, int width,
     return rc;
 }
 
-static PyObject *
-cudabuffer_fill(PyObject *op, PyObject *value)
+/* No memset writes the pattern: stage it on the host.  0 or -1. */
+static int
+fill_staged(CUDABufferObject *self, const char *pattern, const char *who)
 {
-    const char *who = "CUDABuffer.fill";
-    CUDABufferObject *self = CUDABuffer_CAST(op);
     Py_ssize_t i, itemsize = self->head.dt.itemsize;
-    char pattern[32], *staged;
-    int width, rc;
+    char *staged = PyMem_RawMalloc((size_t)self->head.layout.len);
+    int rc;
 
-    if (check_writable(self) < 0 || fill_pattern(self, value, pattern) < 0) {
-        return NULL;
-    }
-    if (self->head.layout.len == 0) {
-        Py_RETURN_NONE;
-    }
-    width = memset_width(pattern, itemsize);
-    if (width != 0) {
-        rc = fill_memset(self, pattern, width, who);
-        return rc < 0 ? NULL : Py_NewRef(Py_None);
-    }
-    /* No memset writes this pattern: stage it on the host. */
-    staged = PyMem_RawMalloc((size_t)self->head.layout.len);
     if (staged == NULL) {
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        return -1;
     }
     for (i = 0; i < self->head.layout.len; i += itemsize) {
         memcpy(staged + i, pattern, (size_t)itemsize);
     }
     rc = copy_in(self, who, staged, self->head.layout.len);
     PyMem_RawFree(staged);
+    return rc;
+}
+
+static PyObject *
+cudabuffer_fill(PyObject *op, PyObject *value)
+{
+    const char *who = "CUDABuffer.fill";
+    CUDABufferObject *self = CUDABuffer_CAST(op);
+    Py_ssize_t itemsize = self->head.dt.itemsize;
+    char pattern[32];
+    int width, rc;
+
+    /* the value's conversion runs numpy code first; then the buffer is
+     * pinned (and checked) for the write */
+    if (fill_pattern(self, value, pattern) < 0 ||
+        bufferext_producer_pin(&self->head, who, 1) < 0) {
+        return NULL;
+    }
+    width = memset_width(pattern, itemsize);
+    rc = self->head.layout.len == 0 ? 0
+       : width != 0 ? fill_memset(self, pattern, width, who)
+                    : fill_staged(self, pattern, who);
+    bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
@@ -745,15 +754,40 @@ get_device(PyObject *op, void *closure)
     return PyLong_FromLong(CUDABuffer_CAST(op)->info.device);
 }
 
+/* ptr and the CAI's stream, read with the rest of the state (close
+ * zeroes them; synchronize() clears the event). */
+typedef struct {
+    bufferext_producer_snapshot head;
+    CUdeviceptr ptr;
+    void *pending_stream;       /* the stream while work is pending */
+} cuda_snapshot;
+
+static int
+cuda_read(CUDABufferObject *self, cuda_snapshot *now)
+{
+    bufferext_producer_read(&self->head, &now->head);
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
+    now->ptr = self->ptr;
+    now->pending_stream = self->info.event != NULL ? (void *)self->stream
+                                                   : NULL;
+    BUFFEREXT_LOCKED_END();
+    if (!now->head.open) {
+        PyErr_SetString(PyExc_ValueError, "operation on a closed CUDABuffer");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 get_ptr(PyObject *op, void *closure)
 {
-    CUDABufferObject *self = CUDABuffer_CAST(op);
+    cuda_snapshot now;
     (void)closure;
-    if (check_open(self) < 0) {
+
+    if (cuda_read(CUDABuffer_CAST(op), &now) < 0) {
         return NULL;
     }
-    return PyLong_FromUnsignedLongLong(self->ptr);
+    return PyLong_FromUnsignedLongLong(now.ptr);
 }
 
 /* CUDA Array Interface v3.  `stream` is this buffer's own stream while work
@@ -763,18 +797,21 @@ static PyObject *
 get_cuda_array_interface(PyObject *op, void *closure)
 {
     CUDABufferObject *self = CUDABuffer_CAST(op);
+    cuda_snapshot now;
     PyObject *shape, *stream;
     (void)closure;
 
-    if (check_open(self) < 0 ||
-        (shape = bufferext_producer_get_shape(op, NULL)) == NULL) {
+    if (cuda_read(self, &now) < 0 ||
+        (shape = bufferext_tuple_from_ssize(now.head.ndim,
+                                            now.head.shape)) == NULL) {
         return NULL;
     }
-    stream = self->info.event != NULL ? PyLong_FromVoidPtr(self->stream)
-                           : Py_NewRef(Py_None);
+    stream = now.pending_stream != NULL
+                 ? PyLong_FromVoidPtr(now.pending_stream)
+                 : Py_NewRef(Py_None);
     return Py_BuildValue("{s:N,s:O,s:(NO),s:O,s:i,s:N}",
                          "shape", shape, "typestr", self->head.dt.typestr,
-                         "data", PyLong_FromUnsignedLongLong(self->ptr),
+                         "data", PyLong_FromUnsignedLongLong(now.ptr),
                          self->head.layout.readonly ? Py_True : Py_False,
                          "strides", Py_None, "version", 3,
                          "stream", stream);

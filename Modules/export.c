@@ -178,11 +178,23 @@ bufferext_layout_parse(const char *who, PyObject *shape, Py_ssize_t itemsize,
 PyObject *
 bufferext_tuple_from_ssize(int n, const Py_ssize_t *values)
 {
-    PyObject *tuple = PyTuple_New(n);
+    /* Copied first: allocating the tuple may run the garbage collector,
+     * whose finalizers may change or free the array `values` points into
+     * (a shape that resize() replaces); the ints allocate no GC object. */
+    Py_ssize_t copy[PyBUF_MAX_NDIM];
+    PyObject *tuple;
     int i;
 
+    if (n < 0 || n > PyBUF_MAX_NDIM) {
+        PyErr_Format(PyExc_SystemError, "bufferext: ndim = %d", n);
+        return NULL;
+    }
+    if (n > 0) {
+        memcpy(copy, values, sizeof(Py_ssize_t) * (size_t)n);
+    }
+    tuple = PyTuple_New(n);
     for (i = 0; tuple != NULL && i < n; i++) {
-        PyObject *item = PyLong_FromSsize_t(values[i]);
+        PyObject *item = PyLong_FromSsize_t(copy[i]);
         if (item == NULL) {
             Py_CLEAR(tuple);
             break;

@@ -280,7 +280,7 @@ bufferext_gate_acquire(PyObject *exporter, Py_buffer_extended *ext, int flags)
         return -1;
     }
     if (gate_export(exporter, ext, flags) < 0) {
-        BufferExt_Release(ext);
+        bufferext_release_ext_raised(ext);
         return -1;
     }
     return 0;

@@ -213,6 +213,30 @@ PyObject *bufferext_ve_status(void);             /* vebuffer.c */
 
 /* ---- shared helpers ---------------------------------------------------- */
 
+/* PyBuffer_Release of an export of a foreign exporter while an exception is
+ * set: its releasebuffer may run Python code (a __release_buffer__), which
+ * must not run with an exception pending; the exception is kept. */
+static inline void
+bufferext_release_raised(Py_buffer *view)
+{
+    PyObject *type, *value, *tb;
+
+    PyErr_Fetch(&type, &value, &tb);
+    PyBuffer_Release(view);
+    PyErr_Restore(type, value, tb);
+}
+
+/* The same for an extended view (BufferExt_Release). */
+static inline void
+bufferext_release_ext_raised(Py_buffer_extended *view)
+{
+    PyObject *type, *value, *tb;
+
+    PyErr_Fetch(&type, &value, &tb);
+    BufferExt_Release(view);
+    PyErr_Restore(type, value, tb);
+}
+
 /* A producer's element type, from bufferext._dtypes.resolve(). */
 typedef struct {
     char format[8];         /* struct-module format, NUL-terminated */

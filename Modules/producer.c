@@ -5,30 +5,43 @@
 /* ---- setting up -------------------------------------------------------- */
 
 int
-bufferext_producer_init(bufferext_producer *p,
-                        const bufferext_producer_kind *kind,
-                        bufferext_state *st, PyObject *shape,
-                        PyObject *dtype, int readonly)
+bufferext_producer_parse(const char *who, bufferext_state *st,
+                         PyObject *shape, PyObject *dtype,
+                         bufferext_producer_spec *spec)
 {
-    bufferext_layout layout;
     int rc;
 
-    p->kind = kind;
     dtype = dtype == NULL ? PyUnicode_FromString("float64")
                           : Py_NewRef(dtype);
     if (dtype == NULL) {
+        memset(&spec->dt, 0, sizeof(spec->dt));
         return -1;
     }
-    rc = bufferext_dtype_resolve(st, dtype, &p->dt);
+    rc = bufferext_dtype_resolve(st, dtype, &spec->dt);
     Py_DECREF(dtype);
-    if (rc < 0 || bufferext_layout_parse(kind->name, shape, p->dt.itemsize,
-                                         &layout) < 0) {
+    if (rc < 0) {
         return -1;
     }
+    if (bufferext_layout_parse(who, shape, spec->dt.itemsize,
+                               &spec->layout) < 0) {
+        bufferext_dtype_clear(&spec->dt);
+        return -1;
+    }
+    return 0;
+}
+
+int
+bufferext_producer_setup(bufferext_producer *p,
+                         const bufferext_producer_kind *kind,
+                         bufferext_producer_spec *spec, int readonly)
+{
+    p->kind = kind;
+    p->dt = spec->dt;               /* the references move */
+    memset(&spec->dt, 0, sizeof(spec->dt));
     p->layout.itemsize = p->dt.itemsize;
     p->layout.format = p->dt.format;
     p->layout.readonly = readonly;
-    return bufferext_producer_set_layout(p, &layout);
+    return bufferext_producer_set_layout(p, &spec->layout);
 }
 
 int
@@ -55,6 +68,27 @@ bufferext_producer_set_layout(bufferext_producer *p,
     return 0;
 }
 
+/* ---- reading the state -------------------------------------------------- */
+
+void
+bufferext_producer_read(bufferext_producer *p,
+                        bufferext_producer_snapshot *out)
+{
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
+    out->open = p->open;
+    out->ndim = p->layout.ndim;
+    out->buf = p->layout.buf;
+    out->len = p->layout.len;
+    out->exports = p->exports;
+    if (out->ndim > 0) {
+        memcpy(out->shape, p->layout.shape,
+               sizeof(Py_ssize_t) * (size_t)out->ndim);
+        memcpy(out->strides, p->layout.strides,
+               sizeof(Py_ssize_t) * (size_t)out->ndim);
+    }
+    BUFFEREXT_LOCKED_END();
+}
+
 /* ---- checks ------------------------------------------------------------ */
 
 int
@@ -77,20 +111,6 @@ bufferext_producer_check_not_exported(bufferext_producer *p,
                      "%s: cannot %s while %zd export(s) are alive (%s)",
                      p->kind->name, what, p->exports,
                      p->kind->release_hint);
-        return -1;
-    }
-    return 0;
-}
-
-int
-bufferext_producer_check_writable(bufferext_producer *p)
-{
-    if (bufferext_producer_check_open(p) < 0) {
-        return -1;
-    }
-    if (p->layout.readonly &&
-        bufferext_producer_check_not_exported(
-            p, "be written while read-only") < 0) {
         return -1;
     }
     return 0;
@@ -129,7 +149,7 @@ bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
 {
     /* The source's exporter may run Python code (a __buffer__ method, 3.12+)
      * that closes or resizes this buffer: pinned, they refuse. */
-    if (bufferext_producer_pin(p, who) < 0) {
+    if (bufferext_producer_pin(p, who, 1) < 0) {
         return -1;
     }
     if (PyObject_GetBuffer(source, view, PyBUF_FULL_RO) < 0) {
@@ -144,7 +164,7 @@ bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
     else if (bufferext_check_source_format(st, who, view, p->dt.dtype) == 0) {
         return 0;
     }
-    PyBuffer_Release(view);
+    bufferext_release_raised(view);
     bufferext_producer_unpin(p);
     return -1;
 }
@@ -176,28 +196,38 @@ bufferext_producer_repr(PyObject *op, const char *extra, const char *closed,
                         const char *after)
 {
     bufferext_producer *p = BufferExtProducer_CAST(op);
-    PyObject *shape = bufferext_producer_get_shape(op, NULL), *result;
+    bufferext_producer_snapshot now;
+    PyObject *shape, *result;
 
+    bufferext_producer_read(p, &now);
+    shape = bufferext_tuple_from_ssize(now.ndim, now.shape);
     if (shape == NULL) {
         return NULL;
     }
     result = PyUnicode_FromFormat(
         "%s(%R, dtype='%S'%s%s%s)%s", p->kind->name, shape, p->dt.dtype,
         extra, p->layout.readonly ? ", readonly=True" : "",
-        p->open ? "" : closed, p->open ? "" : after);
+        now.open ? "" : closed, now.open ? "" : after);
     Py_DECREF(shape);
     return result;
 }
 
 int
-bufferext_producer_pin(bufferext_producer *p, const char *who)
+bufferext_producer_pin(bufferext_producer *p, const char *who, int write)
 {
     int rc = 0;
 
     BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
     if (!p->open) {
-        PyErr_Format(PyExc_ValueError, "%s: the %s was closed meanwhile",
-                     who, p->kind->name);
+        PyErr_Format(PyExc_ValueError, "%s: operation on a closed %s", who,
+                     p->kind->name);
+        rc = -1;
+    }
+    else if (write && p->layout.readonly && p->exports > 0) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: cannot write a read-only %s while %zd export(s) "
+                     "are alive (%s)", who, p->kind->name, p->exports,
+                     p->kind->release_hint);
         rc = -1;
     }
     else {
@@ -322,6 +352,7 @@ PyMemberDef bufferext_producer_members[] = {
 
 /* ---- attributes -------------------------------------------------------- */
 
+/* Attributes that never change after tp_new, read as they are. */
 #define PRODUCER_GETTER(name, expr)                                         \
     PyObject *                                                              \
     bufferext_producer_get_##name(PyObject *op, void *closure)              \
@@ -331,15 +362,26 @@ PyMemberDef bufferext_producer_members[] = {
         return (expr);                                                      \
     }
 
-PRODUCER_GETTER(shape, bufferext_tuple_from_ssize(p->layout.ndim,
-                                                  p->layout.shape))
-PRODUCER_GETTER(strides, bufferext_tuple_from_ssize(p->layout.ndim,
-                                                    p->layout.strides))
-PRODUCER_GETTER(ndim, PyLong_FromLong(p->layout.ndim))
-PRODUCER_GETTER(nbytes, PyLong_FromSsize_t(p->layout.len))
 PRODUCER_GETTER(itemsize, PyLong_FromSsize_t(p->layout.itemsize))
 PRODUCER_GETTER(dtype, Py_NewRef(p->dt.dtype))
 PRODUCER_GETTER(format, PyUnicode_FromString(p->dt.format))
 PRODUCER_GETTER(readonly, PyBool_FromLong(p->layout.readonly))
-PRODUCER_GETTER(exports, PyLong_FromSsize_t(p->exports))
-PRODUCER_GETTER(closed, PyBool_FromLong(!p->open))
+
+/* The others, built from a snapshot (see bufferext_producer_read). */
+#define PRODUCER_STATE_GETTER(name, expr)                                   \
+    PyObject *                                                              \
+    bufferext_producer_get_##name(PyObject *op, void *closure)              \
+    {                                                                       \
+        bufferext_producer_snapshot now;                                    \
+        (void)closure;                                                      \
+        bufferext_producer_read(BufferExtProducer_CAST(op), &now);          \
+        return (expr);                                                      \
+    }
+
+PRODUCER_STATE_GETTER(shape, bufferext_tuple_from_ssize(now.ndim, now.shape))
+PRODUCER_STATE_GETTER(strides,
+                      bufferext_tuple_from_ssize(now.ndim, now.strides))
+PRODUCER_STATE_GETTER(ndim, PyLong_FromLong(now.ndim))
+PRODUCER_STATE_GETTER(nbytes, PyLong_FromSsize_t(now.len))
+PRODUCER_STATE_GETTER(exports, PyLong_FromSsize_t(now.exports))
+PRODUCER_STATE_GETTER(closed, PyBool_FromLong(!now.open))

@@ -90,19 +90,48 @@ bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
                                              device_info);
 }
 
-/* The dtype/shape part of tp_new: set p->kind, resolve `dtype` (NULL:
- * float64), parse `shape` (messages name kind->name) and set the layout
- * (everything but buf).  0, or -1 with an exception (the caller drops the
+/* The dtype/shape part of tp_new, in two steps.  Parsing runs every call
+ * that can run Python code (the dtype resolver, each dimension's
+ * __index__) on locals, before the object exists; setting up the new
+ * object from the result runs none. */
+typedef struct {
+    bufferext_dtype dt;
+    bufferext_layout layout;
+} bufferext_producer_spec;
+
+/* Resolve `dtype` (NULL: float64) and parse `shape`; `who` names the
+ * caller in messages.  0, or -1 with an exception and nothing held. */
+int bufferext_producer_parse(const char *who, bufferext_state *st,
+                             PyObject *shape, PyObject *dtype,
+                             bufferext_producer_spec *spec);
+/* Set p->kind and the layout (everything but buf) from `spec`, whose dtype
+ * references move to `p` (the spec is empty afterwards, success or not).
+ * Runs no Python code.  0, or -1 with MemoryError (the caller drops the
  * object; dealloc frees what was set). */
-int bufferext_producer_init(bufferext_producer *p,
-                            const bufferext_producer_kind *kind,
-                            bufferext_state *st, PyObject *shape,
-                            PyObject *dtype, int readonly);
+int bufferext_producer_setup(bufferext_producer *p,
+                             const bufferext_producer_kind *kind,
+                             bufferext_producer_spec *spec, int readonly);
 /* Replace shape and strides by those of `layout` (same itemsize): new
  * dims, length, contiguity and DLPack's view.  0, or -1 with MemoryError
  * and nothing changed. */
 int bufferext_producer_set_layout(bufferext_producer *p,
                                   const bufferext_layout *layout);
+
+/* The state a producer's layout and lifetime can change (resize, close,
+ * exports), copied in the object's critical section: what a getter builds
+ * afterwards (a tuple, a dict: allocations that may run the garbage
+ * collector and its finalizers, and without the GIL other threads) reads
+ * only the copy.  The dtype, format, item size and readonly flag never
+ * change after tp_new. */
+typedef struct {
+    int open, ndim;
+    void *buf;
+    Py_ssize_t len, exports;
+    Py_ssize_t shape[PyBUF_MAX_NDIM], strides[PyBUF_MAX_NDIM];
+} bufferext_producer_snapshot;
+
+void bufferext_producer_read(bufferext_producer *p,
+                             bufferext_producer_snapshot *out);
 
 /* ValueError "operation on a closed Name" when closed.  0 or -1. */
 int bufferext_producer_check_open(bufferext_producer *p);
@@ -110,9 +139,6 @@ int bufferext_producer_check_open(bufferext_producer *p);
  * 0 or -1. */
 int bufferext_producer_check_not_exported(bufferext_producer *p,
                                           const char *what);
-/* Open, and not a read-only buffer that is exported (its consumers hold
- * it as read-only memory).  0 or -1. */
-int bufferext_producer_check_writable(bufferext_producer *p);
 
 /* numpy.empty(shape, dtype) and a writable C-contiguous export of it in
  * `view` (when `view` is not NULL): where to_host() copies to. */
@@ -120,8 +146,8 @@ PyObject *bufferext_producer_host_array(bufferext_producer *p,
                                         Py_buffer *view);
 /* Export `source` (PyBUF_FULL_RO) into `view` for copy_from_host: the
  * same number of bytes, raw bytes or items of the dtype, else ValueError
- * naming `who`.  0 with `p` pinned (bufferext_producer_pin) and `view`
- * held: release both after the copy.  -1 with neither held. */
+ * naming `who`.  0 with `p` pinned for writing (bufferext_producer_pin)
+ * and `view` held: release both after the copy.  -1 with neither held. */
 int bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
                                   const char *who, PyObject *source,
                                   Py_buffer *view);
@@ -136,10 +162,13 @@ PyObject *bufferext_producer_repr(PyObject *op, const char *extra,
                                   const char *closed, const char *after);
 
 /* Slots and methods every producer uses as they are. */
-/* Hold the memory of an open producer across a wait without the GIL (an
- * export that close and resize refuse): 0, or -1 with ValueError naming
- * `who` if it was closed meanwhile.  Unpin when done. */
-int bufferext_producer_pin(bufferext_producer *p, const char *who);
+/* Hold the memory of an open producer while Python code runs or a thread
+ * waits without the GIL (an export that close and resize refuse), checked
+ * in the same critical section: ValueError naming `who` when it is closed,
+ * and when `write`, BufferError when it is read-only and exported (its
+ * consumers hold it as read-only memory).  0, or -1.  Unpin when done. */
+int bufferext_producer_pin(bufferext_producer *p, const char *who,
+                           int write);
 /* The end of a pin or of an export (releasebuffer): inline, it is on the
  * hot path of every export. */
 static inline void

@@ -249,6 +249,7 @@ vebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     static char *keywords[] = {"shape", "dtype", "node", "readonly", NULL};
     PyObject *shape, *dtype = NULL;
     int number = 0, readonly = 0;
+    bufferext_producer_spec spec;
     bufferext_state *st;
     VEBufferObject *self;
 
@@ -258,15 +259,18 @@ vebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     st = bufferext_state_from_type(type);
-    if (st == NULL) {
+    /* the dtype resolver and __index__ run first, on locals */
+    if (st == NULL ||
+        bufferext_producer_parse("VEBuffer", st, shape, dtype, &spec) < 0) {
         return NULL;
     }
     self = (VEBufferObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
+        bufferext_dtype_clear(&spec.dt);
         return NULL;
     }
-    if (bufferext_producer_init(&self->head, &vebuffer_kind, st, shape,
-                                dtype, readonly) < 0 ||
+    if (bufferext_producer_setup(&self->head, &vebuffer_kind, &spec,
+                                 readonly) < 0 ||
         vebuffer_allocate(st, self, number) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -334,9 +338,8 @@ vebuffer_copy_from_host(PyObject *op, PyObject *source)
     const void *src;
     int rc = -1;
 
-    if (st == NULL || bufferext_producer_check_writable(&self->head) < 0 ||
-        bufferext_producer_get_source(&self->head, st, who, source,
-                                      &view) < 0) {
+    if (st == NULL || bufferext_producer_get_source(&self->head, st, who,
+                                                    source, &view) < 0) {
         return NULL;
     }
     src = bufferext_contiguous_bytes(&view, &staged);
@@ -344,7 +347,7 @@ vebuffer_copy_from_host(PyObject *op, PyObject *source)
         rc = hmemcpy(who, self->head.layout.buf, src, view.len);
     }
     PyMem_RawFree(staged);
-    PyBuffer_Release(&view);
+    bufferext_release_raised(&view);
     bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
@@ -362,7 +365,7 @@ vebuffer_to_host(PyObject *op, PyObject *unused)
     if (array == NULL) {
         return NULL;
     }
-    rc = bufferext_producer_pin(&self->head, "VEBuffer.to_host");
+    rc = bufferext_producer_pin(&self->head, "VEBuffer.to_host", 0);
     if (rc == 0) {
         rc = hmemcpy("VEBuffer.to_host", view.buf, self->head.layout.buf,
                      view.len);
@@ -414,42 +417,33 @@ vebuffer_copy_from(PyObject *op, PyObject *arg)
         return NULL;
     }
     other = VEBuffer_CAST(arg);
-    if (check_open(self) < 0 || check_open(other) < 0 ||
-        bufferext_producer_check_writable(&self->head) < 0) {
-        return NULL;
-    }
+    /* the dtypes never change: compared (numpy code) before the pins */
     same = PyObject_RichCompareBool(other->head.dt.dtype,
                                     self->head.dt.dtype, Py_EQ);
-    if (same < 0) {
+    if (same < 0 ||
+        bufferext_producer_pin(&self->head, "VEBuffer.copy_from", 1) < 0) {
         return NULL;
     }
-    if (!same || other->head.layout.len != self->head.layout.len) {
-        PyErr_Format(PyExc_ValueError,
-                     "VEBuffer.copy_from: other holds %zd bytes of %R, "
-                     "this buffer %zd bytes of %R", other->head.layout.len,
-                     other->head.dt.dtype, self->head.layout.len,
-                     self->head.dt.dtype);
-        return NULL;
-    }
-    if (other == self) {
-        Py_RETURN_NONE;
-    }
-    if (bufferext_producer_pin(&self->head, "VEBuffer.copy_from") < 0) {
-        return NULL;
-    }
-    rc = bufferext_producer_pin(&other->head, "VEBuffer.copy_from");
+    rc = bufferext_producer_pin(&other->head, "VEBuffer.copy_from", 0);
     if (rc == 0) {
-        rc = self->node == other->node
-                 ? hmemcpy("VEBuffer.copy_from", self->head.layout.buf,
-                           other->head.layout.buf, self->head.layout.len)
-                 : copy_staged(self, other);
+        if (!same || other->head.layout.len != self->head.layout.len) {
+            PyErr_Format(PyExc_ValueError,
+                         "VEBuffer.copy_from: other holds %zd bytes of %R, "
+                         "this buffer %zd bytes of %R",
+                         other->head.layout.len, other->head.dt.dtype,
+                         self->head.layout.len, self->head.dt.dtype);
+            rc = -1;
+        }
+        else if (other != self) {
+            rc = self->node == other->node
+                     ? hmemcpy("VEBuffer.copy_from", self->head.layout.buf,
+                               other->head.layout.buf, self->head.layout.len)
+                     : copy_staged(self, other);
+        }
         bufferext_producer_unpin(&other->head);
     }
     bufferext_producer_unpin(&self->head);
-    if (rc < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 /* DLPack enumerates no device type for VE memory; see docs/ve.rst. */
@@ -529,26 +523,48 @@ static PyMethodDef vebuffer_methods[] = {
     }
 
 VE_GETTER(node, PyLong_FromLong(self->info.node))
-VE_GETTER(ptr, check_open(self) < 0 ? NULL
-                                    : PyLong_FromVoidPtr(self->head.layout.buf))
+
+/* The state a getter reads (see bufferext_producer_read); ValueError when
+ * the buffer is closed.  0 or -1. */
+static int
+ve_read(VEBufferObject *self, bufferext_producer_snapshot *now)
+{
+    bufferext_producer_read(&self->head, now);
+    if (!now->open) {
+        PyErr_SetString(PyExc_ValueError, "operation on a closed VEBuffer");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+get_ptr(PyObject *op, void *closure)
+{
+    bufferext_producer_snapshot now;
+    (void)closure;
+
+    return ve_read(VEBuffer_CAST(op), &now) < 0
+               ? NULL : PyLong_FromVoidPtr(now.buf);
+}
 
 /* The VE Array Interface, version 1 (see docs/ve.rst). */
 static PyObject *
 get_ve_array_interface(PyObject *op, void *closure)
 {
     VEBufferObject *self = VEBuffer_CAST(op);
+    bufferext_producer_snapshot now;
     PyObject *shape;
     (void)closure;
 
-    if (check_open(self) < 0 ||
-        (shape = bufferext_producer_get_shape(op, NULL)) == NULL) {
+    if (ve_read(self, &now) < 0 ||
+        (shape = bufferext_tuple_from_ssize(now.ndim, now.shape)) == NULL) {
         return NULL;
     }
     /* data: the HMEM address, 0 for zero-size; strides None: C order. */
     return Py_BuildValue("{s:N,s:O,s:[(s,O)],s:(NO),s:i,s:O,s:N}",
                          "shape", shape, "typestr", self->head.dt.typestr,
                          "descr", "", self->head.dt.typestr,
-                         "data", PyLong_FromVoidPtr(self->head.layout.buf),
+                         "data", PyLong_FromVoidPtr(now.buf),
                          self->head.layout.readonly ? Py_True : Py_False,
                          "version", 1, "strides", Py_None,
                          "veo_ctxt", PyLong_FromVoidPtr(self->info.context));

@@ -66,6 +66,9 @@ bufferext_view_freelist_clear(void)
 #endif
 }
 
+static int view_pin(BufferViewObject *self);
+static void view_unpin(BufferViewObject *self);
+
 static int
 check_acquired(BufferViewObject *self)
 {
@@ -161,8 +164,10 @@ static void
 view_release_held(BufferViewObject *self)
 {
     if (self->acquired) {
+        /* the exporter's release may run Python code (a dealloc or a
+         * failed get_buffer() may have an exception pending) */
         self->acquired = 0;
-        BufferExt_Release(&self->ext);
+        bufferext_release_ext_raised(&self->ext);
     }
     if (self->computed_strides != NULL) {
         PyMem_Free(self->computed_strides);
@@ -307,9 +312,11 @@ view_release_impl(PyObject *op, PyObject *unused)
     }
     if (self->busy > 0) {
         PyErr_SetString(PyExc_BufferError,
-                        "BufferView: cannot release while another thread "
-                        "waits for or copies its memory (synchronize, "
-                        "copy_to_host or copy_from_host)");
+                        "BufferView: cannot release while it is in use (a "
+                        "wait or copy without the GIL: synchronize, "
+                        "copy_to_host, copy_from_host; or an attribute "
+                        "being read, by another thread or by the code that "
+                        "runs this release)");
         return NULL;
     }
     view_release_held(self);
@@ -365,11 +372,12 @@ view_tobytes(PyObject *op, PyObject *unused)
     PyObject *bytes;
     (void)unused;
 
-    if (check_cpu(self, "tobytes") < 0) {
+    if (view_pin(self) < 0) {
         return NULL;
     }
-    bytes = PyBytes_FromStringAndSize(NULL, self->layout.len);
-    if (bytes == NULL) {
+    if (check_cpu(self, "tobytes") < 0 ||
+        (bytes = PyBytes_FromStringAndSize(NULL, self->layout.len)) == NULL) {
+        view_unpin(self);
         return NULL;
     }
     copy = self->ext.view;
@@ -380,9 +388,9 @@ view_tobytes(PyObject *op, PyObject *unused)
     copy.itemsize = self->layout.itemsize;
     if (PyBuffer_ToContiguous(PyBytes_AS_STRING(bytes), &copy,
                               self->layout.len, 'C') < 0) {
-        Py_DECREF(bytes);
-        return NULL;
+        Py_CLEAR(bytes);
     }
+    view_unpin(self);
     return bytes;
 }
 
@@ -418,9 +426,10 @@ view_dlpack_device(PyObject *op, PyObject *unused)
 
 /* ---- staging through host memory ---------------------------------------- */
 
-/* Hold the export across a wait or copy without the GIL: release() refuses
- * while `busy` (another thread may call it then, or the target's getbuffer
- * may).  0, or -1 with ValueError when the view is released. */
+/* Hold the export while Python code runs or a thread waits or copies
+ * without the GIL: release() refuses while `busy` (another thread may call
+ * it then, or a finalizer, or the target's getbuffer).  0, or -1 with
+ * ValueError when the view is released. */
 static int
 view_pin(BufferViewObject *self)
 {
@@ -523,7 +532,7 @@ get_host_buffer(BufferViewObject *self, const char *who, const char *name,
     else {
         return 0;
     }
-    BufferExt_Release(host);
+    bufferext_release_ext_raised(host);
     return -1;
 }
 
@@ -623,7 +632,7 @@ view_copy_host(PyObject *op, PyObject *obj, bufferext_stage what)
     }
     if (rc == 0) {
         rc = view_stage(self, who, what, host.view.buf);
-        BufferExt_Release(&host);
+        bufferext_release_ext_raised(&host);
     }
     view_unpin(self);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
@@ -650,10 +659,12 @@ view_raw(PyObject *op, PyObject *unused)
     int n = v->ndim > 0 ? v->ndim : 0;
     (void)unused;
 
-    if (check_acquired(self) < 0) {
+    PyObject *result;
+
+    if (view_pin(self) < 0) {
         return NULL;
     }
-    return Py_BuildValue(
+    result = Py_BuildValue(
         "{s:n,s:n,s:i,s:i,s:N,s:N,s:N,s:N}",
         "len", v->len, "itemsize", v->itemsize, "readonly", v->readonly,
         "ndim", v->ndim,
@@ -666,6 +677,8 @@ view_raw(PyObject *op, PyObject *unused)
         "suboffsets", v->suboffsets
                           ? bufferext_tuple_from_ssize(n, v->suboffsets)
                           : Py_NewRef(Py_None));
+    view_unpin(self);
+    return result;
 }
 
 static PyMethodDef view_methods[] = {
@@ -718,15 +731,24 @@ static PyMethodDef view_methods[] = {
 
 /* ---- attributes ------------------------------------------------------- */
 
+static PyObject *view_device_info(BufferViewObject *self);
+
+/* A getter runs pinned (see view_pin): what it builds may run the garbage
+ * collector, whose finalizers (or, without the GIL, other threads) cannot
+ * release the view meanwhile, and the fields it reads never change while
+ * the view is held. */
 #define VIEW_GETTER(name, expr)                                         \
     static PyObject *view_get_##name(PyObject *op, void *closure)       \
     {                                                                   \
         BufferViewObject *self = BufferView_CAST(op);                   \
+        PyObject *result;                                               \
         (void)closure;                                                  \
-        if (check_acquired(self) < 0) {                                 \
+        if (view_pin(self) < 0) {                                       \
             return NULL;                                                \
         }                                                               \
-        return (expr);                                                  \
+        result = (expr);                                                \
+        view_unpin(self);                                               \
+        return result;                                                  \
     }
 
 VIEW_GETTER(obj, Py_NewRef(self->ext.view.obj ? self->ext.view.obj
@@ -753,12 +775,18 @@ VIEW_GETTER(flags, PyLong_FromLong(self->ext.flags))
 VIEW_GETTER(device, BufferExt_IsDevice(&self->ext)
                         ? PyUnicode_FromString(self->ext.device)
                         : Py_NewRef(Py_None))
+VIEW_GETTER(device_info, view_device_info(self))
 
 static PyObject *
 view_get_released(PyObject *op, void *closure)
 {
+    int acquired;
     (void)closure;
-    return PyBool_FromLong(!BufferView_CAST(op)->acquired);
+
+    BUFFEREXT_LOCKED_BEGIN(op);
+    acquired = BufferView_CAST(op)->acquired;
+    BUFFEREXT_LOCKED_END();
+    return PyBool_FromLong(!acquired);
 }
 
 /* device_info as a typed, read-only object: one struct sequence type per
@@ -787,16 +815,14 @@ new_structseq(PyTypeObject *type, int n, PyObject **items)
 }
 
 static PyObject *
-view_get_device_info(PyObject *op, void *closure)
+view_device_info(BufferViewObject *self)
 {
-    BufferViewObject *self = BufferView_CAST(op);
-    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
+    bufferext_state *st = bufferext_state_from_type(Py_TYPE(self));
     const char *device = self->ext.device;
     void *info = self->ext.device_info;
     PyObject *items[4];
-    (void)closure;
 
-    if (st == NULL || check_acquired(self) < 0) {
+    if (st == NULL) {
         return NULL;
     }
     if (!BufferExt_IsDevice(&self->ext)) {
@@ -833,10 +859,14 @@ static PyObject *
 view_get_array(PyObject *op, void *closure)
 {
     BufferViewObject *self = BufferView_CAST(op);
+    const char *device;
     (void)closure;
-    return bufferext_array_attr(
-        op, self->acquired && BufferExt_IsDevice(&self->ext)
-                ? self->ext.device : NULL);
+
+    BUFFEREXT_LOCKED_BEGIN(op);
+    device = self->acquired && BufferExt_IsDevice(&self->ext)
+                 ? self->ext.device : NULL;
+    BUFFEREXT_LOCKED_END();
+    return bufferext_array_attr(op, device);
 }
 
 static PyGetSetDef view_getset[] = {
@@ -871,7 +901,8 @@ view_repr(PyObject *op)
     BufferViewObject *self = BufferView_CAST(op);
     PyObject *shape, *device, *result = NULL;
 
-    if (!self->acquired) {
+    if (view_pin(self) < 0) {
+        PyErr_Clear();
         return PyUnicode_FromString("<released BufferView>");
     }
     /* device= shows view.device: None for CPU memory */
@@ -885,6 +916,7 @@ view_repr(PyObject *op)
             shape, self->layout.format, device,
             self->layout.readonly ? " readonly" : "");
     }
+    view_unpin(self);
     Py_XDECREF(shape);
     Py_XDECREF(device);
     return result;

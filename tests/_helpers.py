@@ -10,6 +10,9 @@
   the test when there is none).
 * ``editable_source()``: the source folder of an editable install
   (``pip install -e``) of bufferext, else None.
+* ``run_child(code)``: ``code`` in a child interpreter that can import
+  tests/_hooks.py; its stdout, or an AssertionError with all it printed
+  (for cases that crashed the interpreter before their fix).
 """
 
 from __future__ import annotations
@@ -64,6 +67,24 @@ def run_installed(*argv: str,
     return subprocess.run([sys.executable, *argv], env=env,
                           cwd=_ABOVE_SOURCE_ROOT,
                           capture_output=True, text=True, timeout=120)
+
+
+def run_child(code: str, env: Optional[Dict[str, str]] = None) -> str:
+    """Run ``code`` (dedented) in a child interpreter with tests/ on its
+    path; its stdout, or an AssertionError with everything it printed if
+    it did not exit 0."""
+    import textwrap
+    child_env = dict(os.environ, **(env or {}))
+    here = os.path.dirname(os.path.abspath(__file__))
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (here, child_env.get("PYTHONPATH")) if p)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=child_env,
+        capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise AssertionError(f"child rc={result.returncode}\n{result.stdout}"
+                             f"\n{result.stderr}")
+    return result.stdout
 
 
 def mpiexec() -> str:

@@ -256,6 +256,10 @@ def test_gate_names_the_field_and_value(c99: ModuleType, liar: str,
         if liar == "error_set":
             assert isinstance(info.value.__context__, RuntimeError)
     assert exporter.exports == 0
+    # the refused export is released before the refusal is raised: an
+    # exporter's release code (Python code, for some) never runs with an
+    # exception pending (issue 21)
+    assert exporter.released_with_error == 0
 
 
 def test_read_only_answer_to_a_writable_request_is_refused(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import types
 import weakref
 from typing import Any, Dict
 
@@ -411,3 +412,46 @@ def test_adapter_repr_shows_its_device_as_the_attribute_does() -> None:
     assert ve.device == "bufferext.ve"
     assert repr(ve) == ("<BufferAdapter of Interface via ve_array_interface: "
                         "shape=(3,) format='d' device='bufferext.ve'>")
+
+
+def test_capsule_consumed_by_a_finalizer_during_the_import() -> None:
+    # issue 21: the adapter is allocated (the GC may run a finalizer then)
+    # before the capsule is read: a finalizer that hands the same capsule
+    # to another consumer leaves it renamed, and the import refuses it
+    # instead of owning a tensor that another consumer owns
+    import _hooks
+    buf = bufferext.CPUBuffer(4, "i4")
+    stolen = []
+
+    class Producer:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            capsule = buf.__dlpack__(**kwargs)
+            self.capsule = capsule
+            return capsule
+
+    p = Producer()
+
+    def steal():
+        if hasattr(p, "capsule") and not stolen:
+            stolen.append(np.from_dlpack(types.SimpleNamespace(
+                __dlpack__=lambda **kw: p.capsule,
+                __dlpack_device__=lambda: (1, 0))))
+
+    for _ in range(20):
+        stolen.clear()
+        with _hooks.in_gc(steal, times=50):
+            try:
+                a = bufferext.as_buffer(p)
+            except BufferError as e:
+                assert "used_dltensor" in str(e)
+            else:
+                with bufferext.get_buffer(a) as v:
+                    assert v.nbytes == 16
+                del a
+        p.__dict__.pop("capsule", None)
+    stolen.clear()
+    gc.collect()
+    assert buf.exports == 0

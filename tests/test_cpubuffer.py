@@ -14,7 +14,7 @@ import pytest
 import bufferext
 from bufferext import BufferFlags as F
 from bufferext import CPUBuffer, get_buffer
-from _helpers import run_installed
+from _helpers import run_child, run_installed
 
 NATIVE = "<" if sys.byteorder == "little" else ">"
 OTHER = ">" if NATIVE == "<" else "<"
@@ -801,3 +801,117 @@ def test_refcounts_stable():
 def test_leak_detector_detects_a_leak():
     kept = []
     assert _leaked(lambda: kept.append(bytes(1))) >= LEAK_LIMIT
+
+
+# ---- Python code inside an operation (issue 21) -----------------------------
+# Each case ran user code (tests/_hooks.py) in the middle of an operation
+# and crashed before the fix; each runs in a child.
+
+def test_resize_index_that_closes_the_buffer() -> None:
+    # before: resize() checked open/exported, then parsed the shape (each
+    # item's __index__ is Python code), then copied the length it read at
+    # the start: memcpy from NULL (SIGSEGV)
+    out = run_child("""
+        import bufferext, _hooks
+        b = bufferext.CPUBuffer((1000,), 'f8')
+        try:
+            b.resize((_hooks.Index(10, b.close),))
+        except ValueError as e:
+            print(e)
+        """)
+    assert "operation on a closed CPUBuffer" in out
+
+
+def test_resize_index_that_shrinks_the_buffer_copies_what_is_left() -> None:
+    # before: the 1000 bytes read at the start were copied out of the
+    # 10-byte block the inner resize() left (an over-read)
+    out = run_child("""
+        import bufferext, _hooks
+        b = bufferext.CPUBuffer((1000,), 'u1')
+        b.copy_from_host(b'\\x07' * 1000)
+        b.resize((_hooks.Index(2000, lambda: b.resize((10,))),))
+        data = b.tobytes() if hasattr(b, 'tobytes') else bytes(memoryview(b))
+        print(b.nbytes, data[:10] == b'\\x07' * 10, data[10:] == bytes(1990))
+        """)
+    assert out.split() == ["2000", "True", "True"]
+
+
+def test_resize_index_that_exports_the_buffer_is_refused() -> None:
+    # before: exports were counted before the parse; an export made by
+    # __index__ was left pointing at freed memory
+    out = run_child("""
+        import bufferext, _hooks
+        b = bufferext.CPUBuffer((8,), 'u1')
+        held = []
+        try:
+            b.resize((_hooks.Index(4, lambda: held.append(memoryview(b))),))
+        except BufferError as e:
+            print(e)
+        print(b.nbytes, held[0].nbytes)
+        """)
+    assert "cannot resize while 1 export(s) are alive" in out
+    assert out.split()[-2:] == ["8", "8"]
+
+
+@pytest.mark.parametrize("how", ["b.copy()", "copy.copy(b)",
+                                 "copy.deepcopy(b)"])
+@pytest.mark.parametrize("new_shape", [(10_000_000,), (2,)])
+def test_copy_is_one_consistent_moment_of_the_source(how: str,
+                                                     new_shape: tuple) -> None:
+    # before: copy() read the source's shape, allocated the copy (which ran
+    # the dtype resolver: the GC and any __del__ may run there), then copied
+    # the source's *current* length: a finalizer that grew the source wrote
+    # megabytes past the new block, one that shrank it left the copy's tail
+    # uninitialised.  Now the source is pinned and the copy built from its
+    # own spec; a resize lands before or after the copy, never inside.
+    out = run_child(f"""
+        import copy, bufferext, _hooks
+        b = bufferext.CPUBuffer((10,), 'u1')
+        b.copy_from_host(bytes(range(10)))
+        seen = []
+        def grow():
+            b.resize({new_shape!r})
+            seen.append(bytes(memoryview(b)))
+        with _hooks.in_gc(grow) as fired:
+            for _ in range(20):
+                c = {how}
+                seen.append(bytes(memoryview(b)))
+                assert bytes(memoryview(c)) in [bytes(range(10))] + seen, c
+        print(fired.count > 0, c.nbytes in (10, {new_shape[0]}))
+        """)
+    assert out.split() == ["True", "True"]
+
+
+@pytest.mark.parametrize("attr", ["shape", "strides", "__array_interface__",
+                                  "repr"])
+def test_getters_read_a_snapshot_not_freed_dims(attr: str) -> None:
+    # before: shape/strides/repr/__array_interface__ read the shape array
+    # after allocating a tuple, where a finalizer's resize() could free it
+    # (a use after free that ASan reports: .ci/quality.sh runs this)
+    out = run_child(f"""
+        import bufferext, _hooks
+        b = bufferext.CPUBuffer((2, 3, 4), 'u1')
+        shapes = [(2, 3, 4), (5,)]
+        def flip():
+            shapes.reverse()
+            b.resize(shapes[0])
+        with _hooks.in_gc(flip, times=50) as fired:
+            for _ in range(50):
+                got = repr(b) if {attr!r} == 'repr' else getattr(b, {attr!r})
+                assert any(s in str(got) for s in
+                           ('(2, 3, 4)', '(12, 4, 1)', '(5,)', '(1,)')), got
+        print(fired.count > 0)
+        """)
+    assert out.split() == ["True"]
+
+
+@pytest.mark.parametrize("how", ["copy_from_host", "_from_pickle"])
+def test_refused_source_is_released_before_the_error(c99, how: str) -> None:
+    # an exporter's release code never runs with our exception pending
+    source = c99.ExporterFull()             # 16 bytes of int32
+    with pytest.raises(ValueError, match="source has 16 bytes"):
+        if how == "copy_from_host":
+            CPUBuffer(3, "i4").copy_from_host(source)
+        else:
+            CPUBuffer._from_pickle(source, (3,), "<i4", False)
+    assert source.exports == 0 and source.released_with_error == 0

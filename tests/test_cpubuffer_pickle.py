@@ -344,3 +344,75 @@ def test_device_types_carry_the_refusal() -> None:
         assert "copy" not in cls.__dict__
     assert callable(CPUBuffer.__dict__["__reduce_ex__"])
     assert "copy" in CPUBuffer.__dict__
+
+
+# ---- subclass state (issue 21, item 5) --------------------------------------
+# Before: pickling or copying a CPUBuffer subclass lost the instance's
+# __dict__ (every protocol, copy.copy, copy.deepcopy).  The reduce tuple
+# now carries the state pickle's BUILD step restores, and copies get it
+# (shallow for copy/copy.copy, deep for copy.deepcopy).
+
+class Tagged(CPUBuffer):
+    pass
+
+
+class Slotted(CPUBuffer):
+    __slots__ = ("unit", "scale")
+
+
+class Custom(CPUBuffer):
+    def __getstate__(self) -> Any:
+        return {"as_saved": self.tag * 2}
+
+    def __setstate__(self, state: Any) -> None:
+        self.restored = state
+
+
+def test_subclass_dict_survives_pickle_and_copy() -> None:
+    buf = Tagged(3, "i4")
+    np.asarray(buf)[:] = [1, 2, 3]
+    buf.tag, buf.meta = "t", {"k": [1]}
+    for protocol in PROTOCOLS:
+        back = pickle.loads(pickle.dumps(buf, protocol=protocol))
+        assert type(back) is Tagged and (back.tag, back.meta) == ("t", {"k": [1]})
+        assert np.asarray(back).tolist() == [1, 2, 3]
+    for how in (copy.copy, CPUBuffer.copy):
+        c = how(buf)
+        assert c.tag == "t" and c.meta is buf.meta      # shallow
+    d = copy.deepcopy(buf)
+    assert d.meta == buf.meta and d.meta is not buf.meta
+    assert buf.exports == 0
+
+
+def test_subclass_slots_survive_pickle_and_copy() -> None:
+    buf = Slotted(2, "f8")
+    buf.unit = "m"                  # `scale` left unset: stays unset
+    for protocol in PROTOCOLS:
+        back = pickle.loads(pickle.dumps(buf, protocol=protocol))
+        assert back.unit == "m" and not hasattr(back, "scale")
+    assert copy.copy(buf).unit == "m" and copy.deepcopy(buf).unit == "m"
+
+
+def test_subclass_getstate_and_setstate_are_used() -> None:
+    buf = Custom(2, "u1")
+    buf.tag = 21
+    for protocol in PROTOCOLS:
+        back = pickle.loads(pickle.dumps(buf, protocol=protocol))
+        assert back.restored == {"as_saved": 42}
+    assert copy.copy(buf).restored == {"as_saved": 42}
+
+
+def test_deepcopy_state_may_refer_back_to_the_buffer() -> None:
+    buf = Tagged(2, "u1")
+    buf.me = buf
+    buf.box = [buf]
+    d = copy.deepcopy(buf)
+    assert d.me is d and d.box[0] is d
+
+
+def test_exact_cpubuffer_reduces_without_state() -> None:
+    assert len(CPUBuffer(2).__reduce_ex__(5)) == 2
+    assert len(Tagged(2).__reduce_ex__(5)) == 2          # nothing to carry
+    t = Tagged(2)
+    t.x = 1
+    assert t.__reduce_ex__(5)[2] == {"x": 1}

@@ -336,6 +336,47 @@ def test_fill_rejects_bad_values(driver: str) -> None:
     """)
 
 
+def test_fill_value_that_closes_the_buffer(driver: str) -> None:
+    # issue 21: before, fill() checked the buffer, then converted the value
+    # (numpy calls its __array__: Python code), then queued a memset on
+    # the pointer it had freed meanwhile
+    harness.check(driver, """
+        b = CUDABuffer(4, "int32")
+        class Value:
+            def __array__(self, dtype=None, copy=None):
+                b.close()
+                return np.array(7, np.int32)
+        with pytest.raises(ValueError, match="closed CUDABuffer"):
+            b.fill(Value())
+        assert calls("cuMemsetD32Async") == 0
+    """)
+
+
+def test_readers_and_copies_pinned_against_a_finalizer(driver: str) -> None:
+    # issue 21: to_host() (numpy.empty), __cuda_array_interface__ and repr
+    # (allocations) may run a finalizer that closes the buffer; the copy or
+    # the description must be of live memory, never of a freed pointer
+    harness.check(driver, """
+        sys.path.insert(0, os.environ["BUFFEREXT_TESTS"])
+        import _hooks
+        for read in (lambda b: b.to_host(),
+                     lambda b: b.__cuda_array_interface__,
+                     repr, lambda b: b.ptr):
+            b = CUDABuffer((3, 2), "float32")
+            b.fill(2.0)
+            with _hooks.in_gc(b.close, times=100) as fired:
+                for _ in range(100):
+                    try:
+                        got = read(b)
+                    except ValueError as e:
+                        assert "closed CUDABuffer" in str(e)
+                        continue
+                    if isinstance(got, np.ndarray):
+                        assert (got == 2.0).all()
+            b.close()
+    """, env={"BUFFEREXT_TESTS": os.path.dirname(os.path.abspath(__file__))})
+
+
 def test_zero_size_buffers(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer((0, 3), "float32")

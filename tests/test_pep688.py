@@ -25,11 +25,8 @@ exporter laundered it.  Everything that could crash runs in a child.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import textwrap
 from types import ModuleType
-from typing import Dict
 
 import pytest
 
@@ -38,6 +35,7 @@ from bufferext import BufferFlags
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
 import standin_harness as harness  # noqa: E402
+from _helpers import run_child  # noqa: E402
 
 PEP688 = sys.version_info >= (3, 12)
 needs_pep688 = pytest.mark.skipif(not PEP688, reason="__buffer__ is 3.12+")
@@ -50,20 +48,8 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> str:
     return harness.build(str(tmp_path_factory.mktemp("standin_cuda")))
 
 
-def child(code: str, env: Dict[str, str] | None = None) -> str:
-    """Run ``code`` in a child interpreter; its stdout, or an AssertionError
-    with everything it printed if it did not exit 0."""
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=dict(os.environ, **(env or {})), capture_output=True, text=True,
-        timeout=120)
-    if result.returncode != 0:
-        raise AssertionError(f"child rc={result.returncode}\n{result.stdout}"
-                             f"\n{result.stderr}")
-    return result.stdout
+child = run_child
 
-
-# ---- item 1: the __buffer__ door of our own types ------------------------
 
 @needs_pep688
 def test_cpubuffer_buffer_method_refuses_device_requests() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 import bufferext
 from bufferext import BufferFlags as F
+from _helpers import run_child
 from bufferext import BufferView, get_buffer
 
 
@@ -516,3 +517,40 @@ def test_refcounts_stable_on_error_paths():
         with pytest.raises(BufferError):
             get_buffer(obj, F.WRITABLE)
     assert sys.getrefcount(obj) == before
+
+
+# ---- Python code inside a reader (issue 21) ---------------------------------
+# Before: a getter (shape, strides, format, repr, _raw) allocated its result
+# while reading the exporter's fields; a finalizer fired by that allocation
+# could release the view and resize or drop its exporter, and the getter
+# read freed memory (ASan's job in .ci/quality.sh reports it).  Readers now
+# pin the view: such a release is refused while they run.
+
+@pytest.mark.parametrize("attr", ["shape", "strides", "format", "suboffsets",
+                                  "repr", "_raw", "tobytes", "device_info"])
+def test_view_readers_are_pinned_against_a_finalizer(attr):
+    out = run_child(f"""
+        import bufferext, _hooks
+        b = bufferext.CPUBuffer((2, 3, 4), 'u1')
+        v = bufferext.get_buffer(b)
+        def drop():
+            v.release()
+            b.resize((5,))
+        read = {{'repr': repr, '_raw': lambda v: v._raw(),
+                'tobytes': lambda v: v.tobytes()}}.get(
+            {attr!r}, lambda v: getattr(v, {attr!r}))
+        good = released = 0
+        with _hooks.in_gc(drop, times=200) as fired:
+            for _ in range(200):
+                junk = [[], []]         # collections also between reads
+                try:
+                    got = str(read(v))
+                except ValueError:
+                    released += 1
+                    continue
+                good += 1
+                assert '(5,)' not in got, got
+        kinds = {{type(e).__name__ for e in fired.errors}}
+        print(fired.count > 0, good + released == 200, kinds <= {{'BufferError'}})
+        """)
+    assert out.split() == ["True", "True", "True"]

@@ -232,8 +232,10 @@ def test_release_during_a_copy_is_refused() -> None:
             break
     assert refusals, "no release() ever overlapped a copy"
     assert set(refusals) == {
-        "BufferView: cannot release while another thread waits for or "
-        "copies its memory (synchronize, copy_to_host or copy_from_host)"}
+        "BufferView: cannot release while it is in use (a wait or copy "
+        "without the GIL: synchronize, copy_to_host, copy_from_host; or an "
+        "attribute being read, by another thread or by the code that runs "
+        "this release)"}
     assert outcome == ["copied"] and target[0] == 3 and target[-1] == 3
 
 

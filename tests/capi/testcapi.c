@@ -86,6 +86,9 @@ typedef struct {
     } info;                     /* device_info, owned by the exporter */
     Py_ssize_t exports;
     Py_ssize_t getbuffer_calls;
+    /* releasebuffer calls made with an exception pending: a consumer must
+     * not run an exporter's code (Python code, for some) in that state */
+    Py_ssize_t released_with_error;
 } ExporterObject;
 
 #define Exporter_CAST(op) ((ExporterObject *)(op))
@@ -356,6 +359,9 @@ exporter_releasebuffer(PyObject *op, Py_buffer *view)
 {
     (void)view;
     Exporter_CAST(op)->exports--;
+    if (PyErr_Occurred()) {
+        Exporter_CAST(op)->released_with_error++;
+    }
 }
 
 static PyObject *
@@ -370,6 +376,13 @@ exporter_get_calls(PyObject *op, void *closure)
 {
     (void)closure;
     return PyLong_FromSsize_t(Exporter_CAST(op)->getbuffer_calls);
+}
+
+static PyObject *
+exporter_get_released_with_error(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(Exporter_CAST(op)->released_with_error);
 }
 
 static PyObject *
@@ -391,6 +404,8 @@ static PyGetSetDef exporter_getset[] = {
      (char *)"number of live exports", NULL},
     {(char *)"getbuffer_calls", exporter_get_calls, NULL,
      (char *)"how often getbuffer was called", NULL},
+    {(char *)"released_with_error", exporter_get_released_with_error, NULL,
+     (char *)"releasebuffer calls made with an exception pending", NULL},
     {(char *)"address", exporter_get_address, NULL,
      (char *)"address of the data", NULL},
     {(char *)"info_address", exporter_get_info_address, NULL,
