@@ -91,14 +91,21 @@ allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
              || prototype->dtype.lanes != 1) {
         message = "unsupported dtype";
     }
-    else if ((shape = PyTuple_New(prototype->ndim)) != NULL) {
+    else if (prototype->ndim < 0 || prototype->ndim > PyBUF_MAX_NDIM ||
+             (prototype->ndim > 0 && prototype->shape == NULL)) {
+        message = "ndim out of range, or shape NULL";
+    }
+    else {
+        /* the prototype is read before anything allocates (a collection
+         * then may run finalizers, which could free its owner) */
+        Py_ssize_t dims[PyBUF_MAX_NDIM];
         for (i = 0; i < prototype->ndim; i++) {
-            PyTuple_SET_ITEM(shape, i,
-                             PyLong_FromLongLong(prototype->shape[i]));
+            dims[i] = (Py_ssize_t)prototype->shape[i];
         }
+        shape = bufferext_tuple_from_ssize(prototype->ndim, dims);
         dtype = PyUnicode_FromFormat("%s%d", codes[prototype->dtype.code],
                                      (int)prototype->dtype.bits / 8);
-        if (dtype != NULL && !PyErr_Occurred()) {
+        if (shape != NULL && dtype != NULL) {
             buffer = PyObject_CallFunctionObjArgs(
                 (PyObject *)st->CPUBuffer_Type, shape, dtype, NULL);
         }

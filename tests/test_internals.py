@@ -1,0 +1,59 @@
+"""docs/internals.rst kept current with the code: the re-entrancy table
+lists exactly the points where Python code can run inside our C code
+(tests/_reentrancy_scan.py finds them, grep-level)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Dict, Set, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _reentrancy_scan as scan  # noqa: E402
+
+DOC = os.path.join(scan.ROOT, "docs", "internals.rst")
+
+
+def table_rows() -> Dict[Tuple[str, str], Tuple[Set[str], str]]:
+    """{(file, function): (kinds, what holds)} of the re-entrancy table."""
+    with open(DOC) as f:
+        text = f.read()
+    start = text.index(".. list-table:: Where Python code can run")
+    rows = re.findall(r"^   \* - ``([^`]+)``\n     - ``([^`]+)``\n"
+                      r"     - ([a-z ]+)\n     - (.+)$", text[start:], re.M)
+    return {(path, name): (set(kinds.split()), holds.strip())
+            for path, name, kinds, holds in rows}
+
+
+def test_the_table_lists_every_point_where_python_can_run() -> None:
+    found = scan.points()
+    listed = table_rows()
+    assert found, "the scan found nothing: its patterns are broken"
+    missing = sorted(set(found) - set(listed))
+    gone = sorted(set(listed) - set(found))
+    assert not missing, f"points the table lacks (add a row): {missing}"
+    assert not gone, f"rows whose point is gone (remove them): {gone}"
+    changed = {key: (sorted(listed[key][0]), sorted(kinds))
+               for key, kinds in found.items() if listed[key][0] != kinds}
+    assert not changed, f"kinds changed (table, code): {changed}"
+
+
+def test_every_row_says_what_holds_the_rule() -> None:
+    for key, (_, holds) in table_rows().items():
+        assert len(holds) >= 6 and "TODO" not in holds, key
+
+
+def test_the_scan_sees_what_it_must() -> None:
+    # a planted point of each kind is found, so a broken pattern cannot
+    # pass the test above by finding nothing new
+    found = scan.points()
+    assert found[("Modules/export.c", "layout_dim")] >= {"index"}
+    assert found[("Modules/cpubuffer.c", "cpubuffer_resize")] >= {"index",
+                                                                   "seq"}
+    assert "alloc" in found[("Modules/producer.c",
+                             "PRODUCER_STATE_GETTER(shape)")]
+    assert "buffer" in found[("Modules/gate.c", "bufferext_gate_acquire")]
+    assert "call" in found[("Modules/cpubuffer.c", "cpubuffer_subclass_state")]
+    # transitively: make -> parse -> dtype resolver
+    assert "call" in found[("Modules/cpubuffer.c", "cpubuffer_make")]
