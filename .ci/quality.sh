@@ -25,6 +25,9 @@ LONG=0
 FUZZ_SECONDS=${FUZZ_SECONDS:-12}
 FUZZ_LONG_SECONDS=${FUZZ_LONG_SECONDS:-600}
 STRESS=${BUFFEREXT_STRESS_ACQUIRES:-1000000}
+# hypothesis examples of the re-entrancy harness (tests/test_hooks.py):
+# the ASan job runs this many, valgrind a quarter
+HOOKS_EXAMPLES=${BUFFEREXT_HOOKS_EXAMPLES:-400}
 SAN_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 SAN_LDFLAGS="-fsanitize=address,undefined"
 declare -a SUMMARY=()
@@ -100,6 +103,19 @@ install_pkg() {   # install_pkg VENV [env assignments for the build]
         | { grep -v -e '^WARNING: Location' -e DeprecationWarning -e 'warnings.warn' || true; }
 }
 
+hooks_report() {   # stats-file label: what the re-entrancy harness ran
+    [[ -f $1 ]] || { echo "no harness figures in $1"; return 0; }
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+total = {k: sum(r[k] for r in rows) for k in ("examples", "mutations",
+                                            "hooks_fired")}
+print(f"re-entrancy harness under {sys.argv[2]}: {total['examples']} operation "
+      f"sequences, {total['mutations']} mutations, {total['hooks_fired']} "
+      "hooks fired")
+PY
+}
+
 san_env() {   # the environment every sanitized process runs with
     echo "LD_PRELOAD=$(gcc -print-file-name=libasan.so)" \
          "ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1" \
@@ -127,6 +143,7 @@ do_asan() {
     local tests=$WORK/tests-asan log=$WORK/asan.log
     snapshot "$tests"
     rm -rf "$tests/Lib"        # tests import the INSTALLED package
+    rm -f "$WORK/hooks-asan.jsonl"
     cd "$tests"
     # --capture=sys: the sanitizers report on fd 2, which pytest must not hold.
     # test_cpubuffer.py::test_no_leaks counts bytes with tracemalloc, whose
@@ -136,6 +153,8 @@ do_asan() {
     set +e
     env $(san_env) BUFFEREXT_STRESS_ACQUIRES="$STRESS" \
         BUFFEREXT_PROPERTY_EXAMPLES=150 \
+        BUFFEREXT_HOOKS_EXAMPLES="$HOOKS_EXAMPLES" \
+        BUFFEREXT_HOOKS_STATS="$WORK/hooks-asan.jsonl" \
         CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS" \
         timeout 1500 "$VENVS/asan/bin/python" -m pytest -q -p no:cacheprovider \
         --capture=sys -rs --durations=5 \
@@ -144,6 +163,7 @@ do_asan() {
     local rc=${PIPESTATUS[0]}
     set -e
     grep -E 'acquisitions in' "$log" || true
+    hooks_report "$WORK/hooks-asan.jsonl" "ASan+UBSan"
     if grep -qE 'ERROR: AddressSanitizer|runtime error:|LeakSanitizer' "$log"; then
         echo "sanitizer report in the log"; return 1
     fi
@@ -214,6 +234,17 @@ do_valgrind() {
         "$venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys \
         tests/test_hostile.py tests/test_property_exporters.py \
         tests/test_boundary_c.py tests/test_pep688.py
+    # the re-entrancy harness, in this process (the device part runs in a
+    # child, which would escape valgrind: the ASan job covers it)
+    echo "-- valgrind: the re-entrancy harness (tests/test_hooks.py)"
+    rm -f "$WORK/hooks-valgrind.jsonl"
+    BUFFEREXT_HOOKS_EXAMPLES=$(( HOOKS_EXAMPLES / 4 )) \
+        BUFFEREXT_HOOKS_STATS="$WORK/hooks-valgrind.jsonl" \
+        PYTHONMALLOC=malloc timeout 1500 valgrind -q --error-exitcode=9 \
+        --suppressions="$CI_DIR/quality.supp" \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys \
+        tests/test_hooks.py -k "not device"
+    hooks_report "$WORK/hooks-valgrind.jsonl" "valgrind"
 }
 
 do_refleak() {

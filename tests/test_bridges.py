@@ -455,3 +455,24 @@ def test_capsule_consumed_by_a_finalizer_during_the_import() -> None:
     stolen.clear()
     gc.collect()
     assert buf.exports == 0
+
+
+@pytest.mark.parametrize("readonly", [None, True])
+def test_buffer_exporter_that_reports_a_cuda_dlpack_device(readonly) -> None:
+    # a plain buffer exporter (CPU by the buffer protocol, which cannot say
+    # otherwise) that also says its DLPack device is CUDA is read through
+    # DLPack: neither as_buffer's C pass-through (one argument) nor the
+    # Python dispatch may hand it on as CPU memory
+    class Claim(bytearray):
+        def __dlpack__(self, **kwargs):
+            return np.frombuffer(self, np.uint8).__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    obj = Claim(b"abcd")
+    with pytest.raises(bufferext.DeviceUnavailableError, match="CUDA"):
+        if readonly is None:
+            bufferext.as_buffer(obj)
+        else:
+            bufferext.as_buffer(obj, readonly=readonly)

@@ -250,3 +250,30 @@ def test_an_argument_without_contents_is_refused() -> None:
         content_key(object(), "x")
     with pytest.raises(TypeError, match="content key"):
         digest(object())                # digest serialises keys only
+
+
+def test_staging_pieces_start_congruent_to_their_elements_modulo_a_page(
+) -> None:
+    # docs/mpi.rst promises it (4K aliasing made a packing copy 2.5-3x
+    # slower): every large staged piece starts at the same address modulo
+    # 4 KiB as its first element in the buffer, whatever the staging array
+    # and the buffer's own alignment
+    from bufferext.distarray._datatypes import first
+    from bufferext.distarray._redistribute import PAGE, Side
+    shape = (64, 1024)
+    sels = [None,                                    # this rank
+            (np.arange(0, 64, 2), (3, 1000)),        # every other row
+            ((5, 40), (17, 900)),                    # a block, offset
+            ((1, 1), (0, 10))]                       # small: not aligned
+    side = Side(sels, shape, me=0)
+    assert not side.direct
+    for offset in (0, 8, 24, 4000):
+        raw = np.empty(64 * 1024 + 1024, np.float64)
+        buf = raw[offset // 8:offset // 8 + 64 * 1024].reshape(shape)
+        staged = side.stage(buf)
+        assert (staged.ctypes.data - buf.ctypes.data) % PAGE == 0
+        for c, d, s in zip(side.counts, side.displs, sels):
+            if c >= PAGE and s is not None:         # "large": as the code says
+                piece = staged.ctypes.data + d * 8
+                element = buf.ctypes.data + first(s, shape) * 8
+                assert (piece - element) % PAGE == 0, (s, offset)

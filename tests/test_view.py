@@ -554,3 +554,42 @@ def test_view_readers_are_pinned_against_a_finalizer(attr):
         print(fired.count > 0, good + released == 200, kinds <= {{'BufferError'}})
         """)
     assert out.split() == ["True", "True", "True"]
+
+
+# ---- owners and freelists ----------------------------------------------------
+
+@pytest.mark.parametrize("name", ["__enter__", "__exit__"])
+@pytest.mark.parametrize("base", [object, bytearray, int])
+def test_fast_context_methods_bind_only_to_views(name, base):
+    # BufferView's __enter__/__exit__ are fast methods (Modules/fastmethod.c)
+    # that call the C function with the object they bind to: copied into
+    # another class, binding must fail as CPython's own descriptors do,
+    # instead of handing a stranger to BufferView's code
+    class Stranger(base):
+        pass
+    setattr(Stranger, name, bufferext.BufferView.__dict__[name])
+    with pytest.raises(TypeError, match="BufferView"):
+        getattr(Stranger(), name)
+    with pytest.raises(TypeError):
+        with Stranger():
+            pass
+
+
+def test_many_views_and_bound_methods_dying_at_once():
+    # the freelists keep 16 dead objects each: more than that dying at once
+    # must free the rest, not overfill the list
+    x = bufferext.CPUBuffer((4,), "u1")
+    for _ in range(3):
+        views = [bufferext.get_buffer(x) for _ in range(100)]
+        enters = [v.__enter__ for v in views]
+        exits = [v.__exit__ for v in views]
+        assert x.exports == 100
+        del enters, exits
+        for v in views:
+            with v:
+                assert v.nbytes == 4
+        del views
+        assert x.exports == 0
+    views = [bufferext.get_buffer(x) for _ in range(40)]
+    assert [v.shape for v in views] == [(4,)] * 40 and not any(
+        v.released for v in views)
