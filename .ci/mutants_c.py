@@ -1,0 +1,131 @@
+"""Planted bugs in the C code that holds the re-entrancy rule and the owner
+checks (docs/internals.rst, "Re-entrancy"): each drops one pin, one
+re-read, one owner check or one mark.  .ci/mutation_c.sh builds the tree
+with each in turn and runs the tests that must notice; a mutant the suite
+does not kill is reported as surviving.
+
+Each entry: (name, file, old text, new text, interpreter minor, pytest
+selection).  The old text must occur exactly once.  3.11 runs the garbage
+collector inside an allocation (3.12+ only at the next bytecode), so the
+finalizer hooks bite there; the PEP 688 doors need 3.12+.
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+REENTRANCY = ["tests/test_hooks.py", "tests/test_cpubuffer.py",
+              "tests/test_cpubuffer_pickle.py", "tests/test_view.py",
+              "tests/test_bridges.py", "tests/test_gate.py",
+              "tests/test_boundary_c.py"]
+DEVICE = ["tests/test_cuda_standin.py", "tests/test_hooks.py"]
+PEP688 = ["tests/test_pep688.py", "tests/test_capi_producer.py",
+          "tests/test_limited_api.py"]
+
+Mutant = Tuple[str, str, str, str, str, List[str]]
+
+MUTANTS: List[Mutant] = [
+    ("route: no owner check", "Include/bufferext/internal/accel.h",
+     "if (wrapper != NULL && !PyType_IsSubtype(type, PyDescr_TYPE(wrapper))) {",
+     "if (0) {", "3.12", PEP688),
+    ("limited route: no owner check", "Include/bufferext/internal/limited.h",
+     "    if (owner != NULL && PyType_Check(owner) &&\n"
+     "        PyType_IsSubtype(type, (PyTypeObject *)owner)) {",
+     "    if (owner != NULL && PyType_Check(owner)) {", "3.12", PEP688),
+    ("fast method: no owner check", "Modules/fastmethod.c",
+     "    if (!PyObject_TypeCheck(obj, self->objclass)) {", "    if (0) {",
+     "3.11", ["tests/test_view.py"]),
+    ("exporter: the flag taken as proof", "Include/bufferext/core.h",
+     "    return (flags & PyBUF_DEVICE) &&\n"
+     "                   view->internal == BufferExtInternal_Mark(view)",
+     "    return (flags & PyBUF_DEVICE)", "3.12", PEP688),
+    ("producer fast path: the flag taken as proof", "Modules/producer.h",
+     "        (device == NULL || ext != NULL)) {",
+     "        (device == NULL || (flags & PyBUF_DEVICE))) {", "3.12", PEP688),
+    ("consumer: no mark", "Include/bufferext/core.h",
+     "        BufferExtInternal_SetMark(view, flags);\n"
+     "        rc = slot(obj, &view->view, flags);",
+     "        rc = slot(obj, &view->view, flags);", "3.12", PEP688),
+    ("dlpack acquire: no mark", "Modules/dlpack.c",
+     "    BufferExtInternal_SetMark(ext, PyBUF_RECORDS_RO | PyBUF_DEVICE);\n",
+     "", "3.11", DEVICE + ["tests/test_dlpack_cpu.py"]),
+    ("resize: no re-check after the parse", "Modules/cpubuffer.c",
+     "    rc = cpubuffer_check_resize(self);      /* what the parse may change */",
+     "    rc = 0;", "3.11", REENTRANCY),
+    ("copy: source not pinned", "Modules/cpubuffer.c",
+     "    if (cpubuffer_check_open_to(self, \"copy\") < 0 ||\n"
+     "        bufferext_producer_pin(&self->head, \"CPUBuffer.copy\", 0) < 0) {",
+     "    self->head.exports++;\n"
+     "    if (cpubuffer_check_open_to(self, \"copy\") < 0) {",
+     "3.11", REENTRANCY),
+    ("copy: the snapshot read after the allocation", "Modules/cpubuffer.c",
+     "    copy = (CPUBufferObject *)cpubuffer_from_spec(Py_TYPE(op), &spec,\n"
+     "                                                  readonly, 0);\n"
+     "    if (copy != NULL) {",
+     "    copy = (CPUBufferObject *)cpubuffer_from_spec(Py_TYPE(op), &spec,\n"
+     "                                                  readonly, 0);\n"
+     "    self->head.exports--;\n"
+     "    bufferext_producer_read(&self->head, &now);\n"
+     "    self->head.exports++;\n"
+     "    if (copy != NULL && now.len == copy->head.layout.len) {",
+     "3.11", REENTRANCY),
+    ("pickle: not pinned", "Modules/cpubuffer.c",
+     "        bufferext_producer_pin(&self->head, \"CPUBuffer.__reduce_ex__\",\n"
+     "                               0) < 0) {",
+     "        (self->head.exports++, 0)) {", "3.11", REENTRANCY),
+    ("pin: read-only written while exported", "Modules/producer.c",
+     "    else if (write && p->layout.readonly && p->exports > 0) {",
+     "    else if (0) {", "3.11", ["tests/test_cpubuffer.py",
+                                  "tests/test_cuda_standin.py",
+                                  "tests/test_ve.py"]),
+    ("CUDA fill: not pinned after the value's conversion", "Modules/cudabuffer.c",
+     "    if (fill_pattern(self, value, pattern) < 0 ||\n"
+     "        bufferext_producer_pin(&self->head, who, 1) < 0) {",
+     "    if (fill_pattern(self, value, pattern) < 0 ||\n"
+     "        (self->head.exports++, 0)) {", "3.11", DEVICE),
+    ("CUDA to_host: not pinned", "Modules/cudabuffer.c",
+     "    if (bufferext_producer_pin(&self->head, who, 0) < 0) {\n"
+     "        return NULL;\n    }\n    array = bufferext_producer_host_array",
+     "    self->head.exports++;\n    array = bufferext_producer_host_array",
+     "3.11", DEVICE),
+    ("view readers: not pinned", "Modules/view.c",
+     "        if (view_pin(self) < 0) {                                       \\\n"
+     "            return NULL;                                                \\\n"
+     "        }                                                               \\\n"
+     "        result = (expr);                                                \\\n"
+     "        view_unpin(self);                                               \\",
+     "        if (check_acquired(self) < 0) {                                 \\\n"
+     "            return NULL;                                                \\\n"
+     "        }                                                               \\\n"
+     "        result = (expr);                                                \\",
+     "3.11", REENTRANCY),
+    ("view repr: not pinned", "Modules/view.c",
+     "    if (view_pin(self) < 0) {\n        PyErr_Clear();\n"
+     "        return PyUnicode_FromString(\"<released BufferView>\");\n    }",
+     "    if (check_acquired(self) < 0) {\n        PyErr_Clear();\n"
+     "        return PyUnicode_FromString(\"<released BufferView>\");\n    }\n"
+     "    self->busy++;", "3.11", REENTRANCY),
+    ("gate: release with the refusal pending", "Modules/gate.c",
+     "    if (gate_export(exporter, ext, flags) < 0) {\n"
+     "        bufferext_release_ext_raised(ext);",
+     "    if (gate_export(exporter, ext, flags) < 0) {\n"
+     "        BufferExt_Release(ext);", "3.11", REENTRANCY),
+    ("copy source: release with the refusal pending", "Modules/producer.c",
+     "    bufferext_release_raised(view);\n    bufferext_producer_unpin(p);",
+     "    PyBuffer_Release(view);\n    bufferext_producer_unpin(p);",
+     "3.11", REENTRANCY),
+    ("tuple_from_ssize: no copy before the allocation", "Modules/export.c",
+     "        PyObject *item = PyLong_FromSsize_t(copy[i]);",
+     "        PyObject *item = PyLong_FromSsize_t(values[i]);",
+     "3.11", REENTRANCY),
+    ("producer getters: no snapshot", "Modules/producer.c",
+     "PRODUCER_STATE_GETTER(shape, bufferext_tuple_from_ssize(now.ndim, now.shape))",
+     "PRODUCER_GETTER(shape, bufferext_tuple_from_ssize(p->layout.ndim,\n"
+     "                                                  p->layout.shape))",
+     "3.11", REENTRANCY),
+    ("dlpack import: Python code between reading the capsule and using it",
+     "Modules/adapter.c",
+     "    if (check_tensor(tensor) < 0) {\n        goto error;",
+     "    PyGC_Collect();\n    if (check_tensor(tensor) < 0) {\n        goto error;",
+     "3.11", ["tests/test_bridges.py"]),
+]
