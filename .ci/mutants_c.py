@@ -5,14 +5,15 @@ with each in turn and runs the tests that must notice; a mutant the suite
 does not kill is reported as surviving.
 
 Each entry: (name, file, old text, new text, interpreter minor, pytest
-selection).  The old text must occur exactly once.  3.11 runs the garbage
+selection); the old text may be a list of (old, new) pairs instead (new is
+then None), each old text occurring exactly once.  3.11 runs the garbage
 collector inside an allocation (3.12+ only at the next bytecode), so the
 finalizer hooks bite there; the PEP 688 doors need 3.12+.
 """
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Any, List, Optional, Tuple
 
 REENTRANCY = ["tests/test_hooks.py", "tests/test_cpubuffer.py",
               "tests/test_cpubuffer_pickle.py", "tests/test_view.py",
@@ -22,7 +23,7 @@ DEVICE = ["tests/test_cuda_standin.py", "tests/test_hooks.py"]
 PEP688 = ["tests/test_pep688.py", "tests/test_capi_producer.py",
           "tests/test_limited_api.py"]
 
-Mutant = Tuple[str, str, str, str, str, List[str]]
+Mutant = Tuple[str, str, Any, Optional[str], str, List[str]]
 
 MUTANTS: List[Mutant] = [
     ("route: no owner check", "Include/bufferext/internal/accel.h",
@@ -53,41 +54,52 @@ MUTANTS: List[Mutant] = [
      "    rc = cpubuffer_check_resize(self);      /* what the parse may change */",
      "    rc = 0;", "3.11", REENTRANCY),
     ("copy: source not pinned", "Modules/cpubuffer.c",
-     "    if (cpubuffer_check_open_to(self, \"copy\") < 0 ||\n"
-     "        bufferext_producer_pin(&self->head, \"CPUBuffer.copy\", 0) < 0) {",
-     "    self->head.exports++;\n"
-     "    if (cpubuffer_check_open_to(self, \"copy\") < 0) {",
-     "3.11", REENTRANCY),
+     [("        bufferext_producer_pin(&self->head, \"CPUBuffer.copy\", 0) < 0) {",
+       "        0) {"),
+      ("    bufferext_producer_unpin(&self->head);\n"
+       "    if (copy != NULL && cpubuffer_copy_state(", "    if (copy != NULL && cpubuffer_copy_state(")],
+     None, "3.11", REENTRANCY),
     ("copy: the snapshot read after the allocation", "Modules/cpubuffer.c",
      "    copy = (CPUBufferObject *)cpubuffer_from_spec(Py_TYPE(op), &spec,\n"
      "                                                  readonly, 0);\n"
      "    if (copy != NULL) {",
      "    copy = (CPUBufferObject *)cpubuffer_from_spec(Py_TYPE(op), &spec,\n"
      "                                                  readonly, 0);\n"
-     "    self->head.exports--;\n"
      "    bufferext_producer_read(&self->head, &now);\n"
-     "    self->head.exports++;\n"
      "    if (copy != NULL && now.len == copy->head.layout.len) {",
      "3.11", REENTRANCY),
     ("pickle: not pinned", "Modules/cpubuffer.c",
-     "        bufferext_producer_pin(&self->head, \"CPUBuffer.__reduce_ex__\",\n"
-     "                               0) < 0) {",
-     "        (self->head.exports++, 0)) {", "3.11", REENTRANCY),
+     [("        bufferext_producer_pin(&self->head, \"CPUBuffer.__reduce_ex__\",\n"
+       "                               0) < 0) {", "        0) {"),
+      ("error:\n    bufferext_producer_unpin(&self->head);\n    Py_XDECREF(rebuild);",
+       "error:\n    Py_XDECREF(rebuild);")],
+     None, "3.11", REENTRANCY),
     ("pin: read-only written while exported", "Modules/producer.c",
      "    else if (write && p->layout.readonly && p->exports > 0) {",
      "    else if (0) {", "3.11", ["tests/test_cpubuffer.py",
                                   "tests/test_cuda_standin.py",
                                   "tests/test_ve.py"]),
     ("CUDA fill: not pinned after the value's conversion", "Modules/cudabuffer.c",
-     "    if (fill_pattern(self, value, pattern) < 0 ||\n"
-     "        bufferext_producer_pin(&self->head, who, 1) < 0) {",
-     "    if (fill_pattern(self, value, pattern) < 0 ||\n"
-     "        (self->head.exports++, 0)) {", "3.11", DEVICE),
+     [("    if (fill_pattern(self, value, pattern) < 0 ||\n"
+       "        bufferext_producer_pin(&self->head, who, 1) < 0) {",
+       "    if (fill_pattern(self, value, pattern) < 0 ||\n"
+       "        bufferext_producer_check_open(&self->head) < 0) {"),
+      ("                    : fill_staged(self, pattern, who);\n"
+       "    bufferext_producer_unpin(&self->head);",
+       "                    : fill_staged(self, pattern, who);")],
+     None, "3.11", DEVICE),
     ("CUDA to_host: not pinned", "Modules/cudabuffer.c",
-     "    if (bufferext_producer_pin(&self->head, who, 0) < 0) {\n"
-     "        return NULL;\n    }\n    array = bufferext_producer_host_array",
-     "    self->head.exports++;\n    array = bufferext_producer_host_array",
-     "3.11", DEVICE),
+     [("    if (bufferext_producer_pin(&self->head, who, 0) < 0) {\n"
+       "        return NULL;\n    }\n    array = bufferext_producer_host_array",
+       "    array = bufferext_producer_host_array"),
+      ("    if (array == NULL) {\n        bufferext_producer_unpin(&self->head);\n"
+       "        return NULL;\n    }\n    if (self->head.layout.len > 0 && (rc = ctx_push",
+       "    if (array == NULL) {\n        return NULL;\n    }\n"
+       "    if (self->head.layout.len > 0 && (rc = ctx_push"),
+      ("    PyBuffer_Release(&view);\n    bufferext_producer_unpin(&self->head);\n"
+       "    if (rc < 0) {\n        Py_CLEAR(array);",
+       "    PyBuffer_Release(&view);\n    if (rc < 0) {\n        Py_CLEAR(array);")],
+     None, "3.11", DEVICE),
     ("view readers: not pinned", "Modules/view.c",
      "        if (view_pin(self) < 0) {                                       \\\n"
      "            return NULL;                                                \\\n"
@@ -100,11 +112,13 @@ MUTANTS: List[Mutant] = [
      "        result = (expr);                                                \\",
      "3.11", REENTRANCY),
     ("view repr: not pinned", "Modules/view.c",
-     "    if (view_pin(self) < 0) {\n        PyErr_Clear();\n"
-     "        return PyUnicode_FromString(\"<released BufferView>\");\n    }",
-     "    if (check_acquired(self) < 0) {\n        PyErr_Clear();\n"
-     "        return PyUnicode_FromString(\"<released BufferView>\");\n    }\n"
-     "    self->busy++;", "3.11", REENTRANCY),
+     [("    if (view_pin(self) < 0) {\n        PyErr_Clear();\n"
+       "        return PyUnicode_FromString(\"<released BufferView>\");",
+       "    if (check_acquired(self) < 0) {\n        PyErr_Clear();\n"
+       "        return PyUnicode_FromString(\"<released BufferView>\");"),
+      ("    view_unpin(self);\n    Py_XDECREF(shape);\n    Py_XDECREF(device);",
+       "    Py_XDECREF(shape);\n    Py_XDECREF(device);")],
+     None, "3.11", REENTRANCY),
     ("gate: release with the refusal pending", "Modules/gate.c",
      "    if (gate_export(exporter, ext, flags) < 0) {\n"
      "        bufferext_release_ext_raised(ext);",

@@ -714,8 +714,13 @@ adapter_get_device(PyObject *op, void *closure)
 static PyObject *
 adapter_get_exports(PyObject *op, void *closure)
 {
+    Py_ssize_t exports;
     (void)closure;
-    return PyLong_FromSsize_t(Adapter_CAST(op)->exports);
+
+    BUFFEREXT_LOCKED_BEGIN(op);
+    exports = Adapter_CAST(op)->exports;
+    BUFFEREXT_LOCKED_END();
+    return PyLong_FromSsize_t(exports);
 }
 
 static PyObject *

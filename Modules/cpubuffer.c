@@ -280,10 +280,12 @@ cpubuffer_clear_cache(PyObject *cls, PyObject *unused)
     (void)cls;
     (void)unused;
 #ifdef __linux__
+    BUFFEREXT_MUTEX_LOCK(cache_mutex);
     released = cache_bytes;
     while (cache_count) {
         cache_drop_oldest();
     }
+    BUFFEREXT_MUTEX_UNLOCK(cache_mutex);
 #endif
     return PyLong_FromSize_t(released);
 }

@@ -105,21 +105,29 @@ try_load(const bufferext_library_spec *spec, bufferext_library *lib)
                   single[0] == NULL ? " to its path" : "");
 }
 
-int
-bufferext_library_load(bufferext_state *st,
-                       const bufferext_library_spec *spec,
-                       bufferext_library *lib)
+/* The library's state after the first try, made once per process: the
+ * first caller loads, the others wait for it.  path and message are
+ * written only by that try, so they may be read once this returned. */
+static int
+library_state(const bufferext_library_spec *spec, bufferext_library *lib)
 {
     int state;
 
-    /* once per process: the first caller loads, the others wait for it */
     BUFFEREXT_MUTEX_LOCK(load_mutex);
     if (lib->state == 0) {
         try_load(spec, lib);
     }
     state = lib->state;
     BUFFEREXT_MUTEX_UNLOCK(load_mutex);
-    if (state == 1) {
+    return state;
+}
+
+int
+bufferext_library_load(bufferext_state *st,
+                       const bufferext_library_spec *spec,
+                       bufferext_library *lib)
+{
+    if (library_state(spec, lib) == 1) {
         return 0;
     }
     PyErr_SetString(st->DeviceUnavailableError, lib->message);
@@ -132,12 +140,9 @@ bufferext_library_status(const bufferext_library_spec *spec,
 {
     PyObject *looked_for;
     const char *env = getenv(spec->env_var);
-    int i;
+    int i, state = library_state(spec, lib);
 
-    if (lib->state == 0) {
-        try_load(spec, lib);
-    }
-    if (lib->state == -2) {
+    if (state == -2) {
         looked_for = PyList_New(0);      /* disabled: nothing looked for */
     }
     else if (env != NULL && env[0] != '\0') {
@@ -161,7 +166,7 @@ bufferext_library_status(const bufferext_library_spec *spec,
     return Py_BuildValue("{s:s,s:s,s:N,s:O,s:z,s:z}",
                          "library", spec->label, "env_var", spec->env_var,
                          "looked_for", looked_for,
-                         "loaded", lib->state == 1 ? Py_True : Py_False,
-                         "path", lib->state == 1 ? lib->path : NULL,
-                         "error", lib->state == 1 ? NULL : lib->message);
+                         "loaded", state == 1 ? Py_True : Py_False,
+                         "path", state == 1 ? lib->path : NULL,
+                         "error", state == 1 ? NULL : lib->message);
 }

@@ -371,19 +371,21 @@ module_free(void *module)
     module_clear((PyObject *)module);
 }
 
-/* One interpreter, with the GIL (docs/platforms.rst, "The C core"): the C
- * core keeps process-wide state that is not yet
- * isolated per interpreter or safe without the GIL (the CPU block cache, the
- * driver tables loaded once, the DLPack exchange API's module reference).
- * CPython then refuses the import in a subinterpreter, and a free-threaded
- * build re-enables the GIL when this module is imported. */
+/* One interpreter (docs/platforms.rst, "The C core"): the C core keeps
+ * process-wide state that is not isolated per interpreter (the CPU block
+ * cache, the driver tables loaded once, the DLPack exchange API's module
+ * reference), so CPython refuses the import in a subinterpreter.  Without
+ * the GIL: every object's mutable state is read and changed in its
+ * critical section (or pinned), process-wide state under its own mutex,
+ * never held while Python code runs (docs/platforms.rst says which lock
+ * guards what). */
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, (void *)module_exec},
 #if PY_VERSION_HEX >= 0x030C0000
     {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
 #endif
 #if PY_VERSION_HEX >= 0x030D0000
-    {Py_mod_gil, Py_MOD_GIL_USED},
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
 #endif
     {0, NULL},
 };

@@ -94,7 +94,12 @@ bufferext_producer_read(bufferext_producer *p,
 int
 bufferext_producer_check_open(bufferext_producer *p)
 {
-    if (!p->open) {
+    int open;
+
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
+    open = p->open;
+    BUFFEREXT_LOCKED_END();
+    if (!open) {
         PyErr_Format(PyExc_ValueError, "operation on a closed %s",
                      p->kind->name);
         return -1;

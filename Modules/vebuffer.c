@@ -625,10 +625,17 @@ static int
 add_loaded_status(PyObject *status)
 {
     PyObject *open = PyList_New(0), *value;
-    int i, rc;
+    int i, rc, started[VE_MAX_NODES];
 
+    /* read under the mutex, built after it (a collection may run a
+     * finalizer that releases a node) */
+    BUFFEREXT_MUTEX_LOCK(ve_mutex);
+    for (i = 0; i < VE_MAX_NODES; i++) {
+        started[i] = ve_nodes[i].proc != NULL;
+    }
+    BUFFEREXT_MUTEX_UNLOCK(ve_mutex);
     for (i = 0; open != NULL && i < VE_MAX_NODES; i++) {
-        if (ve_nodes[i].proc != NULL) {
+        if (started[i]) {
             value = PyLong_FromLong(i);
             if (value == NULL || PyList_Append(open, value) < 0) {
                 Py_CLEAR(open);

@@ -69,6 +69,8 @@ bufferext_view_freelist_clear(void)
 static int view_pin(BufferViewObject *self);
 static void view_unpin(BufferViewObject *self);
 
+/* ValueError once released; call it in the view's critical section, or
+ * pinned (see view_pin), or use check_acquired_now. */
 static int
 check_acquired(BufferViewObject *self)
 {
@@ -326,11 +328,23 @@ view_release_impl(PyObject *op, PyObject *unused)
 /* from two threads: the first releases, the second finds nothing held */
 static BUFFEREXT_LOCKED_METHOD(view_release, view_release_impl)
 
+/* check_acquired, outside the critical section. */
+static int
+check_acquired_now(BufferViewObject *self)
+{
+    int rc;
+
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
+    rc = check_acquired(self);
+    BUFFEREXT_LOCKED_END();
+    return rc;
+}
+
 static PyObject *
 view_enter(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (check_acquired(BufferView_CAST(op)) < 0) {
+    if (check_acquired_now(BufferView_CAST(op)) < 0) {
         return NULL;
     }
     return Py_NewRef(op);
@@ -408,7 +422,7 @@ static PyObject *
 view_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
             PyObject *kwnames)
 {
-    if (check_acquired(BufferView_CAST(op)) < 0) {
+    if (check_acquired_now(BufferView_CAST(op)) < 0) {
         return NULL;
     }
     return bufferext_dlpack(op, args, nargs, kwnames);
@@ -418,7 +432,7 @@ static PyObject *
 view_dlpack_device(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    if (check_acquired(BufferView_CAST(op)) < 0) {
+    if (check_acquired_now(BufferView_CAST(op)) < 0) {
         return NULL;
     }
     return bufferext_dlpack_device(op);

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
+import sysconfig
 from typing import Any, Callable, Iterator, List, Optional
 
 import numpy as np
@@ -207,3 +208,8 @@ class CAIHook:
 
 
 PEP688 = sys.version_info >= (3, 12)
+#: Whether threshold-driven collections happen as often as the hooks ask:
+#: a free-threaded build (3.13t) also waits for the heap to grow by a
+#: quarter, so a finalizer hook may not fire at all there (its threads do
+#: the hostile work instead: tests/test_threads.py).
+GC_FIRES = not sysconfig.get_config_var("Py_GIL_DISABLED")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sysconfig
 
 import pytest
 
@@ -93,6 +94,10 @@ def test_header_and_python_api_agree(capi):
         assert getattr(flags, name) == getattr(capi, "PyBUF_" + name), name
 
 
+@pytest.mark.skipif(bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+                    reason="a free-threaded CPython before 3.15 refuses "
+                           "Py_LIMITED_API in Python.h itself, before the "
+                           "header's own #error")
 def test_limited_api_below_3_11_is_refused_clearly(capi_build, tmp_path):
     """Py_buffer joined the limited API in 3.11: below, one clear #error
     (3.11 and later: tests/test_limited_api.py)."""

@@ -722,27 +722,32 @@ LEAK_LIMIT = 4000
 
 
 def _leaked(fn, loops=300, batches=3):
-    """Bytes per batch of `loops` calls still allocated afterwards.
+    """Bytes that `loops` more calls leave allocated: the growth over a
+    batch of 4 * `loops` calls less that over `loops` calls, divided by 3,
+    so what grows once per batch (caches: numpy's, the interpreter's, the
+    free-threaded build's per-thread state around gc.collect()) cancels
+    out and a leak, which grows with every call, stays.  The smallest of
+    several tries, after a warm-up."""
+    def growth(n):
+        gc.collect()
+        before, _ = tracemalloc.get_traced_memory()
+        for _ in range(n):
+            fn()
+        gc.collect()
+        after, _ = tracemalloc.get_traced_memory()
+        return after - before
 
-    The smallest of several batches, after a warm-up: caches (numpy's,
-    the interpreter's) may grow once, a leak grows in every batch."""
     for _ in range(50):
         fn()
     gc.collect()
-    deltas = []
+    slopes = []
     tracemalloc.start()
     try:
         for _ in range(batches):
-            gc.collect()
-            before, _ = tracemalloc.get_traced_memory()
-            for _ in range(loops):
-                fn()
-            gc.collect()
-            after, _ = tracemalloc.get_traced_memory()
-            deltas.append(after - before)
+            slopes.append((growth(4 * loops) - growth(loops)) / 3)
     finally:
         tracemalloc.stop()
-    return min(deltas)
+    return min(slopes)
 
 
 def _raises(fn, exc):
@@ -877,7 +882,8 @@ def test_copy_is_one_consistent_moment_of_the_source(how: str,
                 c = {how}
                 seen.append(bytes(memoryview(b)))
                 assert bytes(memoryview(c)) in [bytes(range(10))] + seen, c
-        print(fired.count > 0, c.nbytes in (10, {new_shape[0]}))
+        fired_ok = fired.count > 0 or not _hooks.GC_FIRES
+        print(fired_ok, c.nbytes in (10, {new_shape[0]}))
         """)
     assert out.split() == ["True", "True"]
 
@@ -900,7 +906,7 @@ def test_getters_read_a_snapshot_not_freed_dims(attr: str) -> None:
                 got = repr(b) if {attr!r} == 'repr' else getattr(b, {attr!r})
                 assert any(s in str(got) for s in
                            ('(2, 3, 4)', '(12, 4, 1)', '(5,)', '(1,)')), got
-        print(fired.count > 0)
+        print(fired.count > 0 or not _hooks.GC_FIRES)
         """)
     assert out.split() == ["True"]
 

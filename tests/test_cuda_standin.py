@@ -362,10 +362,12 @@ def test_readers_and_copies_pinned_against_a_finalizer(driver: str) -> None:
         for read in (lambda b: b.to_host(),
                      lambda b: b.__cuda_array_interface__,
                      repr, lambda b: b.ptr):
-            b = CUDABuffer((3, 2), "float32")
-            b.fill(2.0)
-            with _hooks.in_gc(b.close, times=100) as fired:
-                for _ in range(100):
+            current = []
+            with _hooks.in_gc(lambda: current[-1].close(), times=300) as fired:
+                for _ in range(300):
+                    b = CUDABuffer((3, 2), "float32")
+                    b.fill(2.0)
+                    current.append(b)
                     try:
                         got = read(b)
                     except ValueError as e:
@@ -373,7 +375,8 @@ def test_readers_and_copies_pinned_against_a_finalizer(driver: str) -> None:
                         continue
                     if isinstance(got, np.ndarray):
                         assert (got == 2.0).all()
-            b.close()
+            for b in current:
+                b.close()
     """, env={"BUFFEREXT_TESTS": os.path.dirname(os.path.abspath(__file__))})
 
 

@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from types import ModuleType
 from typing import Dict
 
@@ -24,10 +25,17 @@ import pytest
 import bufferext
 from bufferext import BufferFlags
 
-pytestmark = pytest.mark.skipif(
-    sys.version_info < (3, 11),
-    reason="Py_buffer joined the limited API in CPython 3.11; below, "
-           "bufferext.h refuses Py_LIMITED_API with an #error")
+pytestmark = [
+    pytest.mark.skipif(
+        sys.version_info < (3, 11),
+        reason="Py_buffer joined the limited API in CPython 3.11; below, "
+               "bufferext.h refuses Py_LIMITED_API with an #error"),
+    pytest.mark.skipif(
+        bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+        reason="a free-threaded CPython before 3.15 has no limited API "
+               "(its Python.h refuses Py_LIMITED_API; PEP 803 adds an "
+               "abi3t for 3.15)"),
+]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "capi", "testlimited.c")

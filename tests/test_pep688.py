@@ -378,3 +378,24 @@ def test_exporters_trust_only_a_marked_view(capi: ModuleType) -> None:
     assert capi.set_device(x, DEVICE, None, False, False)["flags"] == 0
     with pytest.raises(BufferError, match="not one marked as extended"):
         capi.set_device(x, DEVICE, "test.dev", True, False)
+
+
+@needs_pep688
+def test_our_device_producers_refuse_the_foreign_doors(driver: str) -> None:
+    # the producers' inline export path takes the mark, not the flag, as
+    # proof: through memoryview._from_flags (a bare view with PyBUF_DEVICE)
+    # a CUDABuffer, its adapter and a view of it refuse instead of handing
+    # a memoryview over a device pointer
+    harness.check(driver, f"""
+        buf = bufferext.CUDABuffer(4)
+        a = bufferext.as_buffer(buf)
+        v = bufferext.get_buffer(buf)
+        for obj in (buf, a, v):
+            for flags in ({DEVICE | FULL_RO}, {DEVICE}, {DEVICE | 0x1c}):
+                with pytest.raises(BufferError, match="not one marked"):
+                    memoryview._from_flags(obj, flags)
+        v.release()
+        del a
+        assert buf.exports == 0
+        buf.close()
+    """)

@@ -551,7 +551,8 @@ def test_view_readers_are_pinned_against_a_finalizer(attr):
                 good += 1
                 assert '(5,)' not in got, got
         kinds = {{type(e).__name__ for e in fired.errors}}
-        print(fired.count > 0, good + released == 200, kinds <= {{'BufferError'}})
+        fired_ok = fired.count > 0 or not _hooks.GC_FIRES
+        print(fired_ok, good + released == 200, kinds <= {{'BufferError'}})
         """)
     assert out.split() == ["True", "True", "True"]
 
