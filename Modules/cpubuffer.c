@@ -123,11 +123,17 @@ static void
 cpubuffer_free_memory(PyObject *op)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
-    cpubuffer_free_block(self->allocation, self->mapped);
+    void *allocation = self->allocation;
+    size_t mapped = self->mapped;
+
+    /* closed first: giving the block back may wait for the cache's mutex,
+     * which suspends the caller's critical section (without the GIL) and
+     * lets other threads see the object meanwhile */
     self->allocation = NULL;
     self->mapped = 0;
     self->head.layout.buf = NULL;
     self->head.open = 0;
+    cpubuffer_free_block(allocation, mapped);
 }
 
 static const bufferext_producer_kind cpubuffer_kind = {
@@ -343,7 +349,7 @@ cpubuffer_to_host(PyObject *op, PyObject *unused)
 static int
 cpubuffer_check_resize(CPUBufferObject *self)
 {
-    if (bufferext_producer_check_open(&self->head) < 0 ||
+    if (bufferext_producer_check_open_locked(&self->head) < 0 ||
         bufferext_producer_check_not_exported(&self->head, "resize") < 0) {
         return -1;
     }
@@ -353,14 +359,15 @@ cpubuffer_check_resize(CPUBufferObject *self)
 /* The new shape is parsed (each dimension's __index__ is Python code that
  * may close, resize or export this very buffer) and its memory allocated
  * first; the checks and the swap then run in one critical section, with
- * no Python code in between. */
+ * no Python code in between and nothing that may wait (a wait without
+ * the GIL suspends the section): the old block is given back after it. */
 static PyObject *
 cpubuffer_resize(PyObject *op, PyObject *shape)
 {
     CPUBufferObject *self = CPUBuffer_CAST(op);
     bufferext_layout layout;
-    void *allocation;
-    size_t mapped;
+    void *allocation, *old_allocation = NULL;
+    size_t mapped, old_mapped = 0;
     char *data;
     int rc;
 
@@ -383,7 +390,8 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
         if (rc == 0) {
             memcpy(data, old, (size_t)(old_len < layout.nbytes
                                            ? old_len : layout.nbytes));
-            cpubuffer_free_block(self->allocation, self->mapped);
+            old_allocation = self->allocation;
+            old_mapped = self->mapped;
             cpubuffer_install(self, allocation, data, mapped);
         }
     }
@@ -392,6 +400,7 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
         cpubuffer_free_block(allocation, mapped);
         return NULL;
     }
+    cpubuffer_free_block(old_allocation, old_mapped);
     Py_RETURN_NONE;
 }
 

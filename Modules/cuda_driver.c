@@ -211,13 +211,16 @@ bufferext_cuda_dlpack_sync(PyObject *exporter, const Py_buffer_extended *ext,
     const char *who = "__dlpack__";
     const BufferExt_CUDADeviceInfo *info = ext->device_info;
     bufferext_state *st;
-    CUstream target;
+    CUstream target = NULL;
+    CUevent event;
     int nosync, rc;
 
     if (dlpack_stream(stream, &target, &nosync) < 0) {
         return -1;
     }
-    if (nosync || info == NULL || info->event == NULL) {
+    /* read once: another thread's synchronize() may clear it meanwhile */
+    event = info == NULL ? NULL : (CUevent)BUFFEREXT_LOAD_PTR(info->event);
+    if (nosync || event == NULL) {
         return 0;               /* no sync asked for, or the data is ready */
     }
     if (info->version >> 16 != BUFFEREXT_CUDA_INFO_MAJOR) {
@@ -231,7 +234,7 @@ bufferext_cuda_dlpack_sync(PyObject *exporter, const Py_buffer_extended *ext,
         CU_CHECK(who, cuCtxPushCurrent_v2, ((CUcontext)info->context)) < 0) {
         return -1;
     }
-    rc = CU_CHECK(who, cuStreamWaitEvent, (target, (CUevent)info->event, 0));
+    rc = CU_CHECK(who, cuStreamWaitEvent, (target, event, 0));
     bufferext_cuda_ctx_pop();
     return rc;
 }
@@ -408,7 +411,7 @@ bufferext_cuda_stage(bufferext_state *st, const char *who,
     /* read once, with the GIL: the exporter may re-record meanwhile (the
      * event and context stay valid while the export is held) */
     CUcontext ctx = (CUcontext)info->context;
-    CUevent event = (CUevent)info->event;
+    CUevent event = (CUevent)BUFFEREXT_LOAD_PTR(info->event);
     const char *call = NULL;
     CUresult rc;
 

@@ -77,7 +77,8 @@ record_event(CUDABufferObject *self, const char *who)
     if (CU_CHECK(who, cuEventRecord, (self->event, self->stream)) < 0) {
         return -1;
     }
-    self->info.event = self->event;     /* work queued since the last sync */
+    /* work queued since the last sync */
+    BUFFEREXT_STORE_PTR(self->info.event, (void *)self->event);
     return 0;
 }
 
@@ -99,7 +100,7 @@ stream_sync(CUDABufferObject *self, const char *who)
     if (rc != CUDA_SUCCESS) {
         return bufferext_cuda_error(rc, who, "cuStreamSynchronize");
     }
-    self->info.event = NULL;
+    BUFFEREXT_STORE_PTR(self->info.event, NULL);
     return 0;
 }
 
@@ -768,8 +769,8 @@ cuda_read(CUDABufferObject *self, cuda_snapshot *now)
     bufferext_producer_read(&self->head, &now->head);
     BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
     now->ptr = self->ptr;
-    now->pending_stream = self->info.event != NULL ? (void *)self->stream
-                                                   : NULL;
+    now->pending_stream = BUFFEREXT_LOAD_PTR(self->info.event) != NULL
+                              ? (void *)self->stream : NULL;
     BUFFEREXT_LOCKED_END();
     if (!now->head.open) {
         PyErr_SetString(PyExc_ValueError, "operation on a closed CUDABuffer");

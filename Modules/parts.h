@@ -117,9 +117,13 @@ bufferext_freelist_close(bufferext_freelist *f)
  *   critical section, held by every slot and method that reads or changes
  *   its export count, open state, pins or layout (getbuffer,
  *   releasebuffer, close, resize, release, the pins around copies).  A
- *   critical section is suspended while the thread waits without its
- *   thread state (Py_BEGIN_ALLOW_THREADS): what must survive the wait is
- *   pinned first (an export or `busy` count that close and resize refuse).
+ *   critical section is suspended whenever its thread waits without its
+ *   thread state: in Py_BEGIN_ALLOW_THREADS, in a contended PyMutex (such
+ *   as the mutexes below), in Python code: so inside one, the object's
+ *   state is consistent before anything that may wait (cpubuffer.c gives
+ *   a block back to its cache after the swap), and what must survive a
+ *   wait is pinned first (an export or `busy` count that close and resize
+ *   refuse).
  * - BUFFEREXT_MUTEX(name), BUFFEREXT_MUTEX_LOCK/UNLOCK(name): a mutex for
  *   process-wide state made lazily (the CPU block cache, the device
  *   library tables, the VE nodes, the dtype resolver); never held while
@@ -137,6 +141,19 @@ bufferext_freelist_close(bufferext_freelist *f)
 #  define BUFFEREXT_MUTEX_LOCK(name) ((void)0)
 #  define BUFFEREXT_MUTEX_UNLOCK(name) ((void)0)
 #endif
+/* A pointer field that another thread may store while it is read without
+ * the object's lock: CUDABuffer's device_info.event, which every export
+ * hands out and synchronize() clears.  Loaded once and whole (a reader
+ * keeps what it loaded), stored whole. */
+#if defined(__GNUC__) || defined(__clang__)
+#  define BUFFEREXT_LOAD_PTR(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
+#  define BUFFEREXT_STORE_PTR(field, value) \
+       __atomic_store_n(&(field), (value), __ATOMIC_RELEASE)
+#else
+#  define BUFFEREXT_LOAD_PTR(field) (field)
+#  define BUFFEREXT_STORE_PTR(field, value) ((field) = (value))
+#endif
+
 /* `name`, a METH_NOARGS or METH_O method: `impl` in the critical section
  * (write `static` before it for a file's own method). */
 #define BUFFEREXT_LOCKED_METHOD(name, impl)                                 \

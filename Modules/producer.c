@@ -91,6 +91,20 @@ bufferext_producer_read(bufferext_producer *p,
 
 /* ---- checks ------------------------------------------------------------ */
 
+static int
+raise_closed(bufferext_producer *p)
+{
+    PyErr_Format(PyExc_ValueError, "operation on a closed %s",
+                 p->kind->name);
+    return -1;
+}
+
+int
+bufferext_producer_check_open_locked(bufferext_producer *p)
+{
+    return p->open ? 0 : raise_closed(p);
+}
+
 int
 bufferext_producer_check_open(bufferext_producer *p)
 {
@@ -99,12 +113,8 @@ bufferext_producer_check_open(bufferext_producer *p)
     BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
     open = p->open;
     BUFFEREXT_LOCKED_END();
-    if (!open) {
-        PyErr_Format(PyExc_ValueError, "operation on a closed %s",
-                     p->kind->name);
-        return -1;
-    }
-    return 0;
+    /* the refusal is raised outside the section: it allocates */
+    return open ? 0 : raise_closed(p);
 }
 
 int

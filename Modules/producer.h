@@ -133,8 +133,12 @@ typedef struct {
 void bufferext_producer_read(bufferext_producer *p,
                              bufferext_producer_snapshot *out);
 
-/* ValueError "operation on a closed Name" when closed.  0 or -1. */
+/* ValueError "operation on a closed Name" when closed.  0 or -1.  The
+ * first takes the object's critical section, the second is for code that
+ * holds it already (a nested section on the same object may be suspended
+ * meanwhile without the GIL, letting another thread in). */
 int bufferext_producer_check_open(bufferext_producer *p);
+int bufferext_producer_check_open_locked(bufferext_producer *p);
 /* BufferError "Name: cannot <what> while N export(s) are alive (<hint>)".
  * 0 or -1. */
 int bufferext_producer_check_not_exported(bufferext_producer *p,

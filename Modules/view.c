@@ -849,7 +849,7 @@ view_device_info(BufferViewObject *self)
         items[0] = PyLong_FromUnsignedLong(cuda->version);
         items[1] = PyLong_FromLong(cuda->device);
         items[2] = PyLong_FromVoidPtr(cuda->context);
-        items[3] = PyLong_FromVoidPtr(cuda->event);
+        items[3] = PyLong_FromVoidPtr(BUFFEREXT_LOAD_PTR(cuda->event));
         return new_structseq(st->CUDADeviceInfo_Type, 4, items);
     }
     if (info != NULL && strcmp(device, BUFFEREXT_DEVICE_VE) == 0 &&

@@ -341,3 +341,201 @@ def test_close_against_exports_never_frees_exported_memory() -> None:
             assert buf.exports == 0 and buf.closed
     finally:
         sys.setswitchinterval(old)
+
+
+# ---- threads that change what the others read ------------------------------
+# Every mutating operation in reach of Python code, from N threads at once,
+# on the same exporters: export and release, close, resize, copy,
+# copy_from_host, every getter and repr, pickling, as_buffer, a
+# DistArray in one process, and check_buffer_supports / get_buffer while a
+# class changes its __buffer_supported_flags__.  Without the GIL (3.13t) the
+# threads run in parallel; .ci/freethreaded.sh runs this under
+# ThreadSanitizer (BUFFEREXT_HOSTILE_OPS larger), where 0 race reports in
+# bufferext's code are allowed.
+
+HOSTILE_OPS = int(os.environ.get("BUFFEREXT_HOSTILE_OPS", "6000"))
+
+HOSTILE = r'''
+import gc, json, os, pickle, random, sys, threading, time
+import numpy as np
+import bufferext
+from bufferext import BufferFlags, CPUBuffer, as_buffer, get_buffer
+from bufferext.distarray import DistArray
+
+OPS, THREADS = int(sys.argv[1]), int(sys.argv[2])
+if hasattr(sys, "_is_gil_enabled"):
+    print("gil", sys._is_gil_enabled(), file=sys.stderr)
+sys.setswitchinterval(1e-5)
+REFUSED = (ValueError, BufferError, TypeError)
+
+class Flip(bytearray):
+    __buffer_supported_flags__ = 0
+
+def fresh(k):
+    kind = k % 4
+    if kind == 0:
+        return CPUBuffer((8, 4), "f8")
+    if kind == 1:
+        return CPUBuffer((16,), "u1", readonly=True)
+    if kind == 2:
+        return bufferext.CUDABuffer((4, 4), "f4")
+    return bufferext.VEBuffer((3, 5), "i4")
+
+slots = [fresh(k) for k in range(8)]
+numpy_src = np.arange(12.0)
+views = []                       # BufferViews shared between threads
+views_lock = threading.Lock()
+ops_done = [0] * THREADS          # per thread: no lost updates without
+refused = [0] * THREADS          # the GIL
+errors = []
+barrier = threading.Barrier(THREADS)
+
+def op_export(b, r):
+    v = get_buffer(b, BufferFlags.FULL_RO | BufferFlags.DEVICE)
+    assert v.nbytes == int(np.prod(v.shape)) * v.itemsize
+    if r.random() < 0.5:
+        with views_lock:
+            views.append(v)
+    else:
+        v.release()
+
+def op_release(b, r):
+    with views_lock:
+        v = views.pop() if views else None
+    if v is not None:
+        v.release()
+
+def op_view_read(b, r):
+    with views_lock:
+        v = views[r.randrange(len(views))] if views else None
+    if v is not None:
+        repr(v); v.shape; v.strides; v.format; v.device_info; v._raw()
+        if v.device is None:
+            assert len(v.tobytes()) == v.nbytes
+
+def op_memoryview(b, r):
+    with memoryview(b) as m:
+        assert len(m.tobytes()) == m.nbytes
+
+def op_close(b, r):
+    b.close()
+
+def op_replace(b, r):
+    slots[r.randrange(len(slots))] = fresh(r.randrange(4))
+
+def op_resize(b, r):
+    if isinstance(b, CPUBuffer):
+        b.resize(r.choice([(3,), (2, 2, 2), (64, 3), (0,)]))
+
+def op_copy(b, r):
+    c = b.copy() if isinstance(b, CPUBuffer) else b.to_host()
+    assert c.nbytes == int(np.prod(c.shape)) * c.itemsize
+
+def op_copy_from_host(b, r):
+    b.copy_from_host(bytes(b.nbytes))
+
+def op_read(b, r):
+    repr(b); b.shape; b.strides; b.nbytes; b.exports; b.closed; b.ptr
+    for name in ("__array_interface__", "__cuda_array_interface__",
+                 "__ve_array_interface__"):
+        getattr(b, name, None)
+
+def op_to_host(b, r):
+    b.to_host()
+
+def op_pickle(b, r):
+    pickle.loads(pickle.dumps(b, 5))
+
+def op_as_buffer(b, r):
+    a = as_buffer(b, readonly=True)
+    with get_buffer(a) as v:
+        assert v.nbytes == int(np.prod(v.shape)) * v.itemsize
+
+def op_dlpack(b, r):
+    b.__dlpack__(max_version=(1, 0))      # VEBuffer: BufferError
+
+def op_flip(b, r):
+    Flip.__buffer_supported_flags__ = r.choice([0, -1, 0x1FD, 0x1C, 3])
+
+def op_flipped(b, r):
+    x = Flip(b"abcd")
+    ok = bufferext.check_buffer_supports(x, int(BufferFlags.ND))
+    try:
+        get_buffer(x, BufferFlags.ND).release()
+    except BufferError:
+        pass
+    bufferext.supported_flags(x)
+
+def op_numpy_adapter(b, r):
+    a = as_buffer(numpy_src)
+    with get_buffer(a) as v:
+        assert len(v.tobytes()) == 96
+
+def op_distarray(b, r):
+    d = DistArray.from_global(np.arange(24.0).reshape(4, 6),
+                              dist=("b", "c"), grid_shape=(1, 1), rank=0)
+    out = d.redistribute(dist=("n", "b"))
+    assert out.local.sum() == 276.0
+    DistArray.from_distarray(d.__distarray__())
+
+OPS_TABLE = [op_export, op_export, op_release, op_view_read, op_memoryview,
+             op_close, op_replace, op_resize, op_copy, op_copy_from_host,
+             op_read, op_read, op_to_host, op_pickle, op_as_buffer,
+             op_dlpack, op_flip, op_flipped, op_numpy_adapter, op_distarray]
+
+def work(index):
+    r = random.Random(index)
+    try:
+        barrier.wait()
+        for i in range(OPS // THREADS):
+            op = r.choice(OPS_TABLE)
+            b = slots[r.randrange(len(slots))]
+            try:
+                op(b, r)
+            except REFUSED:
+                refused[index] += 1
+            ops_done[index] += 1
+    except BaseException as exc:
+        import traceback
+        errors.append(traceback.format_exc())
+
+start = time.perf_counter()
+threads = [threading.Thread(target=work, args=(k,)) for k in range(THREADS)]
+for t in threads: t.start()
+for t in threads: t.join()
+elapsed = time.perf_counter() - start
+for v in views:
+    v.release()
+views.clear()
+gc.collect()
+left = {repr(b): b.exports for b in slots if b.exports}
+for b in slots:
+    b.close()
+print(json.dumps({"ops": sum(ops_done), "refused": sum(refused),
+                  "errors": errors, "left": left, "elapsed": elapsed}))
+'''
+
+
+def run_hostile(standins: Dict[str, str], ops: int, threads: int,
+                python: str = sys.executable,
+                env: Dict[str, str] | None = None) -> Dict[str, Any]:
+    """The hostile stress in a child; its summary."""
+    child_env = dict(os.environ, **standins, **(env or {}))
+    proc = subprocess.run([python, "-c", HOSTILE, str(ops), str(threads)],
+                          env=child_env, capture_output=True, text=True,
+                          timeout=3000)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["stderr"] = proc.stderr
+    return result
+
+
+def test_threads_that_change_what_others_read(standins: Dict[str, str]
+                                              ) -> None:
+    result = run_hostile(standins, HOSTILE_OPS, THREADS)
+    assert result["errors"] == [], result["errors"][0]
+    assert result["left"] == {}, result["left"]
+    assert result["ops"] == HOSTILE_OPS // THREADS * THREADS
+    assert 0 < result["refused"] < result["ops"]
+    print(f"\n{result['ops']} operations ({result['refused']} refused) in "
+          f"{result['elapsed']:.1f} s, {THREADS} threads")

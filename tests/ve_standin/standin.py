@@ -25,7 +25,7 @@ def build(directory: str, omit_hmem: bool = False) -> str:
     name = "standin_veo_nohmem.so" if omit_hmem else "standin_veo.so"
     path = os.path.join(directory, name)
     cmd = [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror",
-           "-o", path, SOURCE]
+           "-o", path, SOURCE, "-lpthread"]
     if omit_hmem:
         cmd.insert(1, "-DSTANDIN_OMIT_HMEM")
     subprocess.run(cmd, check=True)

@@ -19,9 +19,12 @@
  *     standin_calls(name); standin_set_errors(n) resets the misuse count.
  *   - STANDIN_VEO_REPORT=path: at process exit, writes the counters there
  *     ("hmem=0 procs=0 contexts=0 errors=0"), so tests can prove teardown.
+ *   - Thread-safe as VEO is: one caller at a time inside (the entry points
+ *     at the end of the file take a mutex around the *_unlocked bodies).
  *
  * With -DSTANDIN_OMIT_HMEM the HMEM entry points are left out, as in a VEO
  * older than veoffload-aveo 2.7.6. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +56,9 @@ static struct veo_proc_handle *procs[MAX_PROCS];
 static allocation allocs[MAX_ALLOCS];
 static long live_hmem, live_procs, live_contexts, errors;
 static long n_create, n_alloc, n_free, n_copy;
+/* VEO may be called from several threads at once (a free-threaded
+ * CPython runs them in parallel): one caller at a time in here */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int
 env_flag(const char *name)
@@ -95,8 +101,8 @@ standin_report(void)
 
 /* ---- processes and contexts ------------------------------------------- */
 
-struct veo_proc_handle *
-veo_proc_create(int node)
+static struct veo_proc_handle *
+veo_proc_create_unlocked(int node)
 {
     const char *nodes = getenv("STANDIN_VEO_NODES");
     int i;
@@ -128,8 +134,8 @@ proc_valid(struct veo_proc_handle *proc)
            procs[proc->ident] == proc;
 }
 
-int
-veo_proc_destroy(struct veo_proc_handle *proc)
+static int
+veo_proc_destroy_unlocked(struct veo_proc_handle *proc)
 {
     int i;
 
@@ -154,8 +160,8 @@ veo_proc_destroy(struct veo_proc_handle *proc)
     return 0;
 }
 
-struct veo_thr_ctxt *
-veo_context_open(struct veo_proc_handle *proc)
+static struct veo_thr_ctxt *
+veo_context_open_unlocked(struct veo_proc_handle *proc)
 {
     struct veo_thr_ctxt *ctx;
 
@@ -172,8 +178,8 @@ veo_context_open(struct veo_proc_handle *proc)
     return ctx;
 }
 
-int
-veo_context_close(struct veo_thr_ctxt *ctx)
+static int
+veo_context_close_unlocked(struct veo_thr_ctxt *ctx)
 {
     if (ctx == NULL || !proc_valid(ctx->proc)) {
         errors++;
@@ -232,8 +238,8 @@ host_address(const void *addr)
                                ~(VE_FLAG | IDENT_MASK));
 }
 
-int
-veo_alloc_hmem(struct veo_proc_handle *proc, void **addr, size_t size)
+static int
+veo_alloc_hmem_unlocked(struct veo_proc_handle *proc, void **addr, size_t size)
 {
     int i;
 
@@ -262,8 +268,8 @@ veo_alloc_hmem(struct veo_proc_handle *proc, void **addr, size_t size)
     return -1;
 }
 
-int
-veo_free_hmem(void *addr)
+static int
+veo_free_hmem_unlocked(void *addr)
 {
     allocation *a;
 
@@ -279,8 +285,8 @@ veo_free_hmem(void *addr)
     return 0;
 }
 
-int
-veo_hmemcpy(void *dst, const void *src, size_t size)
+static int
+veo_hmemcpy_unlocked(void *dst, const void *src, size_t size)
 {
     int dst_ve = veo_is_ve_addr(dst), src_ve = veo_is_ve_addr(src);
 
@@ -300,5 +306,87 @@ veo_hmemcpy(void *dst, const void *src, size_t size)
     memmove(dst_ve ? host_address(dst) : dst,
             src_ve ? host_address(src) : src, size);
     return 0;
+}
+#endif
+
+/* ---- the entry points: one caller at a time ---------------------------- */
+
+struct veo_proc_handle *
+veo_proc_create(int node)
+{
+    struct veo_proc_handle *result;
+
+    pthread_mutex_lock(&lock);
+    result = veo_proc_create_unlocked(node);
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+int
+veo_proc_destroy(struct veo_proc_handle *proc)
+{
+    int result;
+
+    pthread_mutex_lock(&lock);
+    result = veo_proc_destroy_unlocked(proc);
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+struct veo_thr_ctxt *
+veo_context_open(struct veo_proc_handle *proc)
+{
+    struct veo_thr_ctxt *result;
+
+    pthread_mutex_lock(&lock);
+    result = veo_context_open_unlocked(proc);
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+int
+veo_context_close(struct veo_thr_ctxt *ctx)
+{
+    int result;
+
+    pthread_mutex_lock(&lock);
+    result = veo_context_close_unlocked(ctx);
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+#ifndef STANDIN_OMIT_HMEM
+int
+veo_alloc_hmem(struct veo_proc_handle *proc, void **addr, size_t size)
+{
+    int result;
+
+    pthread_mutex_lock(&lock);
+    result = veo_alloc_hmem_unlocked(proc, addr, size);
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+#endif
+#ifndef STANDIN_OMIT_HMEM
+int
+veo_free_hmem(void *addr)
+{
+    int result;
+
+    pthread_mutex_lock(&lock);
+    result = veo_free_hmem_unlocked(addr);
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+#endif
+#ifndef STANDIN_OMIT_HMEM
+int
+veo_hmemcpy(void *dst, const void *src, size_t size)
+{
+    int result;
+
+    pthread_mutex_lock(&lock);
+    result = veo_hmemcpy_unlocked(dst, src, size);
+    pthread_mutex_unlock(&lock);
+    return result;
 }
 #endif
