@@ -483,7 +483,12 @@ cpubuffer_copy_state(PyObject *op, PyObject *copy, PyObject *memo)
 static int
 cpubuffer_check_open_to(CPUBufferObject *self, const char *what)
 {
-    if (!self->head.open) {
+    int open;
+
+    BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
+    open = self->head.open;
+    BUFFEREXT_LOCKED_END();
+    if (!open) {
         PyErr_Format(PyExc_ValueError,
                      "CPUBuffer: cannot %s a closed buffer (close() freed "
                      "its memory)", what);

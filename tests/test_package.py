@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -220,3 +221,18 @@ def test_import_never_fails_without_drivers(env):
     proc = run_python(code, **env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not sysconfig.get_config_var("Py_GIL_DISABLED"),
+                    reason="a free-threaded interpreter (3.13t and later)")
+def test_import_leaves_the_gil_off() -> None:
+    # the module declares Py_MOD_GIL_NOT_USED: importing it in a fresh
+    # interpreter must not turn the GIL back on (nor warn that it does)
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c",
+         "import sys, bufferext, bufferext.distarray; "
+         "print(sys._is_gil_enabled())"],
+        env={k: v for k, v in os.environ.items() if k != "PYTHON_GIL"},
+        capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False" and proc.stderr == ""

@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any, Dict, List
 
+import numpy as np
 import pytest
 
 import bufferext
@@ -539,3 +540,51 @@ def test_threads_that_change_what_others_read(standins: Dict[str, str]
     assert 0 < result["refused"] < result["ops"]
     print(f"\n{result['ops']} operations ({result['refused']} refused) in "
           f"{result['elapsed']:.1f} s, {THREADS} threads")
+
+
+def test_header_consumer_from_many_threads(c99: Any) -> None:
+    """The header's inline cache and dispatch (tests/capi/testcapi.c, built
+    with the header alone, free-threaded where the interpreter is) from
+    many threads at once, while one thread keeps changing a class's
+    declaration: every answer is one the declarations allow, every export
+    is released.  On 3.13t this runs in parallel (and under TSan in CI)."""
+    class Flip(bytearray):
+        __buffer_supported_flags__ = 0
+
+    masks = [0, -1, int(BufferFlags.ND), 0x1FD]
+    nd = int(BufferFlags.ND)
+    objects = [bufferext.CPUBuffer((4, 4), "u1"), bytearray(16),
+               Flip(b"abcd"), np.arange(6)]
+    stop = threading.Event()
+    problems: List[str] = []
+
+    def flipper() -> None:
+        r = random.Random(0)
+        while not stop.is_set():
+            Flip.__buffer_supported_flags__ = r.choice(masks)
+
+    def consumer(k: int) -> None:
+        try:
+            for i in range(300):
+                obj = objects[(i + k) % len(objects)]
+                yes = c99.check_loop(obj, nd, 20)
+                if obj is not objects[2] and yes != 20:
+                    problems.append(f"{type(obj).__name__}: {yes}/20")
+                try:
+                    c99.acquire_loop(obj, nd | int(BufferFlags.DEVICE), 5)
+                except BufferError:
+                    if obj is not objects[2]:
+                        raise
+        except Exception as exc:  # noqa: BLE001 - reported below
+            problems.append(repr(exc))
+
+    threads = [threading.Thread(target=flipper)] + [
+        threading.Thread(target=consumer, args=(k,)) for k in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads[1:]:
+        t.join()
+    stop.set()
+    threads[0].join()
+    assert problems == []
+    assert objects[0].exports == 0
