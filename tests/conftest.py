@@ -15,8 +15,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import sysconfig
 from types import ModuleType
-from typing import Dict
+from typing import Dict, Generator, List
 
 import pytest
 
@@ -40,6 +41,25 @@ def _load_capi_build() -> ModuleType:
 def pytest_configure(config: pytest.Config) -> None:
     """The MPI guard, in multi-process ``--with-mpi`` runs only."""
     _mpi_guard.install(config)
+
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+_GIL_TURNED_ON: List[str] = []      # the test that did it, once
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """On a free-threaded interpreter, a test that turns the GIL back on
+    (by importing an extension that does not declare Py_MOD_GIL_NOT_USED:
+    one the tests build, say) fails: the rest of the suite would run with
+    the GIL."""
+    yield
+    if (FREE_THREADED and not _GIL_TURNED_ON and
+            sys._is_gil_enabled()):  # type: ignore[attr-defined]
+        _GIL_TURNED_ON.append(item.nodeid)
+        pytest.fail(f"{item.nodeid} turned the GIL back on (an extension "
+                    "imported without Py_MOD_GIL_NOT_USED); the tests after "
+                    "it ran with the GIL", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -239,6 +239,10 @@ example_exec(PyObject *module)
 
 static PyModuleDef_Slot example_slots[] = {
     {Py_mod_exec, (void *)example_exec},
+#if PY_VERSION_HEX >= 0x030D0000
+    /* nothing here needs the GIL: a free-threaded CPython keeps it off */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL},
 };
 

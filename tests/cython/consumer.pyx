@@ -1,4 +1,4 @@
-# cython: language_level=3
+# cython: language_level=3, freethreading_compatible=True
 """A Cython consumer of the extended buffer protocol: everything through
 ``from bufferext cimport ...`` (tests/test_cython.py builds it)."""
 

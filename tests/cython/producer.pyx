@@ -1,4 +1,4 @@
-# cython: language_level=3
+# cython: language_level=3, freethreading_compatible=True
 """A Cython producer: a cdef class whose __getbuffer__ answers PyBUF_DEVICE
 requests with CPU memory through the header's helpers, and declares its
 supported flags (tests/test_cython.py builds it)."""

@@ -48,5 +48,12 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit_bufferext_recipe(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+#ifdef Py_GIL_DISABLED
+    /* nothing here needs the GIL: a free-threaded CPython keeps it off */
+    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_CLEAR(m);
+    }
+#endif
+    return m;
 }

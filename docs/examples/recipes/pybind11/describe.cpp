@@ -33,7 +33,9 @@ static py::dict describe(py::handle obj) {
     return result;
 }   // buf released here, also when a line above throws
 
-PYBIND11_MODULE(bufferext_pybind11, m) {
+// py::mod_gil_not_used(): the module is safe without the GIL (a
+// free-threaded CPython keeps it off)
+PYBIND11_MODULE(bufferext_pybind11, m, py::mod_gil_not_used()) {
     m.doc() = "A C++ consumer of the extended buffer protocol (pybind11).";
     m.def("describe", &describe, py::arg("obj"),
           "Where obj's buffer lives (device: None for CPU memory) and its "

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# .ci/freethreaded.sh -- free-threaded CPython for bufferext's CI.  Debian
+# packages no free-threaded interpreter, so this builds one from Debian's
+# python3.13 source (the stable suite's; no 3.14/3.15 source is served) in
+# the sid chroot of .ci/chroot.sh, twice: `--disable-gil` (3.13t) and
+# `--disable-gil --with-thread-sanitizer` (3.13t-tsan).  Called by .ci/run
+# (step `freethreaded`); runs on its own:
+#
+#   .ci/freethreaded.sh build            only make (or reuse) the interpreters
+#   .ci/freethreaded.sh test SRC WHEELHOUSE
+#                                        build, then the jobs below
+#
+# Built interpreters are cached outside the clone, in $BUFFEREXT_CI_CACHE
+# (default /var/cache/bufferext-ci), one folder per key: the Debian source
+# version, the configure flags and the chroot's compiler; the chroot lives
+# there too (ft-root).  A later run on the same machine reuses them; a
+# fresh machine builds them (measured on this project's 2-core machines:
+# 5-12 min for 3.13t, 13-18 min for the TSan build).
+#
+# The jobs (.ci/freethreaded-inside.sh), on the free-threaded interpreter:
+#   wheel     a -Werror wheel, repaired by auditwheel, installed with [test];
+#             importing it leaves the GIL off
+#   suite     the whole suite from that wheel, with the module's own
+#             declaration keeping the GIL off (no PYTHON_GIL set)
+#   gil_zero  the thread, hook, view and CPUBuffer tests with PYTHON_GIL=0
+#   parallel  the suite under pytest-run-parallel (4 threads per test)
+#   capi      the C API matrix, free-threaded
+#   mpi       the MPI suites on 2 ranks (mpi4py + mpich)
+#   tsan      bufferext built with -fsanitize=thread on the TSan interpreter:
+#             tests/test_threads.py (the hostile 8-thread stress, the header
+#             consumer raced): 0 reports on bufferext's state
+#             (.ci/tsan_report.py sorts them)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CI_DIR=$ROOT/.ci
+CACHE=${BUFFEREXT_CI_CACHE:-/var/cache/bufferext-ci}
+# a sid chroot of its own, kept in the cache too (the sid step's runs beside
+# it; a chroot reused between clones keeps the compiler the cached builds
+# are keyed by)
+CHROOT=${FT_CHROOT:-$CACHE/ft-root}
+PREFIX_ROOT=/opt/bufferext-py          # the cache, as the chroot sees it
+SOURCE_SUITE=trixie                    # the suite whose python3.13 source is served
+BUILD_DEPS=(build-essential pkg-config libffi-dev zlib1g-dev libssl-dev libbz2-dev
+            liblzma-dev libsqlite3-dev libreadline-dev uuid-dev xz-utils dpkg-dev
+            ca-certificates python3-minimal)
+FLAVOURS=(ft tsan)
+declare -A CONFIGURE=(
+    [ft]="--disable-gil"
+    [tsan]="--disable-gil --with-thread-sanitizer --without-ensurepip"
+)
+
+# shellcheck source=chroot.sh
+source "$CI_DIR/chroot.sh"
+
+open_root() {
+    mkdir -p "$CACHE/src"
+    chroot_open "${BUILD_DEPS[@]}"
+    chroot_bind "$CACHE" "$PREFIX_ROOT"
+    local list=$CHROOT/etc/apt/sources.list.d/bufferext-src.list
+    if [[ ! -f $list ]]; then
+        echo "deb-src $CHROOT_MIRROR $SOURCE_SUITE main" >"$list"
+        apt_in_root update
+    fi
+}
+
+# The served source, downloaded once into the cache (apt skips a file it has).
+fetch_source() {
+    in_root sh -c "cd $PREFIX_ROOT/src && apt-get -o Acquire::Check-Valid-Until=false -qq \
+        source --download-only python3.13/$SOURCE_SUITE >/dev/null"
+    ls "$CACHE"/src/python3.13_*.dsc | sort -V | tail -1
+}
+
+key_of() {       # flavour dsc -> cache key
+    local version hash
+    version=$(basename "$2" .dsc | sed 's/^python3.13_//')
+    hash=$( { echo "${CONFIGURE[$1]}"; in_root gcc -dumpfullversion; } | sha256sum | cut -c1-12)
+    echo "cpython-$version-$1-$hash"
+}
+
+build_one() {    # flavour dsc -> prints the interpreter's path (in the chroot)
+    local flavour=$1 dsc=$2 key prefix orig start
+    key=$(key_of "$flavour" "$dsc")
+    prefix=$PREFIX_ROOT/$key
+    if [[ -f $CACHE/$key/.complete ]]; then
+        say "$flavour: cached $key" >&2
+        echo "$prefix/bin/python3.13t"
+        return
+    fi
+    orig=$(ls "$CACHE"/src/python3.13_*.orig.tar.xz | sort -V | tail -1)
+    say "$flavour: building $key from $(basename "$orig") (${CONFIGURE[$flavour]})" >&2
+    start=$(date +%s)
+    rm -rf "$CACHE/$key" "$CHROOT/build-$flavour"
+    mkdir -p "$CHROOT/build-$flavour"
+    tar xf "$orig" -C "$CHROOT/build-$flavour" --strip-components=1
+    in_root sh -c "cd /build-$flavour && ./configure -q ${CONFIGURE[$flavour]} \
+        --prefix=$prefix >/build-$flavour/configure.log 2>&1 &&
+        make -j$(nproc) >/build-$flavour/make.log 2>&1 &&
+        make install >/build-$flavour/install.log 2>&1" >&2 || {
+        tail -30 "$CHROOT"/build-"$flavour"/*.log >&2; return 1; }
+    rm -rf "$CHROOT/build-$flavour"
+    echo "$(( $(date +%s) - start ))" >"$CACHE/$key/.build-seconds"
+    touch "$CACHE/$key/.complete"
+    say "$flavour: built in $(cat "$CACHE/$key/.build-seconds") s" >&2
+    echo "$prefix/bin/python3.13t"
+}
+
+build_all() {
+    local dsc flavour
+    open_root
+    dsc=$(fetch_source)
+    say "source: $(basename "$dsc") (python3.13/$SOURCE_SUITE)"
+    for flavour in "${FLAVOURS[@]}"; do
+        PY[$flavour]=$(build_one "$flavour" "$dsc")
+        say "$flavour: $(in_root env TSAN_OPTIONS=report_bugs=0 "${PY[$flavour]}" -VV)"
+    done
+}
+
+# The jobs, in the chroot (.ci/freethreaded-inside.sh), on a snapshot of the
+# tree; CPython's own ThreadSanitizer suppressions come from the source the
+# interpreters were built from.
+ft_jobs() {      # SRC WHEELHOUSE
+    local src=$1 wheelhouse=$2 orig rc=0
+    rm -rf "$CHROOT/ci-ft"
+    mkdir -p "$CHROOT/ci-ft/wheelhouse"
+    cp -a "$src" "$CHROOT/ci-ft/src"
+    cp -a "$CI_DIR" "$CHROOT/ci-ft/dotci"
+    orig=$(ls "$CACHE"/src/python3.13_*.orig.tar.xz | sort -V | tail -1)
+    tar xf "$orig" -C "$CHROOT/ci-ft" --strip-components=3 \
+        --wildcards '*/Tools/tsan/suppressions_free_threading.txt'
+    in_root env BUFFEREXT_TSAN_OPS="${BUFFEREXT_TSAN_OPS:-60000}" \
+        /ci-ft/dotci/freethreaded-inside.sh "${PY[ft]}" "${PY[tsan]}" \
+        /ci-ft/suppressions_free_threading.txt || rc=$?
+    mkdir -p "$wheelhouse"
+    cp "$CHROOT"/ci-ft/wheelhouse/*.whl "$wheelhouse/" 2>/dev/null || true
+    return "$rc"
+}
+
+declare -A PY=()
+case ${1:-} in
+    build) build_all ;;
+    test)
+        shift
+        build_all
+        ft_jobs "$@" ;;
+    *) echo "usage: $0 build | test SRC WHEELHOUSE"; exit 2 ;;
+esac
