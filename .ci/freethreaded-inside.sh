@@ -50,20 +50,18 @@ wheel() {
     $W/venv-ft/bin/python -c 'import sys, bufferext; assert not sys._is_gil_enabled(); print("import leaves the GIL off")'
 }
 
-suite() {            # the whole suite: the module's declaration keeps the GIL off
+suite() {            # the whole suite, every test in two threads at once
+    # (pytest-run-parallel; tests marked thread_unsafe run once, each with
+    # its reason), the GIL kept off by the module's own declaration
     unset PYTHON_GIL
-    pytest_guarded $W/report-ft.jsonl $W/venv-ft/bin/python tests
+    pytest_guarded $W/report-ft.jsonl $W/venv-ft/bin/python \
+        --parallel-threads=2 tests -m "not mpi"
 }
 
 gil_zero() {         # the thread and hook tests again with PYTHON_GIL=0 set
     PYTHON_GIL=0 pytest_guarded $W/report-gil0.jsonl $W/venv-ft/bin/python \
         tests/test_threads.py tests/test_hooks.py tests/test_view.py \
         tests/test_cpubuffer.py
-}
-
-parallel() {         # pytest-run-parallel: every test in 4 threads at once
-    pytest_guarded $W/report-parallel.jsonl $W/venv-ft/bin/python \
-        --parallel-threads=4 tests -m "not mpi"
 }
 
 capi() {
@@ -95,9 +93,8 @@ tsan() {             # bufferext built with -fsanitize=thread, raced
 }
 
 job "3.13t: wheel, repaired, installed" wheel
-job "3.13t: the suite, GIL off by the module's declaration" suite
+job "3.13t: the suite under pytest-run-parallel, GIL off by the module's declaration" suite
 job "3.13t: threads and hooks with PYTHON_GIL=0" gil_zero
-job "3.13t: pytest-run-parallel, 4 threads per test" parallel
 job "3.13t: C API matrix" capi
 job "3.13t: MPI suites on 2 ranks" mpi
 job "3.13t + ThreadSanitizer: the thread stress" tsan

@@ -20,10 +20,10 @@
 # The jobs (.ci/freethreaded-inside.sh), on the free-threaded interpreter:
 #   wheel     a -Werror wheel, repaired by auditwheel, installed with [test];
 #             importing it leaves the GIL off
-#   suite     the whole suite from that wheel, with the module's own
-#             declaration keeping the GIL off (no PYTHON_GIL set)
+#   suite     the whole suite from that wheel under pytest-run-parallel
+#             (every test in two threads at once; thread_unsafe ones once),
+#             the module's own declaration keeping the GIL off
 #   gil_zero  the thread, hook, view and CPUBuffer tests with PYTHON_GIL=0
-#   parallel  the suite under pytest-run-parallel (4 threads per test)
 #   capi      the C API matrix, free-threaded
 #   mpi       the MPI suites on 2 ranks (mpi4py + mpich)
 #   tsan      bufferext built with -fsanitize=thread on the TSan interpreter:

@@ -27,7 +27,7 @@ FUZZ_LONG_SECONDS=${FUZZ_LONG_SECONDS:-600}
 STRESS=${BUFFEREXT_STRESS_ACQUIRES:-1000000}
 # hypothesis examples of the re-entrancy harness (tests/test_hooks.py):
 # the ASan job runs this many, valgrind a quarter
-HOOKS_EXAMPLES=${BUFFEREXT_HOOKS_EXAMPLES:-400}
+HOOKS_EXAMPLES=${BUFFEREXT_HOOKS_EXAMPLES:-250}
 SAN_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 SAN_LDFLAGS="-fsanitize=address,undefined"
 declare -a SUMMARY=()

@@ -589,6 +589,7 @@ def test_empty_reuses_a_freed_large_block():
     assert CPUBuffer.empty((2, BIG // 2 + 8), "u1").ptr == ptr
 
 
+@pytest.mark.thread_unsafe(reason="it watches the process-wide CPU block cache")
 @linux_only
 def test_constructor_zero_fills_a_reused_block():
     buf = CPUBuffer.empty(BIG, "u1")
@@ -608,6 +609,7 @@ def test_small_blocks_are_not_kept():
     assert CPUBuffer.clear_cache() == 0
 
 
+@pytest.mark.thread_unsafe(reason="it watches the process-wide CPU block cache")
 @linux_only
 def test_clear_cache_returns_the_bytes_it_unmapped():
     CPUBuffer.clear_cache()

@@ -116,6 +116,7 @@ def test_cuda_aware_override(monkeypatch: pytest.MonkeyPatch) -> None:
 BIG = np.arange(512 * 1024, dtype=np.float64).reshape(512, 1024)   # 4 MiB
 
 
+@pytest.mark.thread_unsafe(reason="it watches the process-wide CPU block cache")
 def test_repeated_redistribution_reuses_the_freed_block() -> None:
     d = DistArray.from_global(BIG, dist="bn")
     e = d.redistribute(dist="cn", block_size=4)
