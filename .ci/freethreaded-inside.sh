@@ -51,8 +51,10 @@ extra = tomllib.load(open("/ci-ft/src/pyproject.toml", "rb"))["project"][
     "optional-dependencies"]["test"]
 print("\n".join(r for r in extra if not r.startswith("abi3audit")))
 PY
+    # wheels only: some releases have no cp313t wheel, and their sdists
+    # want a Rust or Fortran toolchain to build
     $W/venv-ft/bin/python -m pip install -q -c "$CONSTRAINTS" \
-        --only-binary=numpy,matplotlib,cython "$whl" -r $W/test-requirements.txt \
+        --only-binary=:all: "$whl" -r $W/test-requirements.txt \
         pytest-run-parallel
     mkdir -p $W/tests
     cp -a $W/src/tests $W/src/docs $W/src/pyproject.toml $W/tests/
@@ -78,7 +80,8 @@ capi() {
 }
 
 mpi() {              # the MPI suites on 2 ranks (mpich from PyPI)
-    $W/venv-ft/bin/python -m pip install -q -c "$CONSTRAINTS" mpi4py mpich pytest-mpi
+    $W/venv-ft/bin/python -m pip install -q -c "$CONSTRAINTS" \
+        --only-binary=mpich,numpy mpi4py mpich pytest-mpi
     ( cd $W/tests && BUFFEREXT_CI_REPORT=$W/report-mpi.jsonl \
         PYTHONPATH=$W/dotci/pytest_plugin timeout 900 $W/venv-ft/bin/mpiexec -n 2 \
         $W/venv-ft/bin/python -m pytest -q -p no:cacheprovider -p bufferext_ci_guard \
@@ -91,7 +94,7 @@ tsan() {             # bufferext built with -fsanitize=thread, raced
     rm -rf $W/venv-tsan $W/tsan && mkdir -p $W/tsan
     TSAN_OPTIONS=report_bugs=0 "$TSAN" -m venv --without-pip $W/venv-tsan
     $W/venv-ft/bin/python -m pip --python $W/venv-tsan/bin/python install -q \
-        -c "$CONSTRAINTS" --only-binary=numpy numpy pytest hypothesis "setuptools>=77"
+        -c "$CONSTRAINTS" --only-binary=:all: numpy pytest hypothesis "setuptools>=77"
     # the extension gets -fsanitize=thread from the interpreter's sysconfig
     TSAN_OPTIONS=report_bugs=0 $W/venv-ft/bin/python -m pip --python $W/venv-tsan/bin/python \
         install -q --no-build-isolation $W/src

@@ -5,8 +5,11 @@
  * tensor) for as long as it or any of its exports lives.  The dispatch and
  * the dict parsing live in Lib/bufferext/_bridges.py. */
 #include "cuda_driver.h"
-#include "export.h"
+#include "dlpack.h"
 #include "dlpack_abi.h"
+#include "export.h"
+#include "gate.h"
+#include "state.h"
 
 typedef struct {
     PyObject_HEAD
@@ -487,21 +490,16 @@ adapter_from_layout(PyObject *module, PyObject *args)
     return (PyObject *)self;
 }
 
-/* _adapter_from_buffer(source, readonly): re-export a buffer exporter with
- * readonly=True (exports become read-only) or False (must be writable). */
+/* Re-export a buffer exporter with readonly=True (exports become read-only)
+ * or False (must be writable): as_buffer(obj, readonly=...) of step 1, and
+ * _adapter_from_buffer(source, readonly) for _bridges. */
 static PyObject *
-adapter_from_buffer(PyObject *module, PyObject *args)
+adapter_reexport(bufferext_state *st, PyObject *source, int readonly)
 {
-    bufferext_state *st = bufferext_get_state(module);
     Py_buffer_extended ext;
-    PyObject *source;
     AdapterObject *self;
-    int readonly, i, flags;
+    int i, flags;
 
-    if (!PyArg_ParseTuple(args, "Op:_adapter_from_buffer", &source,
-                          &readonly)) {
-        return NULL;
-    }
     flags = (readonly ? PyBUF_FULL_RO : PyBUF_FULL) | PyBUF_DEVICE;
     if (bufferext_gate_acquire(source, &ext, flags) < 0) {
         return NULL;
@@ -557,6 +555,19 @@ adapter_from_buffer(PyObject *module, PyObject *args)
         return NULL;
     }
     return (PyObject *)self;
+}
+
+static PyObject *
+adapter_from_buffer(PyObject *module, PyObject *args)
+{
+    PyObject *source;
+    int readonly;
+
+    if (!PyArg_ParseTuple(args, "Op:_adapter_from_buffer", &source,
+                          &readonly)) {
+        return NULL;
+    }
+    return adapter_reexport(bufferext_get_state(module), source, readonly);
 }
 
 /* ---- the exporter ----------------------------------------------------- */
@@ -899,71 +910,117 @@ adapter_cuda_bridge_stream(PyObject *module, PyObject *arg)
     "supported protocols, and BufferError (naming the field and the\n"      \
     "value) for malformed descriptions."
 
-/* as_buffer(obj, *, readonly=None).  The common case -- a CPU type whose
- * buffer is the answer, or an exporter of the extended buffer protocol,
- * passed through as it is -- is decided here, as _bridges.as_buffer's
- * first test decides it, without a Python frame; everything else
- * (keywords, the other protocols, their validation) is that function's. */
+/* The protocols as_buffer tries, in order, each written once:
+ *   1. a type whose buffer is always CPU memory (exactly one of
+ *      bufferext._bridges._CPU_TYPES), or an exporter that supports
+ *      PyBUF_DEVICE: its own buffer is the answer -- here, in C, with no
+ *      Python frame for the common case;
+ *   2.-5. DLPack of device memory, the buffer protocol, DLPack of CPU
+ *      memory, then the CUDA, VE and NumPy array interfaces:
+ *      bufferext._bridges._dispatch.
+ * Those two names of _bridges are fetched on first use (importing it
+ * imports numpy), under a mutex never held while Python code runs. */
+BUFFEREXT_MUTEX(bridges_mutex);
+
+/* _dispatch and _CPU_TYPES (a tuple of types), as new references.  0, or
+ * -1 with an exception. */
+static int
+bridges(bufferext_state *st, PyObject **dispatch, PyObject **cpu_types)
+{
+    PyObject *module, *d = NULL, *t = NULL;
+
+    BUFFEREXT_MUTEX_LOCK(bridges_mutex);
+    *dispatch = st->as_buffer_dispatch;
+    *cpu_types = st->cpu_types;
+    Py_XINCREF(*dispatch);
+    Py_XINCREF(*cpu_types);
+    BUFFEREXT_MUTEX_UNLOCK(bridges_mutex);
+    if (*dispatch != NULL) {
+        return 0;
+    }
+    module = PyImport_ImportModule("bufferext._bridges");
+    if (module != NULL) {
+        d = PyObject_GetAttrString(module, "_dispatch");
+        t = d == NULL ? NULL : PyObject_GetAttrString(module, "_CPU_TYPES");
+        Py_DECREF(module);
+    }
+    if (t != NULL && !PyTuple_Check(t)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bufferext._bridges._CPU_TYPES must be a tuple");
+        Py_CLEAR(t);
+    }
+    if (t == NULL) {
+        Py_XDECREF(d);
+        return -1;
+    }
+    BUFFEREXT_MUTEX_LOCK(bridges_mutex);
+    if (st->as_buffer_dispatch == NULL) {      /* else a racing thread won */
+        st->as_buffer_dispatch = Py_NewRef(d);
+        st->cpu_types = Py_NewRef(t);
+    }
+    BUFFEREXT_MUTEX_UNLOCK(bridges_mutex);
+    *dispatch = d;
+    *cpu_types = t;
+    return 0;
+}
+
+/* Step 1 above: whether `obj`'s own buffer is the answer. */
+static int
+passes_through(PyObject *obj, PyObject *cpu_types)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    Py_ssize_t i;
+
+    for (i = 0; i < PyTuple_GET_SIZE(cpu_types); i++) {
+        if ((PyObject *)type == PyTuple_GET_ITEM(cpu_types, i)) {
+            return 1;
+        }
+    }
+    return PyObject_CheckBufferSupports(obj, PyBUF_DEVICE);
+}
+
+/* as_buffer(obj, *, readonly=None). */
 static PyObject *
 adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                   PyObject *kwnames)
 {
     bufferext_state *st = bufferext_get_state(module);
-    Py_ssize_t i;
+    PyObject *obj, *readonly = Py_None, *dispatch, *cpu_types, *result;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
 
-    if (st->as_buffer_dispatch == NULL) {
-        /* _bridges registers itself when imported */
-        PyObject *bridges = PyImport_ImportModule("bufferext._bridges");
-        if (bridges == NULL) {
-            return NULL;
-        }
-        Py_DECREF(bridges);
-        if (st->as_buffer_dispatch == NULL) {
-            PyErr_SetString(PyExc_RuntimeError, "as_buffer: "
-                            "bufferext._bridges did not register");
-            return NULL;
-        }
-    }
-    if (nargs == 1 && kwnames == NULL) {
-        PyObject *obj = args[0];
-        PyTypeObject *type = Py_TYPE(obj);
-        for (i = 0; i < PyTuple_GET_SIZE(st->cpu_types); i++) {
-            if ((PyObject *)type == PyTuple_GET_ITEM(st->cpu_types, i)) {
-                return Py_NewRef(obj);
-            }
-        }
-        if (PyObject_CheckBufferSupports(obj, PyBUF_DEVICE)) {
-            return Py_NewRef(obj);
-        }
-    }
-    return PyObject_Vectorcall(st->as_buffer_dispatch, args, (size_t)nargs,
-                               kwnames);
-}
-
-/* _as_buffer_register(dispatch, cpu_types): _bridges' part of as_buffer. */
-static PyObject *
-adapter_as_buffer_register(PyObject *module, PyObject *const *args,
-                           Py_ssize_t nargs)
-{
-    bufferext_state *st = bufferext_get_state(module);
-    Py_ssize_t i;
-
-    if (nargs != 2 || !PyCallable_Check(args[0]) ||
-        !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "_as_buffer_register(dispatch, "
-                        "cpu_types): a callable and a tuple of types");
+    if (nargs != 1 || nkw > 1 ||
+        (nkw == 1 && PyUnicode_CompareWithASCIIString(
+                         PyTuple_GET_ITEM(kwnames, 0), "readonly") != 0)) {
+        PyErr_Format(PyExc_TypeError, "as_buffer() takes one positional "
+                     "argument, obj, and the keyword argument readonly "
+                     "(%zd positional and %zd keyword arguments given)",
+                     nargs, nkw);
         return NULL;
     }
-    for (i = 0; i < PyTuple_GET_SIZE(args[1]); i++) {
-        if (!PyType_Check(PyTuple_GET_ITEM(args[1], i))) {
-            PyErr_SetString(PyExc_TypeError, "_as_buffer_register: "
-                            "cpu_types must hold types");
+    obj = args[0];
+    if (nkw == 1) {
+        readonly = args[1];
+        if (readonly != Py_None && !PyBool_Check(readonly)) {
+            PyErr_Format(PyExc_TypeError, "as_buffer: readonly must be None "
+                         "or a bool, not %R", readonly);
             return NULL;
         }
     }
-    Py_XSETREF(st->as_buffer_dispatch, Py_NewRef(args[0]));
-    Py_XSETREF(st->cpu_types, Py_NewRef(args[1]));
-    Py_RETURN_NONE;
+    if (bridges(st, &dispatch, &cpu_types) < 0) {
+        return NULL;
+    }
+    if (!passes_through(obj, cpu_types)) {
+        result = PyObject_CallFunctionObjArgs(dispatch, obj, readonly, NULL);
+    }
+    else if (readonly == Py_None) {
+        result = Py_NewRef(obj);
+    }
+    else {
+        result = adapter_reexport(st, obj, readonly == Py_True);
+    }
+    Py_DECREF(dispatch);
+    Py_DECREF(cpu_types);
+    return result;
 }
 
 static PyMethodDef adapter_functions[] = {
@@ -971,11 +1028,6 @@ static PyMethodDef adapter_functions[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "as_buffer($module, /, obj, *, readonly=None)\n--\n\n"
      AS_BUFFER_DOC},
-    {"_as_buffer_register",
-     (PyCFunction)(void (*)(void))adapter_as_buffer_register, METH_FASTCALL,
-     "_as_buffer_register($module, dispatch, cpu_types, /)\n--\n\n"
-     "Set as_buffer's dispatch (Lib/bufferext/_bridges.py) and the exact\n"
-     "types it passes through without asking it."},
     {"_cuda_bridge_stream", adapter_cuda_bridge_stream, METH_O,
      "The CUstream (an int) DLPack producers make CUDA data ready on."},
     {"_adapter_from_dlpack", (PyCFunction)(void (*)(void))adapter_from_dlpack,

@@ -3,7 +3,9 @@
  * answers PyBUF_DEVICE explicitly with CPU memory, counts its exports and
  * refuses to be closed or resized while exported.  No allocation per
  * export: shape and strides point into the object. */
+#include "dlpack.h"
 #include "producer.h"
+#include "state.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -298,8 +300,8 @@ cpubuffer_clear_cache(PyObject *cls, PyObject *unused)
 
 /* ---- the buffer protocol ---------------------------------------------- */
 
-int
-bufferext_cpubuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
+static int
+cpubuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
     /* CPU memory: answers a PyBUF_DEVICE request with device == NULL. */
     return bufferext_producer_export(op, view, flags, NULL, NULL);
@@ -522,7 +524,7 @@ cpubuffer_reduce_ex(PyObject *op, PyObject *protocol_arg)
         data = PyBytes_FromObject(op);
     }
     else if (Py_TYPE(op)->tp_as_buffer->bf_getbuffer ==
-             bufferext_cpubuffer_getbuffer) {
+             cpubuffer_getbuffer) {
         data = PyPickleBuffer_FromObject(op);
     }
     else {
@@ -800,7 +802,7 @@ static PyType_Slot cpubuffer_slots[] = {
     {Py_tp_methods, cpubuffer_methods},
     {Py_tp_getset, cpubuffer_getset},
     {Py_tp_members, bufferext_producer_members},
-    {Py_bf_getbuffer, bufferext_cpubuffer_getbuffer},
+    {Py_bf_getbuffer, cpubuffer_getbuffer},
     {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
     {Py_tp_doc,
      "CPUBuffer(shape, dtype='float64', *, readonly=False)\n--\n\n"
@@ -837,6 +839,7 @@ bufferext_init_cpubuffer(PyObject *module)
         cache_limit = (size_t)limit;
     }
 #endif
+    bufferext_cpubuffer_slot = cpubuffer_getbuffer;
     return bufferext_add_type(module, &cpubuffer_spec,
                               CPUBUFFER_SUPPORTED_FLAGS,
                               &bufferext_get_state(module)->CPUBuffer_Type);

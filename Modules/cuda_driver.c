@@ -6,6 +6,7 @@
  * bridges need to import CUDA memory described by other protocols, and the
  * host staging of any exporter's CUDA memory for BufferView. */
 #include "cuda_driver.h"
+#include "loader.h"
 
 #define AS_NAME(name, params) #name,
 #define AS_ONE(name, params) +1
@@ -205,12 +206,11 @@ dlpack_stream(PyObject *stream, CUstream *out, int *nosync)
 }
 
 int
-bufferext_cuda_dlpack_sync(PyObject *exporter, const Py_buffer_extended *ext,
-                           PyObject *stream)
+bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
+                           const Py_buffer_extended *ext, PyObject *stream)
 {
     const char *who = "__dlpack__";
     const BufferExt_CUDADeviceInfo *info = ext->device_info;
-    bufferext_state *st;
     CUstream target = NULL;
     CUevent event;
     int nosync, rc;
@@ -229,7 +229,6 @@ bufferext_cuda_dlpack_sync(PyObject *exporter, const Py_buffer_extended *ext,
                      Py_TYPE(exporter)->tp_name, (unsigned int)info->version);
         return -1;
     }
-    st = bufferext_state_from_type(Py_TYPE(exporter));
     if (st == NULL || bufferext_cuda_ready(st) < 0 ||
         CU_CHECK(who, cuCtxPushCurrent_v2, ((CUcontext)info->context)) < 0) {
         return -1;

@@ -1,7 +1,7 @@
 /* cuda_driver.h -- the CUDA driver as the module sees it: our own minimal
  * declarations of the few CUDA types (no CUDA header needed to build), the
- * table of entry points, and the helpers every CUDA file shares.  Private
- * to the module; the table itself lives in cuda_driver.c. */
+ * table of entry points, and the runtime every CUDA path shares: errors,
+ * bridges, the DLPack stream rule, host staging (cuda_driver.c). */
 #ifndef BUFFEREXT_MODULES_CUDA_DRIVER_H
 #define BUFFEREXT_MODULES_CUDA_DRIVER_H
 #include "parts.h"
@@ -103,5 +103,35 @@ int bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
                           int ordinal, BufferExt_CUDADeviceInfo *info);
 /* Destroy an event made by bufferext_cuda_import (safe if there is none). */
 void bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info);
+
+/* The dict of bufferext.devices() for the driver (tries to load it). */
+PyObject *bufferext_cuda_status(void);
+
+/* The DLPack stream rule for an export of "bufferext.cuda" memory.
+ * `stream` is __dlpack__'s argument (NULL or None: the legacy default
+ * stream, 1 legacy, 2 per-thread, > 2 a CUstream, -1 no synchronisation, 0
+ * and other values ValueError).  If device_info carries an event, the
+ * consumer's stream is made to wait on it.  0 or -1. */
+int bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
+                               const Py_buffer_extended *ext,
+                               PyObject *stream);
+
+/* Host staging of device memory, for BufferView.synchronize, copy_to_host
+ * and copy_from_host (view.c). */
+typedef enum {
+    BUFFEREXT_STAGE_WAIT,       /* wait for the exporter's pending work */
+    BUFFEREXT_STAGE_TO_HOST,    /* ... then copy the memory to the host */
+    BUFFEREXT_STAGE_FROM_HOST   /* ... then copy host bytes into it */
+} bufferext_stage;
+
+/* "bufferext.cuda" memory at `device` described by `info`: wait on the
+ * host for info->event when it is not NULL (loading the driver only then or
+ * for a copy), then copy `nbytes` between it and `host` in info->context;
+ * all without the GIL, complete on return.  The caller keeps the export and
+ * `host` pinned meanwhile.  0, or -1 with an exception naming `who`. */
+int bufferext_cuda_stage(bufferext_state *st, const char *who,
+                         const BufferExt_CUDADeviceInfo *info,
+                         bufferext_stage what, void *device, void *host,
+                         Py_ssize_t nbytes);
 
 #endif

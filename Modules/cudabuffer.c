@@ -5,7 +5,9 @@
  * exports (NULL once the stream has been synchronised).  Specification:
  * docs/cuda.rst. */
 #include "cuda_driver.h"
+#include "dlpack.h"
 #include "producer.h"
+#include "state.h"
 
 /* ---- the object -------------------------------------------------------- */
 

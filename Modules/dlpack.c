@@ -3,8 +3,11 @@
  * capsule holds one extended-buffer export of the exporter for its whole
  * life, so export counting (and refusing close() meanwhile) comes for free;
  * one allocation per capsule holds the managed tensor, shape and strides. */
-#include "producer.h"
+#include "cuda_driver.h"
+#include "dlpack.h"
 #include "dlpack_abi.h"
+#include "producer.h"
+#include "state.h"
 
 typedef struct {
     BxDLManagedTensorVersioned versioned;   /* used for 1.x capsules */
@@ -58,8 +61,8 @@ acquire(PyObject *exporter, Py_buffer_extended *ext)
     PyBufferProcs *procs = Py_TYPE(exporter)->tp_as_buffer;
     /* a CPUBuffer's slot is its own getbuffer: no search */
     getbufferproc getbuffer =
-        procs != NULL && procs->bf_getbuffer == bufferext_cpubuffer_getbuffer
-            ? bufferext_cpubuffer_getbuffer
+        procs != NULL && procs->bf_getbuffer == bufferext_cpubuffer_slot
+            ? bufferext_cpubuffer_slot
             : bufferext_own_getbuffer(exporter);
 
     int rc;
@@ -339,7 +342,8 @@ describe(PyObject *exporter, Py_buffer_extended *ext,
         check_target(exporter, opts, &tensor->device) < 0 ||
         layout_dtype(exporter, layout, &tensor->dtype) < 0 ||
         (tensor->device.device_type == BX_kDLCUDA &&
-         bufferext_cuda_dlpack_sync(exporter, ext, opts->stream) < 0)) {
+         bufferext_cuda_dlpack_sync(bufferext_state_from_type(Py_TYPE(exporter)),
+                                    exporter, ext, opts->stream) < 0)) {
         return -1;
     }
     if (v->readonly && !opts->versioned) {
@@ -580,7 +584,7 @@ bufferext_dlpack_fill(void *py_object, BxDLTensor *out)
     PyBufferProcs *procs = Py_TYPE(exporter)->tp_as_buffer;
 
     if (procs != NULL &&
-        procs->bf_getbuffer == bufferext_cpubuffer_getbuffer &&
+        procs->bf_getbuffer == bufferext_cpubuffer_slot &&
         fill_cpubuffer(exporter, out) == 0) {
         return 0;
     }
@@ -605,4 +609,15 @@ bufferext_dlpack_device(PyObject *exporter)
     }
     return Py_BuildValue("(ii)", (int)device.device_type,
                          (int)device.device_id);
+}
+
+/* __dlpack__ of the producers (dlpack.h). */
+PyObject *
+bufferext_producer_dlpack(PyObject *op, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
+        return NULL;
+    }
+    return bufferext_dlpack(op, args, nargs, kwnames);
 }

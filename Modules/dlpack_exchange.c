@@ -4,8 +4,10 @@
  * CPUBuffer, CUDABuffer and BufferAdapter.  Frameworks that speak it get
  * tensors without a Python call, and dltensor_from_py_object_no_sync fills
  * a caller's DLTensor without any allocation. */
-#include "parts.h"
+#include "dlpack.h"
 #include "dlpack_abi.h"
+#include "export.h"
+#include "state.h"
 
 /* The table, declared from the DLPack 1.3 specification. */
 typedef struct BxDLPackExchangeAPIHeader {

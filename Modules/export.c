@@ -1,6 +1,6 @@
 /* export.c -- what every producer shares outside the hot path: element
  * types (through bufferext._dtypes), shapes, contiguity. */
-#include "parts.h"
+#include "export.h"
 
 BUFFEREXT_MUTEX(resolver_mutex);
 

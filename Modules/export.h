@@ -1,8 +1,100 @@
-/* export.h -- the request-filling step every producer's getbuffer shares.
- * Inline, because it sits on the hot path of every export. */
+/* export.h -- element types and layouts (export.c), and the request-filling
+ * step every exporter's getbuffer shares (inline below: it sits on the hot
+ * path of every export). */
 #ifndef BUFFEREXT_MODULES_EXPORT_H
 #define BUFFEREXT_MODULES_EXPORT_H
 #include "parts.h"
+
+/* A producer's element type, from bufferext._dtypes.resolve() (fetched
+ * by name on first use). */
+typedef struct {
+    char format[8];         /* struct-module format, NUL-terminated */
+    Py_ssize_t itemsize;
+    PyObject *dtype;        /* numpy.dtype (strong reference) */
+    PyObject *typestr;      /* array-interface typestr, e.g. '<f8' */
+} bufferext_dtype;
+
+/* Resolve a numpy-style dtype or struct format into `out` (references are
+ * new; clear them with bufferext_dtype_clear).  0 or -1 with TypeError. */
+int bufferext_dtype_resolve(bufferext_state *st, PyObject *dtype,
+                            bufferext_dtype *out);
+void bufferext_dtype_clear(bufferext_dtype *dt);
+
+/* A C-contiguous shape, parsed from an int or a sequence of ints. */
+typedef struct {
+    int ndim;
+    Py_ssize_t nbytes;
+    Py_ssize_t shape[PyBUF_MAX_NDIM];
+    Py_ssize_t strides[PyBUF_MAX_NDIM];
+} bufferext_layout;
+
+/* Parse `shape` for items of `itemsize` bytes; `who` names the caller in
+ * messages.  ValueError for negative/too many dims or overflow, TypeError
+ * for non-integers.  Returns 0 or -1. */
+int bufferext_layout_parse(const char *who, PyObject *shape,
+                           Py_ssize_t itemsize, bufferext_layout *out);
+PyObject *bufferext_tuple_from_ssize(int n, const Py_ssize_t *values);
+
+/* A layout an exporter holds, filled into every request (below). */
+typedef struct {
+    void *buf;
+    Py_ssize_t len;
+    Py_ssize_t itemsize;
+    const char *format;
+    int ndim;
+    int readonly;
+    Py_ssize_t *shape;
+    Py_ssize_t *strides;
+    Py_ssize_t *suboffsets;
+    int c_contiguous;       /* precomputed: the hot path calls nothing */
+    int f_contiguous;
+    /* Request bits refused without further thought, for a C-contiguous
+     * layout without suboffsets (WRITABLE when read-only, F_CONTIGUOUS's
+     * own bit when not Fortran-ordered); -1 for any other layout, which
+     * takes the full checks. */
+    int refused;
+    /* DLPack's view of the layout, computed once (bufferext_layout_dlpack):
+     * strides in items (NULL when a stride is not a whole number of items)
+     * and the packed dtype (code | bits << 8 | lanes << 16; 0 if none). */
+    int64_t *item_strides;
+    uint32_t dl_dtype;
+} bufferext_export_layout;
+
+/* Our exporters put their layout in view->internal (the field is the
+ * exporter's own): dlpack.c, which serves only our types, reads it back. */
+
+/* Contiguity of a layout, for filling c_contiguous/f_contiguous and
+ * refused (call it after readonly is set). */
+void bufferext_layout_contiguity(bufferext_export_layout *layout);
+/* One block for shape and strides (2 * ndim entries) plus room for `ndim`
+ * item strides (*items); free it with PyMem_Free.  NULL with MemoryError. */
+Py_ssize_t *bufferext_dims_alloc(int ndim, int64_t **items);
+/* Compute DLPack's view of a layout: fill `storage` (ndim entries) with
+ * the strides in items and point layout->item_strides at it (NULL when a
+ * stride is not a whole number of items), and set layout->dl_dtype.  Needs
+ * format, itemsize, ndim and strides set. */
+void bufferext_layout_dlpack(bufferext_export_layout *layout,
+                             int64_t *storage);
+/* The packed DLPack dtype of a struct format: 0 and *packed set; 1 when the
+ * byte order is not native; 2 when DLPack has no such type; 3 when the
+ * format's item size is not `itemsize`. */
+int bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
+                            uint32_t *packed);
+
+/* A copy from host memory must bring raw bytes ('B' or no
+ * format) or items equal to `dtype`; else ValueError naming `who`, the
+ * source format and the dtype.  0 or -1. */
+int bufferext_check_source_format(bufferext_state *st, const char *who,
+                                  const Py_buffer *view, PyObject *dtype);
+
+/* __array__ of memory on a device: numpy swallows the BufferError
+ * of the buffer protocol and would build a 0-d object array; this refuses
+ * with BufferError.  A METH_VARARGS | METH_KEYWORDS method, and the
+ * __array__ attribute of types whose memory may be on the CPU or a device
+ * (AttributeError for CPU memory, so numpy takes the buffer protocol). */
+PyObject *bufferext_refuse_array(PyObject *self, PyObject *args,
+                                 PyObject *kwargs);
+PyObject *bufferext_array_attr(PyObject *self, const char *device);
 
 #define REQ_WRITABLE(f) ((f) & PyBUF_WRITABLE)
 #define REQ_FORMAT(f) ((f) & PyBUF_FORMAT)

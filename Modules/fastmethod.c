@@ -11,7 +11,9 @@
  * __name__, __text_signature__, __self__, ...) and the repr are those of
  * the wrapped method; __wrapped__ is the wrapped method itself (so
  * inspect.signature reads its text signature). */
-#include "parts.h"
+#include "fastmethod.h"
+#include "freelist.h"
+#include "state.h"
 
 typedef struct {
     PyObject_HEAD

@@ -5,7 +5,9 @@
  * DLPack paths (dlpack.c) read only our own exports, found through
  * bufferext_own_getbuffer().  A refusal is a BufferError naming the
  * exporter's type, the field and the value. */
-#include "parts.h"
+#include "export.h"
+#include "gate.h"
+#include "state.h"
 
 /* Longest format or device name we read (they are NUL-terminated strings
  * of the exporter; a longer one is refused rather than scanned on). */

@@ -2,7 +2,7 @@
  * table of function pointers: one dlopen, one dlsym per symbol.  An
  * environment variable names another path or "none"; "not found" and
  * "found but failed to load" are distinct messages, never a crash. */
-#include "parts.h"
+#include "loader.h"
 
 #ifdef _WIN32
 #  include <windows.h>

@@ -1,6 +1,7 @@
 /* producer.c -- what the sample producers share (see producer.h): setting
  * up the head, the common checks, attributes and slots. */
 #include "producer.h"
+#include "state.h"
 
 /* ---- setting up -------------------------------------------------------- */
 
@@ -309,16 +310,6 @@ producer_close(PyObject *op, PyObject *unused)
 }
 
 BUFFEREXT_LOCKED_METHOD(bufferext_producer_close, producer_close)
-
-PyObject *
-bufferext_producer_dlpack(PyObject *op, PyObject *const *args,
-                          Py_ssize_t nargs, PyObject *kwnames)
-{
-    if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
-        return NULL;
-    }
-    return bufferext_dlpack(op, args, nargs, kwnames);
-}
 
 PyObject *
 bufferext_producer_exit(PyObject *op, PyObject *args)

@@ -199,9 +199,6 @@ PyObject *bufferext_producer_enter(PyObject *op, PyObject *unused);
 /* close(): free the memory now (kind->free_memory must leave the object
  * closed); BufferError while exported, None when already closed. */
 PyObject *bufferext_producer_close(PyObject *op, PyObject *unused);
-/* __dlpack__: bufferext_dlpack of an open producer. */
-PyObject *bufferext_producer_dlpack(PyObject *op, PyObject *const *args,
-                                    Py_ssize_t nargs, PyObject *kwnames);
 PyObject *bufferext_producer_exit(PyObject *op, PyObject *args);
 extern PyMemberDef bufferext_producer_members[];   /* __weaklistoffset__ */
 

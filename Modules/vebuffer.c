@@ -1,165 +1,15 @@
 /* vebuffer.c -- VEBuffer: memory on an NEC SX-Aurora Vector Engine,
- * allocated as VEO heterogeneous memory (HMEM) through the VEO library,
- * which is loaded at run time (no NEC header or library needed to build).
- *
- * One VEO process and one context per VE node, created on first use and
- * shared by every buffer on that node.  Each buffer counts as a user of its
- * node; at interpreter exit (Py_AtExit) every node without users is torn
- * down, and a node whose buffers outlive the interpreter is torn down when
- * its last buffer goes away, so no HMEM is ever freed after its process.
+ * allocated as VEO heterogeneous memory (HMEM) on its node's VEO process
+ * (ve_driver.c: the library, loaded at run time, and the nodes).
  *
  * Exports: the extended buffer protocol under PyBUF_DEVICE only (device
  * "bufferext.ve", device_info a BufferExt_VEDeviceInfo held in the object,
  * so an export allocates nothing) and the VE Array Interface v1.  DLPack
  * has no VE device type, so __dlpack__ refuses (see docs/ve.rst). */
+#include "dlpack.h"
 #include "producer.h"
-
-/* ---- the VEO table ----------------------------------------------------- */
-
-/* Opaque handles of the VEO C API (ve_offload.h), our own declarations. */
-struct veo_proc_handle;
-struct veo_thr_ctxt;
-
-/* The entry points the table uses, listed once: name, result, parameters.
- * The HMEM calls need veoffload-aveo 2.7.6 or later. */
-#define VEO_SYMBOLS(X)                                                   \
-    X(veo_proc_create, struct veo_proc_handle *, (int))                  \
-    X(veo_proc_destroy, int, (struct veo_proc_handle *))                 \
-    X(veo_context_open, struct veo_thr_ctxt *, (struct veo_proc_handle *)) \
-    X(veo_context_close, int, (struct veo_thr_ctxt *))                   \
-    X(veo_alloc_hmem, int, (struct veo_proc_handle *, void **, size_t))  \
-    X(veo_free_hmem, int, (void *))                                      \
-    X(veo_hmemcpy, int, (void *, const void *, size_t))                  \
-    X(veo_is_ve_addr, int, (const void *))                               \
-    X(veo_api_version, int, (void))                                      \
-    X(veo_version_string, const char *, (void))
-
-#define AS_NAME(name, result, params) #name,
-#define AS_SLOT(name, result, params) void *name;
-#define AS_TYPE(name, result, params) typedef result(*name##_fn) params;
-
-static const char *const veo_symbols[] = {VEO_SYMBOLS(AS_NAME) NULL};
-static struct { VEO_SYMBOLS(AS_SLOT) } veo_table;
-VEO_SYMBOLS(AS_TYPE)
-
-/* A typed entry of the table: VEO(veo_hmemcpy)(dst, src, n). */
-#define VEO(name) ((name##_fn)veo_table.name)
-
-static const char *const veo_defaults[] = {
-#ifdef _WIN32
-    "veo.dll",
-#else
-    "/opt/nec/ve/veos/lib64/libveo.so.1",
-    "libveo.so.1",
-#endif
-    NULL,
-};
-
-static const bufferext_library_spec veo_spec = {
-    "VEO library", "BUFFEREXT_VEO_LIBRARY", veo_defaults, veo_symbols,
-    (void **)&veo_table,
-};
-
-static bufferext_library veo_library;
-
-/* ---- nodes: one VEO process and context each --------------------------- */
-
-/* Node numbers accepted by VEBuffer (VEOS numbers VE nodes from 0; a host
- * holds at most 8 cards today). */
-#define VE_MAX_NODES 64
-
-typedef struct {
-    struct veo_proc_handle *proc;
-    struct veo_thr_ctxt *context;
-    Py_ssize_t users;           /* live VEBuffers on this node */
-} ve_node;
-
-static ve_node ve_nodes[VE_MAX_NODES];
-static int ve_exiting;          /* Py_AtExit ran: tear down when unused */
-static int ve_atexit_registered;
-BUFFEREXT_MUTEX(ve_mutex);      /* the table, without the GIL */
-
-static void
-node_teardown(ve_node *node)
-{
-    if (node->context != NULL) {
-        (void)VEO(veo_context_close)(node->context);
-        node->context = NULL;
-    }
-    if (node->proc != NULL) {
-        (void)VEO(veo_proc_destroy)(node->proc);
-        node->proc = NULL;
-    }
-}
-
-/* Py_AtExit: no Python API here, only the VEO library. */
-static void
-ve_atexit(void)
-{
-    int i;
-
-    ve_exiting = 1;
-    if (veo_library.state != 1) {
-        return;
-    }
-    for (i = 0; i < VE_MAX_NODES; i++) {
-        if (ve_nodes[i].users == 0) {
-            node_teardown(&ve_nodes[i]);
-        }
-    }
-}
-
-/* Start VEO on `number` (once) and count one more user.  Returns the node,
- * or NULL with DeviceUnavailableError naming the node. */
-static ve_node *
-node_acquire_locked(bufferext_state *st, int number)
-{
-    ve_node *node = &ve_nodes[number];
-
-    if (node->proc == NULL) {
-        node->proc = VEO(veo_proc_create)(number);
-        if (node->proc == NULL) {
-            PyErr_Format(st->DeviceUnavailableError,
-                         "VE node %d: veo_proc_create(%d) failed (is the "
-                         "node present and VEOS running?) using the VEO "
-                         "library at %s", number, number, veo_library.path);
-            return NULL;
-        }
-        node->context = VEO(veo_context_open)(node->proc);
-        if (node->context == NULL) {
-            node_teardown(node);
-            PyErr_Format(st->DeviceUnavailableError,
-                         "VE node %d: veo_context_open failed", number);
-            return NULL;
-        }
-    }
-    node->users++;
-    return node;
-}
-
-static ve_node *
-node_acquire(bufferext_state *st, int number)
-{
-    ve_node *node;
-
-    if (bufferext_library_load(st, &veo_spec, &veo_library) < 0) {
-        return NULL;
-    }
-    BUFFEREXT_MUTEX_LOCK(ve_mutex);
-    node = node_acquire_locked(st, number);
-    BUFFEREXT_MUTEX_UNLOCK(ve_mutex);
-    return node;
-}
-
-static void
-node_release(ve_node *node)
-{
-    BUFFEREXT_MUTEX_LOCK(ve_mutex);
-    if (--node->users == 0 && ve_exiting) {
-        node_teardown(node);
-    }
-    BUFFEREXT_MUTEX_UNLOCK(ve_mutex);
-}
+#include "state.h"
+#include "ve_driver.h"
 
 /* ---- the object -------------------------------------------------------- */
 
@@ -168,7 +18,7 @@ node_release(ve_node *node)
 
 typedef struct {
     bufferext_producer head;    /* open: node != NULL */
-    ve_node *node;              /* NULL once closed */
+    bufferext_ve_node *node;    /* NULL once closed */
     BufferExt_VEDeviceInfo info;          /* handed out by every export */
 } VEBufferObject;
 
@@ -197,11 +47,11 @@ vebuffer_free_memory(PyObject *op)
         return;
     }
     if (self->head.layout.buf != NULL) {        /* NULL when zero-size */
-        (void)VEO(veo_free_hmem)(self->head.layout.buf);
+        bufferext_ve_free(self->head.layout.buf);
         self->head.layout.buf = NULL;
     }
     self->head.open = 0;
-    node_release(self->node);
+    bufferext_ve_node_release(self->node);
     self->node = NULL;
 }
 
@@ -210,24 +60,22 @@ vebuffer_free_memory(PyObject *op)
 static int
 vebuffer_allocate(bufferext_state *st, VEBufferObject *self, int number)
 {
-    ve_node *node;
+    bufferext_ve_node *node;
     void *hmem = NULL;
 
-    if (number < 0 || number >= VE_MAX_NODES) {
+    if (number < 0 || number >= BUFFEREXT_VE_MAX_NODES) {
         PyErr_Format(PyExc_ValueError,
                      "VEBuffer: node = %d is out of range (0 to %d)", number,
-                     VE_MAX_NODES - 1);
+                     BUFFEREXT_VE_MAX_NODES - 1);
         return -1;
     }
-    node = node_acquire(st, number);
+    node = bufferext_ve_node_acquire(st, number);
     if (node == NULL) {
         return -1;
     }
     if (self->head.layout.len > 0 &&
-        (VEO(veo_alloc_hmem)(node->proc, &hmem,
-                             (size_t)self->head.layout.len) != 0 ||
-         hmem == NULL)) {
-        node_release(node);
+        bufferext_ve_alloc(node, (size_t)self->head.layout.len, &hmem) < 0) {
+        bufferext_ve_node_release(node);
         PyErr_Format(PyExc_MemoryError,
                      "VEBuffer: cannot allocate %zd bytes of HMEM on VE "
                      "node %d", self->head.layout.len, number);
@@ -290,43 +138,6 @@ vebuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
 
 /* ---- copies ----------------------------------------------------------- */
 
-/* veo_hmemcpy without the GIL.  The caller holds an export of every
- * VEBuffer involved, so no other thread can close it meanwhile.  Also
- * BufferView's copies of any exporter's VE memory (through
- * bufferext_ve_hmemcpy). */
-static int
-hmemcpy(const char *who, void *dst, const void *src, Py_ssize_t size)
-{
-    int rc;
-
-    if (size == 0) {
-        return 0;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = VEO(veo_hmemcpy)(dst, src, (size_t)size);
-    Py_END_ALLOW_THREADS
-    if (rc != 0) {
-        PyErr_Format(PyExc_RuntimeError,
-                     "%s: veo_hmemcpy of %zd bytes failed (returned %d)",
-                     who, size, rc);
-        return -1;
-    }
-    return 0;
-}
-
-int
-bufferext_ve_hmemcpy(bufferext_state *st, const char *who, void *dst,
-                     const void *src, Py_ssize_t size)
-{
-    if (size == 0) {
-        return 0;
-    }
-    if (bufferext_library_load(st, &veo_spec, &veo_library) < 0) {
-        return -1;
-    }
-    return hmemcpy(who, dst, src, size);
-}
-
 static PyObject *
 vebuffer_copy_from_host(PyObject *op, PyObject *source)
 {
@@ -344,7 +155,7 @@ vebuffer_copy_from_host(PyObject *op, PyObject *source)
     }
     src = bufferext_contiguous_bytes(&view, &staged);
     if (src != NULL) {
-        rc = hmemcpy(who, self->head.layout.buf, src, view.len);
+        rc = bufferext_ve_copy(who, self->head.layout.buf, src, view.len);
     }
     PyMem_RawFree(staged);
     bufferext_release_raised(&view);
@@ -367,7 +178,7 @@ vebuffer_to_host(PyObject *op, PyObject *unused)
     }
     rc = bufferext_producer_pin(&self->head, "VEBuffer.to_host", 0);
     if (rc == 0) {
-        rc = hmemcpy("VEBuffer.to_host", view.buf, self->head.layout.buf,
+        rc = bufferext_ve_copy("VEBuffer.to_host", view.buf, self->head.layout.buf,
                      view.len);
         bufferext_producer_unpin(&self->head);
     }
@@ -389,10 +200,10 @@ copy_staged(VEBufferObject *self, VEBufferObject *other)
         PyErr_NoMemory();
         return -1;
     }
-    rc = hmemcpy("VEBuffer.copy_from", staging, other->head.layout.buf,
+    rc = bufferext_ve_copy("VEBuffer.copy_from", staging, other->head.layout.buf,
                  self->head.layout.len);
     if (rc == 0) {
-        rc = hmemcpy("VEBuffer.copy_from", self->head.layout.buf, staging,
+        rc = bufferext_ve_copy("VEBuffer.copy_from", self->head.layout.buf, staging,
                      self->head.layout.len);
     }
     PyMem_RawFree(staging);
@@ -436,7 +247,7 @@ vebuffer_copy_from(PyObject *op, PyObject *arg)
         }
         else if (other != self) {
             rc = self->node == other->node
-                     ? hmemcpy("VEBuffer.copy_from", self->head.layout.buf,
+                     ? bufferext_ve_copy("VEBuffer.copy_from", self->head.layout.buf,
                                other->head.layout.buf, self->head.layout.len)
                      : copy_staged(self, other);
         }
@@ -617,74 +428,15 @@ static PyType_Spec vebuffer_spec = {
     vebuffer_slots,
 };
 
-/* ---- status and init --------------------------------------------------- */
-
-/* Nodes with a VEO process started by this module, and the library's
- * version, once it is loaded. */
-static int
-add_loaded_status(PyObject *status)
-{
-    PyObject *open = PyList_New(0), *value;
-    int i, rc, started[VE_MAX_NODES];
-
-    /* read under the mutex, built after it (a collection may run a
-     * finalizer that releases a node) */
-    BUFFEREXT_MUTEX_LOCK(ve_mutex);
-    for (i = 0; i < VE_MAX_NODES; i++) {
-        started[i] = ve_nodes[i].proc != NULL;
-    }
-    BUFFEREXT_MUTEX_UNLOCK(ve_mutex);
-    for (i = 0; open != NULL && i < VE_MAX_NODES; i++) {
-        if (started[i]) {
-            value = PyLong_FromLong(i);
-            if (value == NULL || PyList_Append(open, value) < 0) {
-                Py_CLEAR(open);
-            }
-            Py_XDECREF(value);
-        }
-    }
-    if (open == NULL) {
-        return -1;
-    }
-    value = Py_BuildValue("{s:N,s:i,s:z}", "open_nodes", open,
-                          "api_version", VEO(veo_api_version)(),
-                          "version_string", VEO(veo_version_string)());
-    rc = value == NULL ? -1 : PyDict_Update(status, value);
-    Py_XDECREF(value);
-    return rc;
-}
-
-PyObject *
-bufferext_ve_status(void)
-{
-    PyObject *status = bufferext_library_status(&veo_spec, &veo_library);
-    PyObject *name;
-
-    if (status == NULL) {
-        return NULL;
-    }
-    name = PyUnicode_FromString(BUFFEREXT_DEVICE_VE);
-    if (name == NULL || PyDict_SetItemString(status, "device", name) < 0 ||
-        (veo_library.state == 1 && add_loaded_status(status) < 0)) {
-        Py_CLEAR(status);
-    }
-    Py_XDECREF(name);
-    return status;
-}
+/* ---- init --------------------------------------------------------------- */
 
 int
 bufferext_init_ve(PyObject *module)
 {
     bufferext_state *st = bufferext_get_state(module);
 
-    if (!ve_atexit_registered) {
-        if (Py_AtExit(ve_atexit) < 0) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "bufferext: cannot register the VEO teardown "
-                            "(Py_AtExit is full)");
-            return -1;
-        }
-        ve_atexit_registered = 1;
+    if (bufferext_ve_register_atexit() < 0) {
+        return -1;
     }
     return bufferext_add_type(module, &vebuffer_spec,
                               VEBUFFER_SUPPORTED_FLAGS, &st->VEBuffer_Type);

@@ -5,8 +5,15 @@
  * device memory only under PyBUF_DEVICE), and waits for and stages the
  * memory of any exporter of CPU, CUDA or VE memory through host memory.
  * Also get_buffer(). */
-#include "parts.h"
+#include "cuda_driver.h"
+#include "dlpack.h"
 #include "export.h"
+#include "fastmethod.h"
+#include "freelist.h"
+#include "gate.h"
+#include "state.h"
+#include "ve_driver.h"
+#include "view.h"
 
 typedef struct {
     PyObject_HEAD

@@ -15,7 +15,7 @@ every CPython from 3.9, with a capability query before every request.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import Any, Dict, List
 
 try:
     from . import _bufferext
@@ -38,13 +38,11 @@ from ._bufferext import (
     OpaqueDeviceInfo,
     VEBuffer,
     VEDeviceInfo,
+    as_buffer,      # its Python part (_bridges, numpy) loads on first use
     check_buffer_supports,
     get_buffer,
 )
 from ._flags import BufferFlags
-
-if TYPE_CHECKING:
-    from ._bridges import as_buffer
 
 __version__ = "0.1.0"
 
@@ -66,20 +64,6 @@ __all__ = [
     "get_include",
     "supported_flags",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # as_buffer's module needs numpy: import it on first use, so that
-    # ``import bufferext`` (get_include() in a build script) stays light.
-    if name == "as_buffer":
-        from ._bridges import as_buffer
-        globals()["as_buffer"] = as_buffer
-        return as_buffer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | {"as_buffer"})
 
 
 def supported_flags(obj: Any) -> BufferFlags:

@@ -34,32 +34,33 @@ __all__ = ["as_buffer", "format_to_typestr"]
 
 _DLPACK_CPU_TYPES = (1, 3, 13)          # kDLCPU, kDLCUDAHost, kDLCUDAManaged
 _DEVICE = int(BufferFlags.DEVICE)        # enum attribute lookups are slow
-#: Types whose memory is always CPU memory: their buffer is the answer.
-_CPU_TYPES = frozenset({np.ndarray, bytes, bytearray, memoryview,
-                        array.array, mmap.mmap})
+#: Types whose memory is always CPU memory: their buffer is the answer
+#: (step 1 of as_buffer, which reads this tuple by name).
+_CPU_TYPES = (np.ndarray, bytes, bytearray, memoryview, array.array,
+              mmap.mmap)
 _DLPACK_MAX_VERSION = (1, 3)
 _CAI_MAX_VERSION = 3
 _VAI_VERSION = 1
 _ARRAY_INTERFACE_VERSION = 3
 
 
-def _dispatch(obj: Any, *, readonly: Optional[bool] = None) -> Any:
-    """as_buffer() in full.  :func:`as_buffer` itself is C
-    (Modules/adapter.c): it passes ``obj`` through at once when the first
-    test below does, and calls this for everything else."""
-    if readonly is not None and not isinstance(readonly, bool):
-        raise TypeError(f"as_buffer: readonly must be None or a bool, not "
-                        f"{readonly!r}")
+def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
+    """Steps 2 to 5 of :func:`as_buffer` (``bufferext.as_buffer``, in C,
+    Modules/adapter.c, lists the order once and makes step 1 itself: an
+    exact type of :data:`_CPU_TYPES` or an exporter that supports
+    PyBUF_DEVICE passes through).  ``readonly`` is None or a bool."""
     cls = type(obj)
-    if cls in _CPU_TYPES or _bufferext.check_buffer_supports(obj, _DEVICE):
-        return _pass_through(obj, readonly)
     has_dlpack = hasattr(cls, "__dlpack__")
+    # 2. DLPack of device memory: the buffer protocol could only say CPU
     if has_dlpack and _dlpack_device(obj)[0] not in _DLPACK_CPU_TYPES:
         return _from_dlpack(obj, readonly)
+    # 3. the buffer protocol (CPU memory)
     if _bufferext.check_buffer_supports(obj):
         return _pass_through(obj, readonly)
+    # 4. DLPack of CPU memory
     if has_dlpack:
         return _from_dlpack(obj, readonly)
+    # 5. the array interfaces
     for name, parse in _INTERFACES:
         interface = getattr(obj, name, None)
         if interface is not None:
@@ -350,7 +351,4 @@ def format_to_typestr(fmt: str) -> str:
     return resolve(fmt)[3]
 
 
-# as_buffer is C: it passes the common case through itself and calls
-# _dispatch for the rest (registered last, once everything here exists).
-_bufferext._as_buffer_register(_dispatch, tuple(_CPU_TYPES))
 as_buffer = _bufferext.as_buffer

@@ -530,9 +530,6 @@ def _adapter_from_buffer(source: object, readonly: bool, /) -> BufferAdapter: ..
 def _cuda_bridge_stream(ordinal: int, /) -> int: ...
 def as_buffer(obj: object, *, readonly: bool | None = None) -> Any:
     """An exporter of the extended buffer protocol for ``obj``, zero-copy."""
-def _as_buffer_register(
-    dispatch: Callable[..., Any], cpu_types: tuple[type, ...], /,
-) -> None: ...
 
 # ---- functions (module.c, view.c) ------------------------------------------
 

@@ -1,0 +1,29 @@
+/* dlpack.h -- DLPack export of any extended-buffer exporter and the
+ * import of consumed tensors (dlpack.c). */
+#ifndef BUFFEREXT_MODULES_DLPACK_H
+#define BUFFEREXT_MODULES_DLPACK_H
+#include "parts.h"
+
+/* DLPack export of any extended-buffer exporter.  The capsule
+ * holds one extended-buffer export of `exporter` for its lifetime. */
+PyObject *bufferext_dlpack(PyObject *exporter, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames);
+PyObject *bufferext_dlpack_device(PyObject *exporter);
+/* For the C exchange API: an owning versioned tensor (CUDA work ordered
+ * before the legacy default stream), or a non-owning fill of `out` whose
+ * shape and strides point into the exporter.  NULL / -1 with an exception. */
+struct BxDLManagedTensorVersioned *bufferext_dlpack_managed(PyObject *exporter);
+struct BxDLTensor;
+/* The exchange API's dltensor_from_py_object_no_sync itself (its table
+ * points here: no call in between). */
+int bufferext_dlpack_fill(void *py_object, struct BxDLTensor *out);
+/* Free a consumed managed tensor (`versioned` says which struct) with the
+ * GIL held: one made by dlpack.c is released directly, so also while the
+ * interpreter finalizes; any other producer's deleter is called. */
+void bufferext_dlpack_delete_locked(void *managed, int versioned);
+/* __dlpack__ of an open producer (producer.h's types): ValueError when it
+ * is closed, else bufferext_dlpack. */
+PyObject *bufferext_producer_dlpack(PyObject *op, PyObject *const *args,
+                                    Py_ssize_t nargs, PyObject *kwnames);
+
+#endif

@@ -1,0 +1,82 @@
+/* state.h -- the module state from any object or type, our types'
+ * registration, the own-getbuffer registry, argument parsing every function
+ * shares, and releases that keep a pending exception (state.c). */
+#ifndef BUFFEREXT_MODULES_STATE_H
+#define BUFFEREXT_MODULES_STATE_H
+#include "parts.h"
+
+/* The module's definition, for bufferext_state_from_type (module.c, before
+ * the files' inits). */
+void bufferext_state_set_def(PyModuleDef *def);
+
+/* The state of the module object. */
+bufferext_state *bufferext_get_state(PyObject *module);
+/* The state of the module that defined `type` (or a base of it); NULL with
+ * TypeError for a type that is not ours. */
+bufferext_state *bufferext_state_from_type(PyTypeObject *type);
+
+/* Make a heap type of `module` from `spec`, store it in *slot, declare its
+ * supported request flags, register its getbuffer and add it to the module
+ * under the last part of spec->name.  0 or -1 with an exception. */
+int bufferext_add_type(PyObject *module, PyType_Spec *spec,
+                       int supported_flags, PyTypeObject **slot);
+
+/* Our own types' getbuffer functions (process constants, recorded at
+ * init).  bufferext_own_getbuffer finds the one of the bufferext type `obj`
+ * is an instance of (its type or a base): the only getbuffer whose exports
+ * carry our layout in view->internal (a subclass may override __buffer__,
+ * and from 3.12 CPython gives every Python subclass of a guarded type a
+ * generic slot).  NULL with TypeError if `obj` is not one of ours. */
+void bufferext_own_register(PyTypeObject *type);
+getbufferproc bufferext_own_getbuffer(PyObject *obj);
+/* CPUBuffer's getbuffer, registered by cpubuffer.c: a type whose slot is
+ * this function is CPUBuffer or a subclass that keeps its export (before
+ * 3.12 every subclass), whose layout dlpack.c may read directly. */
+extern getbufferproc bufferext_cpubuffer_slot;
+
+/* Parse (obj[, flags]) with `flags` also accepted by keyword: a Python int
+ * that fits a C int.  0 or -1 with TypeError/OverflowError naming `fname`. */
+int bufferext_parse_obj_flags(const char *fname, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames,
+                              PyObject **obj, int *flags);
+
+/* PyBuffer_Release of an export of a foreign exporter while an exception is
+ * set: its releasebuffer may run Python code (a __release_buffer__), which
+ * must not run with an exception pending; the exception is kept. */
+static inline void
+bufferext_release_raised(Py_buffer *view)
+{
+    PyObject *type, *value, *tb;
+
+    PyErr_Fetch(&type, &value, &tb);
+    PyBuffer_Release(view);
+    PyErr_Restore(type, value, tb);
+}
+
+/* The same for an extended view (BufferExt_Release). */
+static inline void
+bufferext_release_ext_raised(Py_buffer_extended *view)
+{
+    PyObject *type, *value, *tb;
+
+    PyErr_Fetch(&type, &value, &tb);
+    BufferExt_Release(view);
+    PyErr_Restore(type, value, tb);
+}
+
+/* Types only bufferext makes (BufferView, BufferAdapter): the flag, and on
+ * 3.9, which lacks it, no tp_new (Type() -> TypeError). */
+#ifndef Py_TPFLAGS_DISALLOW_INSTANTIATION
+#  define Py_TPFLAGS_DISALLOW_INSTANTIATION 0
+#endif
+static inline void
+bufferext_disallow_instantiation(PyTypeObject *type)
+{
+#if PY_VERSION_HEX < 0x030A0000
+    type->tp_new = NULL;
+#else
+    (void)type;
+#endif
+}
+
+#endif
