@@ -64,7 +64,7 @@ _FORMAT_RE = re.compile(r"\b(?:PyErr_Format|PyUnicode_FromFormat)\s*\("
 # a function definition: the name at column 0 (or after its return type on
 # the same line), its parameter list, then "{" alone on a line
 _DEF_RE = re.compile(
-    r"^(?:[A-Za-z_][\w \t\*]*?[\s\*])?(?P<name>[A-Za-z_]\w*)\((?P<params>[^;{}]*?)\)"
+    r"^(?:[A-Za-z_][\w \t\*]*?[\s\*])?(?P<name>[A-Za-z_]\w*)\((?P<params>(?:[^;{}\n]|\n[ \t])*?)\)"
     r"[ \t]*\n\{\n(?P<body>.*?)^\}", re.S | re.M)
 _CALL_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)

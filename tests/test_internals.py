@@ -64,3 +64,7 @@ def test_the_scan_sees_what_it_must() -> None:
     assert "call" in found[("Modules/cpubuffer.c", "cpubuffer_subclass_state")]
     # transitively: make -> parse -> dtype resolver
     assert "call" in found[("Modules/cpubuffer.c", "cpubuffer_make")]
+    # a function right after a macro use with no semicolon is its own
+    # definition, not the macro's tail (cudabuffer_dlpack_device once hid so)
+    assert "alloc" in found[("Modules/cudabuffer.c",
+                             "cudabuffer_dlpack_device")]
