@@ -15,6 +15,8 @@
 #include "freelist.h"
 #include "state.h"
 
+#if BUFFEREXT_FASTMETHOD
+
 typedef struct {
     PyObject_HEAD
     PyObject *method;           /* the wrapped method descriptor */
@@ -387,3 +389,8 @@ bufferext_fastmethods_clear(void)
     bufferext_freelist_close(&bound_freelist);
 #endif
 }
+
+#else
+/* ISO C wants something in a translation unit */
+typedef int bufferext_fastmethod_not_installed;
+#endif

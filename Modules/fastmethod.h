@@ -4,12 +4,35 @@
 #define BUFFEREXT_MODULES_FASTMETHOD_H
 #include "parts.h"
 
+/* Installed where it pays (BufferView's __enter__ and __exit__): before
+ * 3.14 the with statement binds both on every use; from 3.14 on it loads
+ * them unbound (LOAD_SPECIAL), so there is nothing to save and the plain
+ * method descriptors stay (figures: docs/performance.rst, "The with
+ * statement").  -DBUFFEREXT_FASTMETHOD=0 or 1 overrides, to measure. */
+#ifndef BUFFEREXT_FASTMETHOD
+#  define BUFFEREXT_FASTMETHOD 1
+#endif
+
+#if BUFFEREXT_FASTMETHOD
 /* Replace each of `names`, methods in type's dict, by a descriptor that
- * binds without an allocation (the with statement binds __enter__ and
- * __exit__ on every use).  0 or -1 with an exception. */
+ * binds without an allocation.  0 or -1 with an exception. */
 int bufferext_fastmethods(PyObject *module, PyTypeObject *type,
                           const char *const *names);
 /* Free the bound methods' freelist (at module clear). */
 void bufferext_fastmethods_clear(void);
+#else
+static inline int
+bufferext_fastmethods(PyObject *module, PyTypeObject *type,
+                      const char *const *names)
+{
+    (void)module, (void)type, (void)names;
+    return 0;
+}
+
+static inline void
+bufferext_fastmethods_clear(void)
+{
+}
+#endif
 
 #endif

@@ -87,6 +87,21 @@ def run_child(code: str, env: Optional[Dict[str, str]] = None) -> str:
     return result.stdout
 
 
+def cuda_status() -> Dict[str, Any]:
+    """bufferext.devices()'s CUDA entry, read in a child interpreter: the
+    first look loads the driver (or fails to) for the whole process, and a
+    test collected later may point BUFFEREXT_CUDA_DRIVER at a stand-in
+    before its first look."""
+    out = run_child("""
+        import json, bufferext
+        print(json.dumps(next(d for d in bufferext.devices()
+                              if d["device"] == "bufferext.cuda"),
+                         default=str))
+        """)
+    status: Dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return status
+
+
 def mpiexec() -> str:
     """The mpiexec next to ``sys.executable`` (a venv's mpich), else the one
     on PATH; the calling test is skipped when there is none."""

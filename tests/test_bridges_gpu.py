@@ -4,21 +4,17 @@ per client without that client)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
 import numpy as np
 import pytest
 
 import bufferext
 from bufferext import CUDABuffer
+from _helpers import cuda_status
 
 
-def _cuda_status() -> Dict[str, Any]:
-    return next(d for d in bufferext.devices()
-                if d["device"] == "bufferext.cuda")
-
-
-_STATUS = _cuda_status()
+_STATUS = cuda_status()
 _REAL = (_STATUS["loaded"] and bool(_STATUS.get("devices"))
          and "standin" not in str(_STATUS.get("path") or ""))
 

@@ -883,7 +883,12 @@ def test_copy_is_one_consistent_moment_of_the_source(how: str,
             for _ in range(20):
                 c = {how}
                 seen.append(bytes(memoryview(b)))
-                assert bytes(memoryview(c)) in [bytes(range(10))] + seen, c
+                # (no `[...] + seen` here: on 3.11 a collection inside the
+                # concatenation's allocation runs grow(), which appends to
+                # `seen`, and list_concat then copies its new length into
+                # the old block: a heap overflow in CPython, not in us)
+                got = bytes(memoryview(c))
+                assert got == bytes(range(10)) or got in seen, c
         fired_ok = fired.count > 0 or not _hooks.GC_FIRES
         print(fired_ok, c.nbytes in (10, {new_shape[0]}))
         """)

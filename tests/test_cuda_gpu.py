@@ -6,21 +6,15 @@ BUFFEREXT_CUDA_DRIVER).  Run with ``pytest -m cuda``.
 
 from __future__ import annotations
 
-from typing import Any, Dict
-
 import numpy as np
 import pytest
 
 import bufferext
 from bufferext import BufferFlags, CUDABuffer
+from _helpers import cuda_status
 
 
-def _cuda_status() -> Dict[str, Any]:
-    return next(d for d in bufferext.devices()
-                if d["device"] == "bufferext.cuda")
-
-
-_STATUS = _cuda_status()
+_STATUS = cuda_status()
 _DEVICES = len(_STATUS.get("devices") or [])
 _IS_STANDIN = "standin" in str(_STATUS.get("path") or "")
 

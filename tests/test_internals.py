@@ -68,3 +68,39 @@ def test_the_scan_sees_what_it_must() -> None:
     # definition, not the macro's tail (cudabuffer_dlpack_device once hid so)
     assert "alloc" in found[("Modules/cudabuffer.c",
                              "cudabuffer_dlpack_device")]
+
+
+# ---- the headers compiled into other people's extensions -----------------
+
+INTERNAL = os.path.join(scan.ROOT, "Include", "bufferext", "internal")
+# accel.h's lines of code (comments and blank lines not counted) when it was
+# declared complete: it must not grow (new work goes into the module)
+ACCEL_CODE_LINES = 456
+
+
+def code_lines(text: str) -> int:
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return sum(1 for line in text.splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("name", ["accel.h", "limited.h"])
+def test_every_version_test_in_the_headers_says_what_it_mirrors(name):
+    # each #if on the CPython version (and each run-time Py_Version test)
+    # has a "Mirrors:" line above it, within its function or comment
+    with open(os.path.join(INTERNAL, name)) as f:
+        lines = f.read().splitlines()
+    tests = [i for i, line in enumerate(lines)
+             if re.search(r"PY_VERSION_HEX|Py_LIMITED_API \+ 0|"
+                          r"Py_Version >=", line)
+             and not line.lstrip().startswith("*")]
+    assert tests, "no version test found: the pattern broke"
+    bare = [i + 1 for i in tests
+            if not any("Mirrors:" in line for line in lines[max(0, i - 30):i])]
+    assert not bare, f"{name}: version tests without provenance at {bare}"
+
+
+def test_the_accelerator_does_not_grow():
+    with open(os.path.join(INTERNAL, "accel.h")) as f:
+        text = f.read()
+    assert "It must not grow" in text
+    assert code_lines(text) <= ACCEL_CODE_LINES

@@ -54,7 +54,8 @@ extern "C" {
 
 /* ---- compat shims ----------------------------------------------------- */
 
-/* Py_NewRef: added in CPython 3.10. */
+/* Py_NewRef: added in CPython 3.10.  Mirrors: Py_NewRef (Include/object.h,
+ * 3.10).  Goes when 3.9 support does. */
 #if PY_VERSION_HEX < 0x030A00A3 && !defined(Py_NewRef)
 static inline PyObject *BufferExtCompat_NewRef(PyObject *obj)
 {
@@ -65,7 +66,10 @@ static inline PyObject *BufferExtCompat_NewRef(PyObject *obj)
 #endif
 
 /* PyType_GetDict: added in CPython 3.12 (before, tp_dict is the dict).
- * Not in the limited API, which uses no type dict. */
+ * Not in the limited API, which uses no type dict.  Mirrors: PyType_GetDict
+ * (Objects/typeobject.c, 3.12: a new reference to tp_dict, or to the
+ * interpreter's dict of a static builtin type).  Goes when 3.11 support
+ * does. */
 #if defined(Py_LIMITED_API)
 #elif PY_VERSION_HEX < 0x030C0000
 static inline PyObject *BufferExtCompat_TypeGetDict(PyTypeObject *type)

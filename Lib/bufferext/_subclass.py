@@ -30,7 +30,7 @@ def state(obj: Any) -> Any:
         return getstate(obj)
     own = getattr(obj, "__dict__", None) or None
     slots: Dict[str, Any] = {}
-    for name in copyreg._slotnames(type(obj)):  # type: ignore[attr-defined]
+    for name in getattr(copyreg, "_slotnames")(type(obj)):  # not typeshed's
         try:
             slots[name] = getattr(obj, name)
         except AttributeError:

@@ -5,6 +5,13 @@
  * change in any release.  The public functions in core.h are all that
  * extensions call.
  *
+ * It must not grow.  Everything here is compiled into other people's
+ * extensions and read against a CPython that was not there when they were
+ * built; each read of CPython's internals says below (a "Mirrors:" line)
+ * which upstream function and versions it copies and the release at which
+ * to check it again.  New work goes into bufferext's own module, behind a
+ * function, where one wheel per interpreter can follow CPython.
+ *
  * What it reads of CPython, by version, and when it falls back:
  *   all          tp_as_buffer->bf_getbuffer (CheckBuffer, inlined).
  *   3.9-3.12     tp_flags (Py_TPFLAGS_VALID_VERSION_TAG) and tp_version_tag:
@@ -107,7 +114,8 @@ typedef struct {
  * (no interpreter has a GIL of its own): the table is written (InfoMiss,
  * which runs no Python code between its stores) and read with the GIL
  * held, so a reader never meets a writer and the hit path reads the entry
- * with plain loads, without the sequence checks. */
+ * with plain loads, without the sequence checks.  Mirrors: the GIL as one
+ * per process (3.9-3.11; PEP 684 gave interpreters their own in 3.12). */
 #if PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
 #  define BUFFEREXT_ACCEL_ONE_THREAD 1
 #endif
@@ -119,7 +127,10 @@ static inline BufferExtAccel_CacheEntry *BufferExtAccel_Cache(void)
     return cache;
 }
 
-/* The type's version tag, or 0 when it has none. */
+/* The type's version tag, or 0 when it has none.
+ * Mirrors: the tag test of _PyType_Lookup (Objects/typeobject.c) -- the
+ * Py_TPFLAGS_VALID_VERSION_TAG flag 3.9-3.12, a zero tag 3.13-3.15.
+ * Re-check at 3.16. */
 static inline unsigned int BufferExtAccel_TypeTag(PyTypeObject *type)
 {
 #  if PY_VERSION_HEX >= 0x030D0000
@@ -140,6 +151,8 @@ typedef getbufferproc BufferExtAccel_GetBufferProc;
  * visible (the test is the same on every CPython 3.9-3.15: a getbuffer slot
  * is present, and the call into libpython costs as much as the cache
  * lookup).  BufferExt_GetBuffer reads it once and calls what it read. */
+/* Mirrors: PyObject_CheckBuffer (Objects/abstract.c, 3.9-3.15).  Re-check
+ * at 3.16. */
 static inline BufferExtAccel_GetBufferProc
 BufferExtAccel_BufferSlot(PyObject *obj)
 {
@@ -178,8 +191,11 @@ static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
  * PyBuffer_Release where the bodies of those functions are known to be
  * exactly that (CPython 3.9-3.15 with the GIL, checked against each
  * release): it saves two calls into libpython per export.  Elsewhere, or
- * when compiled with -DBUFFEREXT_INLINE_DISPATCH=0, the functions are
- * called. */
+ * when compiled with -DBUFFEREXT_ACCEL_INLINE_DISPATCH=0, the functions are
+ * called.  Mirrors: PyObject_GetBuffer and PyBuffer_Release
+ * (Objects/abstract.c, 3.9-3.15; 3.14.10 and 3.15.2 also by the machine
+ * code of Debian's libpython).  Re-check at 3.16, which gets the calls
+ * until then. */
 #ifndef BUFFEREXT_ACCEL_INLINE_DISPATCH
 #  if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX < 0x03100000
 #    define BUFFEREXT_ACCEL_INLINE_DISPATCH 1
@@ -200,7 +216,8 @@ static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
 /* PyObject_GetBuffer(obj, view, flags), given `slot` =
  * BufferExtAccel_BufferSlot(obj).  3.13+ also refuses the bare values
  * PyBUF_READ and PyBUF_WRITE: from 3.12 on (in case a 3.12 release has
- * the check too) those go through the function. */
+ * the check too) those go through the function.  Mirrors: PyObject_GetBuffer
+ * (Objects/abstract.c, 3.9-3.15).  Re-check at 3.16. */
 static inline int
 BufferExtAccel_CallSlot(BufferExtAccel_GetBufferProc slot, PyObject *obj,
                         Py_buffer *view, int flags)
@@ -228,7 +245,8 @@ BufferExtAccel_CallGetBuffer(PyObject *obj, Py_buffer *view, int flags)
 }
 
 /* PyBuffer_Release(view): the exporter's releasebuffer, then the reference
- * to view->obj dropped; nothing when view->obj is NULL. */
+ * to view->obj dropped; nothing when view->obj is NULL.  Mirrors:
+ * PyBuffer_Release (Objects/abstract.c, 3.9-3.15).  Re-check at 3.16. */
 static inline void
 BufferExtAccel_CallRelease(Py_buffer *view)
 {
@@ -252,7 +270,10 @@ BufferExtAccel_CallRelease(Py_buffer *view)
 
 /* The value of `name` in the dict of the first class of type's MRO that
  * has it, as a slot lookup finds it (never through the metaclass): a new
- * reference, or NULL (never raises). */
+ * reference, or NULL (never raises).  Mirrors: find_name_in_mro
+ * (Objects/typeobject.c, 3.12-3.15: tp_mro walked, each type's dict) and,
+ * 3.9-3.11, calls _PyType_Lookup itself (private, unchanged 3.9-3.11).
+ * Re-check at 3.16. */
 static inline PyObject *
 BufferExtAccel_LookupMRO(PyTypeObject *type, const char *name)
 {
@@ -330,7 +351,9 @@ static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type)
  * so that a header in another extension recognises it. */
 #define BUFFEREXT_ACCEL_GUARD_DOC BUFFEREXT_INTERNAL_GUARD_DOC
 
-/* The __buffer__ wrapper inside a guard, or NULL if `found` is none. */
+/* The __buffer__ wrapper inside a guard, or NULL if `found` is none.
+ * Mirrors: the layout of PyCFunctionObject (m_ml, m_self;
+ * Include/cpython/methodobject.h, 3.12-3.15).  Re-check at 3.16. */
 static inline PyObject *BufferExtAccel_GuardedWrapper(PyObject *found)
 {
     PyObject *func;
@@ -359,7 +382,10 @@ static inline PyObject *BufferExtAccel_GuardedWrapper(PyObject *found)
  * header cannot vouch for), and info->guarded.  A Python subclass of a
  * guarded type that keeps its base's __buffer__ gets the base's getbuffer:
  * CPython gave the subclass the generic slot only because it saw the guard
- * where it expected its wrapper. */
+ * where it expected its wrapper.  Mirrors: how update_one_slot
+ * (Objects/typeobject.c, 3.12-3.15) picks bf_getbuffer from a __buffer__
+ * that is a PyWrapperDescrObject (d_wrapped, d_base; PyDescr_TYPE) of the
+ * same slot, else slot_bf_getbuffer.  Re-check at 3.16. */
 static inline void BufferExtAccel_ReadRoute(
     PyTypeObject *type, BufferExtAccel_TypeInfo *info)
 {
@@ -435,7 +461,8 @@ static inline int BufferExtAccel_SameInfo(BufferExtAccel_TypeInfo a,
 /* Whether this thread may use the table.  Without atomics, from 3.12,
  * only the main interpreter does: interpreters with a GIL of their own
  * (PEP 684) run in parallel, and the table is one per translation unit,
- * shared by every interpreter of the process. */
+ * shared by every interpreter of the process.  Mirrors: PEP 684
+ * (3.12-3.15).  Re-check at 3.16. */
 static inline int BufferExtAccel_CacheOwner(void)
 {
 #  if PY_VERSION_HEX >= 0x030C0000 && !defined(BUFFEREXT_ACCEL_ATOMICS)
@@ -518,6 +545,8 @@ BufferExtAccel_InfoMiss(PyTypeObject *type)
     unsigned int before, tag;
 
     BUFFEREXT_ACCEL_COUNT(1);
+    /* Mirrors: PyUnstable_Type_AssignVersionTag (3.12-3.15; before,
+     * _PyType_Lookup assigns the tag).  Re-check at 3.16. */
 #  if PY_VERSION_HEX >= 0x030C0000
     PyUnstable_Type_AssignVersionTag(type);
 #  endif
@@ -582,7 +611,9 @@ BufferExtAccel_Info(PyTypeObject *type)
 /* The guard's body: __buffer__(self, flags) as CPython's wrapper computes
  * it (flags through __index__, once), BufferError if flags include
  * PyBUF_DEVICE, else the wrapper (`wrapper`, the guard's self) called with
- * the computed int. */
+ * the computed int.  Mirrors: wrap_buffer (Objects/typeobject.c,
+ * 3.12-3.15: PyNumber_AsSsize_t with OverflowError, then the int range).
+ * Re-check at 3.16. */
 BUFFEREXT_INTERNAL_COLD PyObject *
 BufferExtAccel_GuardCall(PyObject *wrapper, PyObject *const *args,
                             Py_ssize_t nargs)

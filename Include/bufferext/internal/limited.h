@@ -39,6 +39,9 @@
  *                refuses device memory through it), the header's own
  *                device requests arrive marked.
  *   dispatch     PyObject_GetBuffer and PyBuffer_Release, never inlined.
+ *
+ * Its version-specific parts say what they follow (a "Mirrors:" line) and
+ * when to check them again; like accel.h it must not grow.
  */
 #ifndef BUFFEREXT_INTERNAL_LIMITED_H
 #define BUFFEREXT_INTERNAL_LIMITED_H
@@ -122,7 +125,9 @@ BufferExtAccel_TypeSlot(PyTypeObject *type)
                                                         Py_bf_getbuffer);
 }
 
-/* The attribute `key` (a str) of `obj`, or NULL; never raises. */
+/* The attribute `key` (a str) of `obj`, or NULL; never raises.
+ * Mirrors: PyObject_GetOptionalAttr, in the limited API from 3.13 (before,
+ * PyObject_GetAttr and the AttributeError cleared).  Re-check at 3.16. */
 static inline PyObject *
 BufferExtAccel_GetAttrKey(PyObject *obj, PyObject *key)
 {
@@ -298,7 +303,9 @@ static inline void BufferExtAccel_ReadRoute(
 
 /* The objects a type's info derives from, as new references (or NULL):
  * its declaration and, from CPython 3.12 (PEP 688), its __buffer__.  As
- * long as both lookups give the same objects, the info is unchanged. */
+ * long as both lookups give the same objects, the info is unchanged.
+ * Mirrors: the running version (Py_Version, 3.11+) against 3.12, where
+ * PEP 688 put __buffer__ on every buffer type.  Re-check at 3.16. */
 typedef struct {
     PyObject *declared;
     PyObject *buffer;
