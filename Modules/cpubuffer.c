@@ -1,8 +1,11 @@
-/* cpubuffer.c -- CPUBuffer, the sample CPU producer.  Written against the
- * public header as an outside author would: declares its supported flags,
- * answers PyBUF_DEVICE explicitly with CPU memory, counts its exports and
- * refuses to be closed or resized while exported.  No allocation per
- * export: shape and strides point into the object. */
+/* cpubuffer.c -- CPUBuffer, the package's CPU allocator: DistArray's local
+ * pieces in CPU memory are CPUBuffers (distarray/_buffers.py).  It
+ * keeps a huge-page block cache, exports through the inline path of the
+ * shared producer core (producer.c: no allocation per export, shape and
+ * strides point into the object), answers PyBUF_DEVICE explicitly with CPU
+ * memory, and refuses to be closed or resized while exported or pinned.
+ * It is not a teaching sample: an exporter as an outside author writes it,
+ * against the public header alone, is docs/examples/example.c. */
 #include "dlpack.h"
 #include "producer.h"
 #include "state.h"
