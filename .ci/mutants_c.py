@@ -18,7 +18,16 @@ from typing import Any, List, Optional, Tuple
 REENTRANCY = ["tests/test_hooks.py", "tests/test_cpubuffer.py",
               "tests/test_cpubuffer_pickle.py", "tests/test_view.py",
               "tests/test_bridges.py", "tests/test_gate.py",
-              "tests/test_boundary_c.py"]
+              # the rest of what was tests/test_boundary_c.py
+              "tests/test_dlpack_cpu.py::"
+              "test_subclass_dlpack_reads_our_own_export",
+              "tests/test_dlpack_exchange.py::"
+              "test_exchange_api_refuses_a_foreign_object",
+              "tests/test_flags.py::test_bare_read_write_values_name_themselves",
+              "tests/test_cuda_standin.py::"
+              "test_numpy_refuses_device_adapter_and_view",
+              "tests/test_cuda_standin.py::"
+              "test_copy_source_cannot_close_a_device_target"]
 DEVICE = ["tests/test_cuda_standin.py", "tests/test_hooks.py"]
 PEP688 = ["tests/test_pep688.py", "tests/test_capi_producer.py",
           "tests/test_limited_api.py"]

@@ -47,13 +47,12 @@ pytest_add_cli_args_test_selection=
     tests/test_bridges_cuda.py
     tests/test_bridges_fuzz.py
     tests/test_bridges_messages.py
-    tests/test_boundary_python.py
     tests/test_distarray_protocol.py
     tests/test_distarray_messages.py
     tests/test_distarray_examples.py
     tests/test_distarray_roundtrip.py
     tests/test_conformance_protocols.py
-    tests/test_edges.py
+    tests/test_gate.py
 pytest_add_cli_args=
     -p
     no:cacheprovider

@@ -233,7 +233,17 @@ do_valgrind() {
         --suppressions="$CI_DIR/quality.supp" \
         "$venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys \
         tests/test_hostile.py tests/test_property_exporters.py \
-        tests/test_boundary_c.py tests/test_pep688.py
+        tests/test_gate.py tests/test_pep688.py \
+        tests/test_cpubuffer.py::test_shape_list_mutated_while_read \
+        tests/test_cpubuffer.py::test_copy_source_cannot_close_the_target \
+        tests/test_bridges.py::test_internal_types_cannot_be_instantiated \
+        tests/test_bridges.py::test_numpy_still_reads_cpu_adapter_and_view \
+        tests/test_bridges.py::test_dlpack_returning_a_non_capsule_names_the_exporter \
+        tests/test_dlpack_cpu.py::test_subclass_dlpack_reads_our_own_export \
+        tests/test_dlpack_exchange.py::test_exchange_api_refuses_a_foreign_object \
+        tests/test_flags.py::test_bare_read_write_values_name_themselves \
+        tests/test_cuda_standin.py::test_numpy_refuses_device_adapter_and_view \
+        tests/test_cuda_standin.py::test_copy_source_cannot_close_a_device_target
     # the re-entrancy harness, in this process (the device part runs in a
     # child, which would escape valgrind: the ASan job covers it)
     echo "-- valgrind: the re-entrancy harness (tests/test_hooks.py)"

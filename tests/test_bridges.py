@@ -15,6 +15,7 @@ import bufferext
 from bufferext import BufferFlags as F
 
 from _dlpack_ctypes import Crafted, PyCapsule_GetName, read_versioned
+from _helpers import run_child
 
 
 class DLPackOnly:
@@ -476,3 +477,97 @@ def test_buffer_exporter_that_reports_a_cuda_dlpack_device(readonly) -> None:
             bufferext.as_buffer(obj)
         else:
             bufferext.as_buffer(obj, readonly=readonly)
+
+
+# ---- our types, numpy and DLPack at the boundary (from test_boundary_c.py) ---
+
+@pytest.mark.parametrize("name", ["BufferAdapter", "BufferView"])
+def test_internal_types_cannot_be_instantiated(name: str) -> None:
+    out = run_child(f"""
+        import bufferext
+        try:
+            bufferext.{name}()
+        except TypeError as e:
+            print("TypeError", e)
+    """)
+    assert out.startswith("TypeError cannot create"), out
+
+
+def test_numpy_still_reads_cpu_adapter_and_view() -> None:
+    data = np.arange(4.0)
+    adapter = bufferext.as_buffer(data, readonly=True)
+    assert not hasattr(adapter, "__array__")
+    assert np.asarray(adapter).tolist() == [0.0, 1.0, 2.0, 3.0]
+    with bufferext.get_buffer(bufferext.CPUBuffer(2)) as view:
+        assert not hasattr(view, "__array__")
+        assert np.asarray(view).shape == (2,)
+
+
+def test_dlpack_returning_a_non_capsule_names_the_exporter() -> None:
+    class Liar:
+        def __dlpack__(self, **kwargs: object) -> object:
+            return [1, 2]
+
+        def __dlpack_device__(self) -> tuple:
+            return (1, 0)
+
+    with pytest.raises(TypeError, match=r"Liar.__dlpack__\(\) returned a "
+                                        r"'list', not a DLPack capsule"):
+        bufferext.as_buffer(Liar())
+
+
+# ---- array interface: data too short, sub-arrays (from test_boundary_python.py)
+
+@pytest.mark.parametrize("shape, strides, offset, nbytes", [
+    ((1 << 20,), None, 0, 8),        # 8 MiB described over 8 bytes
+    ((2,), None, 8, 16),             # the offset pushes it past the end
+    ((3,), (-8,), 0, 24),            # a negative stride reaches before
+    ((2, 2), (8, 32), 0, 32),        # a large stride reaches past
+])
+def test_array_interface_over_a_short_buffer_is_refused(
+        shape: tuple, strides: Any, offset: int, nbytes: int) -> None:
+    data = bytearray(nbytes)
+    obj = Interface("__array_interface__", dict(
+        version=3, shape=shape, typestr="<f8", data=data, strides=strides,
+        offset=offset))
+    with pytest.raises(BufferError, match=rf"of 'data', a buffer of "
+                                          rf"{nbytes} bytes"):
+        bufferext.as_buffer(obj)
+    data.append(0)                  # the refused view was released
+
+
+def test_array_interface_inside_its_buffer_is_accepted() -> None:
+    data = bytearray(np.arange(6.0).tobytes())
+    obj = Interface("__array_interface__", dict(
+        version=3, shape=(3,), typestr="<f8", data=data, offset=16,
+        strides=(-8,)))
+    assert np.from_dlpack(bufferext.as_buffer(obj)).tolist() == [2.0, 1.0, 0.0]
+
+
+def test_subarray_typestr_becomes_dimensions() -> None:
+    base = np.arange(12, dtype="<f4")
+    obj = Interface("__array_interface__", dict(
+        version=3, shape=(2,), typestr="(2,3)<f4", data=bytearray(base)))
+    adapter = bufferext.as_buffer(obj)
+    # before: shape (2,), format 'f' with itemsize 24
+    assert adapter.shape == (2, 2, 3)
+    assert adapter.strides == (24, 12, 4)
+    assert adapter.format in ("f", "<f")
+    assert np.from_dlpack(adapter).reshape(-1).tolist() == base.tolist()
+
+
+def test_subarray_typestr_with_strides_keeps_them_outside() -> None:
+    data = bytearray(np.arange(12, dtype="<i2"))
+    obj = Interface("__array_interface__", dict(
+        version=3, shape=(2,), typestr="(3,)<i2", data=data, strides=(12,)))
+    adapter = bufferext.as_buffer(obj)
+    assert adapter.shape == (2, 3) and adapter.strides == (12, 2)
+    assert np.from_dlpack(adapter).tolist() == [[0, 1, 2], [6, 7, 8]]
+
+
+@pytest.mark.parametrize("typestr", ["<f0", "|V0", "|O8", "<M8[s]", "<m8[s]"])
+def test_typestrs_the_buffer_protocol_cannot_describe(typestr: str) -> None:
+    obj = Interface("__array_interface__", dict(
+        version=3, shape=(1,), typestr=typestr, data=bytearray(8)))
+    with pytest.raises(BufferError, match="'typestr'"):
+        bufferext.as_buffer(obj)

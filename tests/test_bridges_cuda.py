@@ -148,3 +148,21 @@ def body():
     del cap
     gc.collect()
 """)
+
+
+# ---- a host pointer named in the error (from test_boundary_python.py) -------
+
+def test_host_pointer_in_a_cuda_interface_is_named(driver: str) -> None:
+    # found on the way: the message printed "0x%llx" (PyErr_Format before
+    # 3.12 has no %llx).  Refused before a bridge stream exists: the
+    # harness's own no-leak check applies
+    harness.check(driver, HELPERS + """
+cai = {"version": 3, "shape": (4,), "typestr": "<f8",
+       "data": (0x10000, False), "strides": None, "stream": None}
+try:
+    bufferext.as_buffer(Interface("__cuda_array_interface__", cai))
+except BufferError as e:
+    assert "0x10000 is not CUDA device memory" in str(e), e
+else:
+    raise AssertionError("accepted")
+""")

@@ -928,3 +928,53 @@ def test_refused_source_is_released_before_the_error(c99, how: str) -> None:
         else:
             CPUBuffer._from_pickle(source, (3,), "<i4", False)
     assert source.exports == 0 and source.released_with_error == 0
+
+
+# ---- a shape or copy source changed as it is read (from test_boundary_c.py)
+
+needs_pep688 = pytest.mark.skipif(sys.version_info < (3, 12),
+                                  reason="Python classes export buffers "
+                                         "from 3.12 (PEP 688)")
+
+
+def test_shape_list_mutated_while_read() -> None:
+    out = run_child("""
+        import gc, bufferext
+        shape = [2, 3, 4]
+        class Shrinks:
+            def __index__(self):
+                shape.clear()
+                gc.collect()
+                return 2
+        shape[0] = Shrinks()
+        print(bufferext.CPUBuffer(shape).shape)
+        shape = [2, 3]
+        class Grows:
+            def __index__(self):
+                shape.extend(range(100))
+                return 5
+        shape[1] = Grows()
+        print(bufferext.CPUBuffer.empty(shape, 'u1').shape)
+    """)
+    assert out.split() == ["(2,", "3,", "4)", "(2,", "5)"]
+
+
+@needs_pep688
+@pytest.mark.parametrize("action", ["close", "resize"])
+def test_copy_source_cannot_close_the_target(action: str) -> None:
+    """copy_from_host pins its target before it asks the source for its
+    buffer: the source's __buffer__ (Python code) cannot free or shrink the
+    memory about to be written."""
+    target = bufferext.CPUBuffer(10)
+
+    class Source:
+        def __buffer__(self, flags: int) -> memoryview:
+            getattr(target, action)(*([] if action == "close" else [(1,)]))
+            return memoryview(bytearray(80))
+
+    with pytest.raises(BufferError, match=f"cannot {action} while 1 "
+                                          f"export"):
+        target.copy_from_host(Source())
+    assert target.exports == 0 and target.shape == (10,)
+    target.copy_from_host(np.arange(10.0))
+    assert np.asarray(target).tolist() == list(range(10))

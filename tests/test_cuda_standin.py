@@ -636,3 +636,51 @@ def test_export_loop_has_no_drift(driver: str) -> None:
             b.__cuda_array_interface__
         assert sys.getrefcount(b) == before and b.exports == 0
     """)
+
+
+# ---- numpy's fallbacks and a copy source's close (from test_boundary_c.py) ---
+
+needs_pep688 = pytest.mark.skipif(sys.version_info < (3, 12),
+                                  reason="Python classes export buffers "
+                                         "from 3.12 (PEP 688)")
+
+
+def test_numpy_refuses_device_adapter_and_view(driver: str) -> None:
+    harness.check(driver, """
+        import numpy as np
+        buf = bufferext.CUDABuffer(4)
+        adapter = bufferext.as_buffer(buf)
+        view = bufferext.get_buffer(buf)
+        for obj in (buf, adapter, view):
+            for convert in (np.asarray, np.array):
+                try:
+                    convert(obj)
+                except BufferError as e:
+                    assert type(obj).__name__ in str(e), e
+                else:
+                    raise AssertionError((obj, convert))
+        view.release()
+        del adapter
+        buf.close()
+    """)
+
+
+@needs_pep688
+def test_copy_source_cannot_close_a_device_target(driver: str) -> None:
+    harness.check(driver, """
+        target = bufferext.CUDABuffer(4)
+
+        class Source:
+            def __buffer__(self, flags):
+                target.close()
+                return memoryview(bytearray(32))
+
+        try:
+            target.copy_from_host(Source())
+        except BufferError as e:
+            assert "cannot close while 1 export" in str(e), e
+        else:
+            raise AssertionError("the source closed the target")
+        assert target.exports == 0
+        target.close()
+    """)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +13,10 @@ from hypothesis import strategies as st
 
 import bufferext
 from bufferext.distarray import DistArray, ProtocolError, validate
+from bufferext.distarray._protocol import check
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
+import standin_harness as harness  # noqa: E402
 
 
 def _exp(buffer, *dims, version="0.10.0"):
@@ -228,3 +236,95 @@ def test_indices_on_a_device_or_failing_their_export_are_protocol_errors(c99):
     rejects(_exp(np.zeros(2), U([0, 1]) | {"indices": failing}),
             "dim_data[0]['indices'] = ", ": its buffer cannot be read "
             "(BufferError: ", "forced getbuffer failure")
+
+
+# ---- edge rules a mutation run found unguarded (from test_edges.py) ---------
+
+def test_block_stop_is_bounded_by_size() -> None:
+    # rank 0 of 2, so only "stop <= size" can object to [0, 5) of size 4
+    assert rejects(_exp(np.zeros(5), B(grid=2, stop=5))).problems == \
+        ["dim_data[0]['stop'] = 5: must be <= size (4)"]
+
+
+def test_empty_cyclic_section_starts_at_size() -> None:
+    # rank 3 of 4 over 2 indices owns nothing: its start is rank * block (3)
+    # or, clipped, the size (2)
+    for start in (2, 3):
+        validate(_exp(np.zeros(0), C(size=2, grid=4, rank=3, start=start)))
+    assert rejects(_exp(np.zeros(0),
+                        C(size=2, grid=4, rank=3, start=1))).problems == \
+        ["dim_data[0]['start'] = 1: must be proc_grid_rank * block_size (3)"]
+
+
+def test_09_import_keeps_padding_and_periodic() -> None:
+    n = {"dist_type": "n", "size": 4, "padding": (1, 1), "periodic": True}
+    dims = check(_exp(np.zeros(4), n, version="0.9.0"))[4]
+    assert dims[0]["dist_type"] == "b"
+    assert dims[0]["padding"] == (1, 1) and dims[0]["periodic"] is True
+    b = B(size=6, grid=2, stop=4, padding=(0, 1), periodic=True)
+    dims = check(_exp(np.zeros(4), b, version="0.9.2"))[4]
+    assert dims[0]["padding"] == (0, 1) and dims[0]["periodic"] is True
+
+
+# ---- versions, int64, device formats (from test_boundary_python.py) --------
+
+@pytest.mark.parametrize("version", [np.array(["0.10.0"]),
+                                     np.array([1, 2]), b"0.10.0", 0.1])
+def test_version_of_the_wrong_type_is_a_protocol_error(version: Any) -> None:
+    with pytest.raises(ProtocolError, match="'__version__' = .*must be a "
+                                            "'major.minor.patch' string"):
+        validate(_exp(np.zeros(4), B(), version=version))
+
+
+@pytest.mark.parametrize("key", ["size", "stop", "start"])
+def test_sizes_beyond_int64_are_a_protocol_error(key: str) -> None:
+    dim = B()
+    dim[key] = 2**63
+    with pytest.raises(ProtocolError, match=rf"\['{key}'\] = 9223372036854775808: "
+                                            "must fit an int64"):
+        validate(_exp(np.zeros(4), dim))
+
+
+def test_indices_beyond_int64_are_a_protocol_error() -> None:
+    dd = {"dist_type": "u", "size": 4, "proc_grid_size": 1,
+          "proc_grid_rank": 0, "indices": [0, 1, 2, 2**64]}
+    with pytest.raises(ProtocolError, match="indices"):
+        validate(_exp(np.zeros(4), dd))
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return harness.build(str(tmp_path_factory.mktemp("standin_cuda")))
+
+
+def test_device_buffer_of_a_non_numeric_type_is_a_protocol_error(
+        driver: str) -> None:
+    # device memory described by the CUDA Array Interface alone (the pointer
+    # is never read on the CPU: validation only looks).  Before: validation
+    # passed and the MPI layer failed later with a non-ProtocolError
+    harness.check(driver, """
+from bufferext.distarray import ProtocolError, validate
+class DeviceArray:
+    def __init__(self, typestr, ptr):
+        self.__cuda_array_interface__ = {
+            "version": 3, "shape": (4,), "typestr": typestr,
+            "data": (ptr, False), "strides": None, "stream": None}
+def distbuffer(buffer):
+    return {"__version__": "0.10.0", "buffer": buffer,
+            "dim_data": ({"dist_type": "b", "size": 4, "proc_grid_size": 1,
+                          "proc_grid_rank": 0, "start": 0, "stop": 4},)}
+memory = bufferext.CUDABuffer(32, "u1")
+ptr = memory.__cuda_array_interface__["data"][0]
+for typestr in ("<U2", "|S4", "|V8"):
+    adapter = bufferext.as_buffer(DeviceArray(typestr, ptr))
+    assert adapter.device == "bufferext.cuda"
+    try:
+        validate(distbuffer(adapter))
+    except ProtocolError as e:
+        assert "memory on device 'bufferext.cuda' with format" in str(e), e
+    else:
+        raise AssertionError(typestr)
+validate(distbuffer(bufferext.as_buffer(DeviceArray("<f8", ptr))))
+del adapter
+memory.close()
+""")

@@ -13,7 +13,7 @@ import bufferext
 from bufferext import CPUBuffer, get_buffer
 from _helpers import (DLPACK_FLAG_IS_COPIED, DLPACK_FLAG_READ_ONLY, kDLBool,
                       kDLComplex, kDLCPU, kDLFloat, kDLInt, kDLUInt,
-                      capsule_name, read_capsule)
+                      capsule_name, read_capsule, run_child)
 
 NATIVE = "<" if sys.byteorder == "little" else ">"
 OTHER = ">" if NATIVE == "<" else "<"
@@ -425,3 +425,22 @@ def test_bufferext_module_exposes_nothing_dlpack_specific():
     # the DLPack bridge is reached through the producers' methods
     assert hasattr(bufferext.CPUBuffer, "__dlpack__")
     assert hasattr(bufferext.BufferView, "__dlpack_device__")
+
+
+# ---- a subclass's DLPack export reads our own (from test_boundary_c.py) ----
+
+def test_subclass_dlpack_reads_our_own_export() -> None:
+    out = run_child("""
+        import bufferext, numpy as np
+        class Sub(bufferext.CPUBuffer):
+            def __buffer__(self, flags):
+                return memoryview(b"xy")
+        s = Sub(3)
+        np.asarray(s.to_host())[:] = 0
+        print(np.from_dlpack(s).tolist(), s.__dlpack_device__())
+        class Plain(bufferext.CPUBuffer):
+            pass
+        p = Plain(2)
+        print(np.from_dlpack(p).tolist())
+    """)
+    assert out.splitlines() == ["[0.0, 0.0, 0.0] (1, 0)", "[0.0, 0.0]"]

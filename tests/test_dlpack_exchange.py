@@ -207,3 +207,16 @@ def test_current_work_stream() -> None:
     assert stream.value is None                   # CPU: no stream
     assert api.current_work_stream(2, 0, ctypes.byref(stream)) == 0
     assert stream.value == 1                      # the legacy default stream
+
+
+# a foreign object given to the exchange API (from test_boundary_c.py)
+
+def test_exchange_api_refuses_a_foreign_object() -> None:
+    # the C exchange API is reached through a type's attribute, but is called
+    # with any object: one that is not ours gets TypeError, not our layout
+    # read from its view
+    out = DLTensor()
+    api = api_of(bufferext.CPUBuffer)
+    with pytest.raises(TypeError, match="bytearray is not a bufferext "
+                                        "exporter"):
+        api.dltensor_from_py_object_no_sync(bytearray(8), ctypes.byref(out))

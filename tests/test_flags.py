@@ -327,3 +327,12 @@ def test_names_are_the_fewest_covering_members():
     assert F.SIMPLE.names() == ["SIMPLE"]
     assert (F.WRITABLE | F.FORMAT).names() == ["WRITABLE", "FORMAT"]
     assert F(0x10000 | 0x20000).names() == ["DEVICE", "0x20000"]
+
+
+# ---- PyBUF_READ / PyBUF_WRITE given as flags (from test_boundary_c.py) -------
+
+@pytest.mark.parametrize("flags, name", [(0x100, "PyBUF_READ"),
+                                         (0x200, "PyBUF_WRITE")])
+def test_bare_read_write_values_name_themselves(flags: int, name: str) -> None:
+    with pytest.raises(ValueError, match=f"flags = {flags:#x} is {name}"):
+        bufferext.get_buffer(b"abc", flags)

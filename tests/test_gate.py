@@ -4,12 +4,16 @@ our own re-exports apply in turn (Modules/export.h)."""
 
 from __future__ import annotations
 
+import ctypes
+import gc
 from types import ModuleType
 
 import pytest
 
 import bufferext
 from bufferext import BufferFlags as F
+
+from _helpers import run_child
 
 WITHOUT_INDIRECT = ["RECORDS_RO", "RECORDS", "STRIDED_RO", "STRIDED",
                     "CONTIG_RO", "ND", "SIMPLE", "FORMAT"]
@@ -47,3 +51,181 @@ def test_a_view_with_suboffsets_is_reexported_only_indirectly(
         with bufferext.get_buffer(view, F.FULL_RO) as again:
             assert again.suboffsets == (0,)
     assert x.exports == 0
+
+
+# ---- issue 12's foreign exports, refused or repaired (from test_boundary_c.py)
+
+@pytest.mark.parametrize("readonly", [True, False, None])
+def test_ctypes_array_with_null_strides(readonly: object) -> None:
+    out = run_child(f"""
+        import ctypes, bufferext, numpy as np
+        arr = (ctypes.c_double * 4)(1, 2, 3, 4)
+        a = bufferext.as_buffer(arr, readonly={readonly!r})
+        if {readonly!r} is None:            # an exporter is returned as it is
+            assert a is arr
+            a = bufferext.as_buffer(arr, readonly=True)
+        print(a.shape, a.strides, np.frombuffer(a, "<f8").tolist())
+        with bufferext.get_buffer(arr) as v:
+            print(v.shape, v.strides, v.itemsize)
+    """)
+    assert out.splitlines() == ["(4,) (8,) [1.0, 2.0, 3.0, 4.0]",
+                                "(4,) (8,) 8"]
+
+
+def test_ctypes_2d_array_gets_c_strides() -> None:
+    arr = ((ctypes.c_int16 * 3) * 2)()
+    a = bufferext.as_buffer(arr, readonly=True)
+    assert a.shape == (2, 3) and a.strides == (6, 2)
+
+
+@pytest.mark.parametrize("make", [
+    "np.zeros(3, np.dtype([]))", "np.zeros(3, 'V0')",
+    "(type('E', (ctypes.Structure,), {'_fields_': []}) * 3)()"])
+def test_zero_itemsize_is_refused(make: str) -> None:
+    out = run_child(f"""
+        import ctypes, bufferext, numpy as np
+        x = {make}
+        for door in (lambda: bufferext.get_buffer(x),
+                     lambda: bufferext.as_buffer(x, readonly=True)):
+            try:
+                door()
+            except (BufferError, ValueError, TypeError) as e:
+                print(type(e).__name__, e)
+            else:
+                print("accepted")
+    """)
+    lines = out.splitlines()
+    assert len(lines) == 2 and "accepted" not in out, out
+    assert "itemsize" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("device", ["DEVICE_CUDA", "DEVICE_VE"])
+@pytest.mark.parametrize("liar", ["info_null", "info_version"])
+def test_device_name_without_its_info_is_refused(c99: ModuleType,
+                                                 device: str,
+                                                 liar: str) -> None:
+    # before: as_buffer(x, readonly=True) copied the info from NULL
+    exporter = c99.ExporterFull(device=getattr(c99, device), liar=liar)
+    for door in (lambda: bufferext.get_buffer(exporter),
+                 lambda: bufferext.as_buffer(exporter, readonly=True)):
+        with pytest.raises(BufferError, match="device_info"):
+            door()
+    assert exporter.exports == 0
+
+
+@pytest.mark.parametrize("liar, message", [
+    ("ndim_65", "ndim = 65 is outside"), ("ndim_negative", "ndim = -1"),
+    ("itemsize_0", "itemsize = 0"), ("len_past_shape", "len = 1048576"),
+    ("shape_null", "shape is NULL"), ("format_long", "format is not"),
+    # broken C conventions (CPython would say SystemError); the exporter's
+    # own exception stays attached as the context
+    ("silent_fail", "getbuffer failed without setting an exception"),
+    ("error_set", "getbuffer succeeded with an exception set"),
+])
+def test_gate_names_the_field_and_value(c99: ModuleType, liar: str,
+                                        message: str) -> None:
+    exporter = c99.ExporterFull(liar=liar)
+    for door in (lambda: bufferext.get_buffer(exporter),
+                 lambda: bufferext.as_buffer(exporter, readonly=True)):
+        with pytest.raises(BufferError, match=message) as info:
+            door()
+        assert "ExporterFull" in str(info.value)
+        if liar == "error_set":
+            assert isinstance(info.value.__context__, RuntimeError)
+    assert exporter.exports == 0
+    # the refused export is released before the refusal is raised: an
+    # exporter's release code (Python code, for some) never runs with an
+    # exception pending (issue 21)
+    assert exporter.released_with_error == 0
+
+
+def test_read_only_answer_to_a_writable_request_is_refused(
+        c99: ModuleType) -> None:
+    exporter = c99.ExporterFull(liar="readonly")
+    with pytest.raises(BufferError, match=r"readonly = 1 although "
+                                          r"PyBUF_WRITABLE was requested"):
+        bufferext.get_buffer(exporter, F.FULL | F.DEVICE)
+    with pytest.raises(BufferError, match="ExporterFull.*readonly = 1"):
+        bufferext.as_buffer(exporter, readonly=False)
+    # asked for read-only access, read-only memory is the right answer
+    with bufferext.get_buffer(exporter) as view:
+        assert view.readonly
+    assert bufferext.as_buffer(exporter, readonly=True).readonly
+    assert exporter.exports == 0
+
+
+def test_zero_dim_export_with_suboffsets(c99: ModuleType) -> None:
+    """A 0-d export has no dimension to offset: a non-NULL (empty)
+    suboffsets array must not send CPython's copy down the indirect path."""
+    x = c99.Configurable(block_size=8, ndim=0, itemsize=8, format="d",
+                         shape=(), strides=(), suboffsets=(), len=8)
+    with bufferext.get_buffer(x) as view:
+        assert view.ndim == 0 and len(view.tobytes()) == 8
+    adapter = bufferext.as_buffer(x, readonly=True)
+    assert bytes(memoryview(adapter)) == bytes(8)
+    del adapter
+    gc.collect()
+    assert x.exports == 0
+
+
+def test_empty_array_with_huge_sizes_and_null_strides(
+        c99: ModuleType) -> None:
+    """A 0 in the shape makes the other sizes unbounded: C strides computed
+    for them must not overflow, and the re-export must stay valid."""
+    shape = (0,) + (1 << 20,) * 4
+    x = c99.Configurable(block_size=64, ndim=5, itemsize=1,
+                         shape=shape, strides=None, len=0)
+    with bufferext.get_buffer(x) as v:
+        assert v.shape == shape and v.nbytes == 0
+        assert v.strides[-1] == 1 and v.strides[0] == 0
+        assert v.tobytes() == b""
+    a = bufferext.as_buffer(x, readonly=True)
+    with bufferext.get_buffer(a) as v:
+        assert v.shape == shape and v.nbytes == 0 and v.tobytes() == b""
+
+
+def test_empty_array_strides_are_not_bounded(c99: ModuleType) -> None:
+    x = c99.Configurable(
+        block_size=64, ndim=2, itemsize=8, shape=(3, 0),
+        strides=(1 << 62, -(1 << 62)), len=0, format="d")
+    with bufferext.get_buffer(x) as v:
+        assert v.shape == (3, 0) and v.nbytes == 0
+    with bufferext.get_buffer(bufferext.as_buffer(x, readonly=True)) as v:
+        assert v.strides == (1 << 62, -(1 << 62))
+
+
+def test_dlpack_rereads_the_device_info_version(c99: ModuleType) -> None:
+    """The exporter owns device_info and may change it after the gate read
+    it: the DLPack export of a view checks the version again."""
+    x = c99.Configurable(block_size=32, len=32, itemsize=8, ndim=1,
+                         format="d", shape=(4,), device="bufferext.cuda")
+    with bufferext.get_buffer(x) as view:
+        assert view.device == "bufferext.cuda"
+        x.info_version = 2 << 16
+        with pytest.raises(BufferError, match=r"BufferView: CUDA "
+                           r"device_info version 0x20000 is not understood"):
+            view.__dlpack__(max_version=(1, 0), stream=-1)
+    assert x.exports == 0
+
+
+# ---- struct's standard sizes: an edge rule (from test_edges.py) ------------
+
+@pytest.mark.parametrize("fmt, itemsize, good", [
+    ("<l", 4, True), ("<l", 8, False), ("l", 8, True), ("=q", 8, True),
+    ("!h", 2, True), ("!h", 4, False), ("<?", 1, True), ("<e", 2, True),
+    ("<Zd", 16, True), ("=i", 4, True), ("=i", 8, False), ("<L", 4, True),
+])
+def test_struct_formats_with_standard_sizes(c99: ModuleType, fmt: str,
+                                            itemsize: int,
+                                            good: bool) -> None:
+    # a byte-order prefix gives struct's standard sizes ('<l' is 4 bytes
+    # where the native 'l' is 8): an exporter's itemsize must match
+    exporter = c99.Configurable(4 * itemsize, 4 * itemsize, itemsize, 1,
+                                fmt, shape=(4,))
+    if good:
+        with bufferext.get_buffer(exporter) as view:
+            assert view.itemsize == itemsize and view.format == fmt
+    else:
+        with pytest.raises(BufferError, match=f"format '{fmt}' does not "
+                                              f"describe items of itemsize"):
+            bufferext.get_buffer(exporter)
