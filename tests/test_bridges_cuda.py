@@ -48,105 +48,99 @@ def check(driver: str, body: str) -> None:
 def test_cai_import_names_device_context_and_waits_on_the_stream(
         driver: str) -> None:
     check(driver, """
-def body():
-    b = CUDABuffer((3, 4), "float32", device=1)
-    cai = b.__cuda_array_interface__
-    assert cai["stream"] is not None           # the memset is pending
-    events = sd.standin_live_events()
-    adapter = bufferext.as_buffer(Interface("__cuda_array_interface__", cai, b))
-    assert adapter.protocol == "cuda_array_interface"
-    assert adapter.device == "bufferext.cuda" and adapter.ptr == b.ptr
-    with bufferext.get_buffer(b) as own, bufferext.get_buffer(adapter) as v:
-        info = v.device_info
-        assert info.device == 1
-        assert info.context == own.device_info.context
-        assert info.event != 0 and info.event != own.device_info.event
-        assert sd.standin_event_records(info.event) == 1
-    assert sd.standin_live_events() == events + 1
-    with pytest.raises(BufferError, match="PyBUF_DEVICE"):
-        memoryview(adapter)
-    del adapter
-    gc.collect()
-    assert sd.standin_live_events() == events  # the adapter's event is gone
+b = CUDABuffer((3, 4), "float32", device=1)
+cai = b.__cuda_array_interface__
+assert cai["stream"] is not None           # the memset is pending
+events = sd.standin_live_events()
+adapter = bufferext.as_buffer(Interface("__cuda_array_interface__", cai, b))
+assert adapter.protocol == "cuda_array_interface"
+assert adapter.device == "bufferext.cuda" and adapter.ptr == b.ptr
+with bufferext.get_buffer(b) as own, bufferext.get_buffer(adapter) as v:
+    info = v.device_info
+    assert info.device == 1
+    assert info.context == own.device_info.context
+    assert info.event != 0 and info.event != own.device_info.event
+    assert sd.standin_event_records(info.event) == 1
+assert sd.standin_live_events() == events + 1
+with pytest.raises(BufferError, match="PyBUF_DEVICE"):
+    memoryview(adapter)
+del adapter
+gc.collect()
+assert sd.standin_live_events() == events  # the adapter's event is gone
 """)
 
 
 def test_cai_with_stream_none_is_ready_now(driver: str) -> None:
     check(driver, """
-def body():
-    b = CUDABuffer(8, "int32")
-    b.synchronize()
-    cai = b.__cuda_array_interface__
-    assert cai["stream"] is None
-    adapter = bufferext.as_buffer(Interface("__cuda_array_interface__", cai, b))
-    with bufferext.get_buffer(adapter) as view:
-        assert view.device_info.event == 0 and view.device_info.device == 0
-    assert adapter.__dlpack_device__() == (2, 0)
+b = CUDABuffer(8, "int32")
+b.synchronize()
+cai = b.__cuda_array_interface__
+assert cai["stream"] is None
+adapter = bufferext.as_buffer(Interface("__cuda_array_interface__", cai, b))
+with bufferext.get_buffer(adapter) as view:
+    assert view.device_info.event == 0 and view.device_info.device == 0
+assert adapter.__dlpack_device__() == (2, 0)
 """)
 
 
 def test_cai_of_host_memory_is_refused(driver: str) -> None:
     check(driver, """
-def body():
-    host = np.zeros(4)
-    cai = {"shape": (4,), "typestr": "<f8", "version": 3,
-           "data": (host.ctypes.data, False), "stream": None}
-    with pytest.raises(BufferError, match="not CUDA device memory"):
-        bufferext.as_buffer(Interface("__cuda_array_interface__", cai, host))
+host = np.zeros(4)
+cai = {"shape": (4,), "typestr": "<f8", "version": 3,
+       "data": (host.ctypes.data, False), "stream": None}
+with pytest.raises(BufferError, match="not CUDA device memory"):
+    bufferext.as_buffer(Interface("__cuda_array_interface__", cai, host))
 """)
 
 
 def test_dlpack_import_asks_for_data_ready_on_the_bridge_stream(
         driver: str) -> None:
     check(driver, """
-def body():
-    b = CUDABuffer((2, 5), "int16", device=1)
-    b.fill(7)                                  # work pending on b's stream
-    adapter = bufferext.as_buffer(DLPackOnly(b))
-    stream = bufferext._bufferext._cuda_bridge_stream(1)
-    # the producer made the bridge stream wait on its event ...
-    assert sd.standin_last_wait_stream() == stream
-    assert adapter.protocol == "dlpack" and adapter.device == "bufferext.cuda"
-    assert b.exports == 1                      # the consumed capsule's export
-    with bufferext.get_buffer(adapter) as view:
-        info = view.device_info
-        assert view.ptr == b.ptr and info.device == 1 and info.event != 0
-        # ... and the adapter's event was recorded on the bridge stream
-        assert sd.standin_event_records(info.event) == 1
-    b.synchronize()
-    assert adapter.shape == (2, 5) and adapter.format == "h"
-    with pytest.raises(BufferError, match="CUDA event"):
-        adapter.__cuda_array_interface__
-    del adapter
-    gc.collect()
-    assert b.exports == 0
-    np.testing.assert_array_equal(b.to_host(), np.full((2, 5), 7, np.int16))
+b = CUDABuffer((2, 5), "int16", device=1)
+b.fill(7)                                  # work pending on b's stream
+adapter = bufferext.as_buffer(DLPackOnly(b))
+stream = bufferext._bufferext._cuda_bridge_stream(1)
+# the producer made the bridge stream wait on its event ...
+assert sd.standin_last_wait_stream() == stream
+assert adapter.protocol == "dlpack" and adapter.device == "bufferext.cuda"
+assert b.exports == 1                      # the consumed capsule's export
+with bufferext.get_buffer(adapter) as view:
+    info = view.device_info
+    assert view.ptr == b.ptr and info.device == 1 and info.event != 0
+    # ... and the adapter's event was recorded on the bridge stream
+    assert sd.standin_event_records(info.event) == 1
+b.synchronize()
+assert adapter.shape == (2, 5) and adapter.format == "h"
+with pytest.raises(BufferError, match="CUDA event"):
+    adapter.__cuda_array_interface__
+del adapter
+gc.collect()
+assert b.exports == 0
+np.testing.assert_array_equal(b.to_host(), np.full((2, 5), 7, np.int16))
 """)
 
 
 def test_dlpack_import_of_a_missing_device(driver: str) -> None:
     check(driver, """
-def body():
-    class Claims(DLPackOnly):
-        def __dlpack_device__(self):
-            return (2, 5)
-    with pytest.raises(BufferError, match="CUDA device 5 does not exist"):
-        bufferext.as_buffer(Claims(None))
+class Claims(DLPackOnly):
+    def __dlpack_device__(self):
+        return (2, 5)
+with pytest.raises(BufferError, match="CUDA device 5 does not exist"):
+    bufferext.as_buffer(Claims(None))
 """)
 
 
 def test_adapter_of_cuda_buffer_round_trips_through_dlpack_out(
         driver: str) -> None:
     check(driver, """
-def body():
-    b = CUDABuffer(6, "float64")
-    b.synchronize()
-    adapter = bufferext.as_buffer(b, readonly=True)   # pass-through policy
-    assert adapter.readonly and adapter.device == "bufferext.cuda"
-    cap = adapter.__dlpack__(max_version=(1, 0), stream=-1)
-    assert adapter.__dlpack_device__() == (2, 0)
-    del cap
-    gc.collect()
+b = CUDABuffer(6, "float64")
+b.synchronize()
+adapter = bufferext.as_buffer(b, readonly=True)   # pass-through policy
+assert adapter.readonly and adapter.device == "bufferext.cuda"
+cap = adapter.__dlpack__(max_version=(1, 0), stream=-1)
+assert adapter.__dlpack_device__() == (2, 0)
+del cap
+gc.collect()
 """)
 
 

@@ -300,15 +300,29 @@ def test_context_method_signatures(name, text, bound_text):
     assert method.__doc__ and method.__doc__ == bound.__doc__
 
 
+# BufferView's __enter__/__exit__ bind without an allocation where the with
+# statement binds them on every use (before 3.14: Modules/fastmethod.h); from
+# 3.14 on they are the plain method descriptors
+FAST_CONTEXT_METHODS = sys.version_info < (3, 14)
+
+
+@pytest.mark.parametrize("name", ["__enter__", "__exit__"])
+def test_fast_context_methods_only_where_they_pay(name):
+    kind = type(BufferView.__dict__[name])
+    assert (kind is not types.MethodDescriptorType) == FAST_CONTEXT_METHODS
+
+
 def test_context_methods_bind_like_methods():
-    """__enter__/__exit__ bind without an allocation (Modules/fastmethod.c)
-    but behave as bound builtin methods do."""
+    """__enter__/__exit__ behave as bound builtin methods do, fast or not."""
     buf = bufferext.CPUBuffer(4)
     view = get_buffer(buf)
     enter, exit_ = view.__enter__, view.__exit__
     assert enter.__self__ is view and exit_.__self__ is view
-    assert isinstance(enter.__wrapped__, types.BuiltinMethodType)
-    assert enter.__wrapped__.__self__ is view
+    if FAST_CONTEXT_METHODS:
+        assert isinstance(enter.__wrapped__, types.BuiltinMethodType)
+        assert enter.__wrapped__.__self__ is view
+    else:
+        assert isinstance(enter, types.BuiltinMethodType)
     assert enter == view.__enter__ and hash(enter) == hash(view.__enter__)
     assert enter != exit_ and enter != get_buffer(buf).__enter__
     assert repr(enter).startswith("<built-in method __enter__ of "
