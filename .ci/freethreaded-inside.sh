@@ -18,6 +18,8 @@ fails=0
 job() {          # name command...: run, time and report one job
     local name=$1 start rc
     shift
+    # BUFFEREXT_FT_JOBS="wheel tsan" runs only those (by function name)
+    [[ " ${BUFFEREXT_FT_JOBS:-$1} " == *" $1 "* ]] || return 0
     echo "-- $name [$(date +%H:%M:%S)]"
     start=$(date +%s)
     ( set -e; "$@" )

@@ -128,7 +128,10 @@ ft_jobs() {      # SRC WHEELHOUSE
     orig=$(ls "$CACHE"/src/python3.13_*.orig.tar.xz | sort -V | tail -1)
     tar xf "$orig" -C "$CHROOT/ci-ft" --strip-components=3 \
         --wildcards '*/Tools/tsan/suppressions_free_threading.txt'
+    # CPython's suppressions, then ours (each naming its upstream issue)
+    cat "$CI_DIR/tsan.supp" >>"$CHROOT/ci-ft/suppressions_free_threading.txt"
     in_root env BUFFEREXT_TSAN_OPS="${BUFFEREXT_TSAN_OPS:-60000}" \
+        BUFFEREXT_FT_JOBS="${BUFFEREXT_FT_JOBS:-}" \
         /ci-ft/dotci/freethreaded-inside.sh "${PY[ft]}" "${PY[tsan]}" \
         /ci-ft/suppressions_free_threading.txt || rc=$?
     mkdir -p "$wheelhouse"

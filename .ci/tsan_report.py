@@ -27,7 +27,11 @@ import re
 import sys
 from typing import Dict, List
 
-OURS = re.compile(r"\(_bufferext\.[^)]*\.so\+|Modules/\w+\.[ch]:")
+# bufferext's frames: its extension module (inlined header code included)
+# and the header compiled into a consumer (tests/capi); CPython's own files
+# under Modules/ (_threadmodule.c, _pickle.c) are not ours
+OURS = re.compile(r"\((?:_bufferext|testcapi_\w+)\.[^)]*\.so\+|"
+                  r"Include/bufferext/")
 DATA = re.compile(r"cpubuffer_alloc|standin_veo|standin_cuda|cuMemAlloc|"
                   r"veo_alloc_hmem")
 
