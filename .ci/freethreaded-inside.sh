@@ -81,6 +81,11 @@ capi() {
     ( cd $W/tests && $W/venv-ft/bin/python tests/capi/build.py --matrix )
 }
 
+bench() {            # export throughput from 1 and 2 threads (figures only,
+                     # as the other benchmark steps: a noisy ratio must not fail)
+    ( cd $W && $W/venv-ft/bin/python $W/src/benchmarks/bench_threads.py --quick )
+}
+
 mpi() {              # the MPI suites on 2 ranks (mpich from PyPI)
     $W/venv-ft/bin/python -m pip install -q -c "$CONSTRAINTS" \
         --only-binary=mpich,numpy mpi4py mpich pytest-mpi
@@ -111,5 +116,6 @@ job "3.13t: the suite under pytest-run-parallel, GIL off by the module's declara
 job "3.13t: threads and hooks with PYTHON_GIL=0" gil_zero
 job "3.13t: C API matrix" capi
 job "3.13t: MPI suites on 2 ranks" mpi
+job "3.13t: thread throughput (benchmarks/bench_threads.py --quick)" bench
 job "3.13t + ThreadSanitizer: the thread stress" tsan
 exit $fails

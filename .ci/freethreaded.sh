@@ -26,6 +26,7 @@
 #   gil_zero  the thread, hook, view and CPUBuffer tests with PYTHON_GIL=0
 #   capi      the C API matrix, free-threaded
 #   mpi       the MPI suites on 2 ranks (mpi4py + mpich)
+#   bench     benchmarks/bench_threads.py --quick (figures only)
 #   tsan      bufferext built with -fsanitize=thread on the TSan interpreter:
 #             tests/test_threads.py (the hostile 8-thread stress, the header
 #             consumer raced): 0 reports on bufferext's state
