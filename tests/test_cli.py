@@ -139,8 +139,8 @@ def test_info_reports_the_optional_parts():
     from importlib import metadata
     info = collect_info()
     text = format_info(info)
-    for dist, label, hint in (("mpi4py", "mpi4py:           ", "bufferext[mpi]"),
-                              ("matplotlib", "matplotlib:       ", "plot_distribution")):
+    for dist, label, hint in (("mpi4py", "mpi4py:           ", "pip install mpi4py mpich"),
+                              ("matplotlib", "matplotlib:       ", "pip install matplotlib")):
         try:
             version = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -186,7 +186,7 @@ def test_demo_help_says_what_it_does():
 def test_usage_error_prints_once_under_mpiexec():
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
     if mpiexec is None:
-        pytest.skip("no mpiexec next to python (pip install bufferext[mpi])")
+        pytest.skip("no mpiexec next to python (pip install mpi4py mpich)")
     proc = subprocess.run([mpiexec, "-n", "3", sys.executable, "-m", "bufferext",
                            "bogus"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0

@@ -236,3 +236,23 @@ def test_import_leaves_the_gil_off() -> None:
         capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False" and proc.stderr == ""
+
+
+def test_install_hints_name_what_an_index_serves():
+    """No index serves bufferext itself: a hint in the installed package or
+    the docs names what exists (``pip install mpi4py mpich``, ``pip install
+    matplotlib``), never ``pip install bufferext[...]``."""
+    package = os.path.dirname(bufferext.__file__)
+    docs = os.path.join(SOURCE_ROOT, "docs")
+    places = [os.path.join(base, name)
+              for root in (package, docs) if os.path.isdir(root)
+              for base, _, names in os.walk(root) for name in names
+              if name.endswith((".py", ".pyi", ".rst"))]
+    assert any(p.endswith("__main__.py") for p in places)
+    found = []
+    for path in places:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if "install bufferext[" in line or "or bufferext[" in line:
+                    found.append(f"{path}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)

@@ -111,9 +111,9 @@ def format_info(info: Dict[str, Any]) -> str:
         f"header directory: {info['include']}",
         f"python:           {info['python']} ({info['implementation']})",
         f"numpy:            {info['numpy'] or 'not installed'}",
-        f"mpi4py:           {info['mpi4py'] or 'not installed (pip install bufferext[mpi])'}",
+        f"mpi4py:           {info['mpi4py'] or 'not installed (pip install mpi4py mpich)'}",
         f"MPI library:      {info['mpi'] or '-'}",
-        f"matplotlib:       {info['matplotlib'] or 'not installed (for plot_distribution)'}",
+        f"matplotlib:       {info['matplotlib'] or 'not installed (pip install matplotlib, for plot_distribution)'}",
         f"platform:         {info['platform']}",
         "request flags (PyBUF_*):",
     ]

@@ -20,7 +20,7 @@ def _pyplot() -> Any:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ImportError("plot_distribution needs matplotlib "
-                          "(pip install matplotlib, or bufferext[plot])") from exc
+                          "(pip install matplotlib)") from exc
     return plt
 
 
@@ -90,7 +90,7 @@ def plot_distribution(global_shape: Sequence[int], *, dist: Any, grid_shape: Seq
     global array); labels shrink to fit their cells and are left out when
     they would be too small to read.  Returns the matplotlib Figure.
     Raises ImportError if matplotlib is missing (``pip install
-    bufferext[plot]``).
+    matplotlib``).
     """
     plt = _pyplot()
     shape = tuple(int(n) for n in global_shape)
