@@ -189,6 +189,51 @@ view_release_held(BufferViewObject *self)
     self->layout.item_strides = NULL;
 }
 
+/* get_buffer's TypeError for an object that speaks no buffer protocol but
+ * one that as_buffer() bridges says so: the most common first mistake is
+ * get_buffer(tensor).  Called with the exporter's error set and nothing of
+ * ours held: the lookups on its type may run a metaclass's Python code. */
+static void
+view_hint_as_buffer(PyObject *obj)
+{
+    static const char *const bridged[][2] = {
+        {"__dlpack__", "DLPack"},
+        {"__cuda_array_interface__", "the CUDA Array Interface"},
+        {"__ve_array_interface__", "the VE Array Interface"},
+        {"__array_interface__", "the NumPy array interface"},
+    };
+    PyTypeObject *type = Py_TYPE(obj);
+    PyObject *exc_type, *exc, *tb, *found = NULL;
+    size_t i;
+
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) ||
+        (type->tp_as_buffer != NULL &&
+         type->tp_as_buffer->bf_getbuffer != NULL)) {
+        return;
+    }
+    PyErr_Fetch(&exc_type, &exc, &tb);
+    for (i = 0; i < sizeof bridged / sizeof bridged[0]; i++) {
+        found = PyObject_GetAttrString((PyObject *)type, bridged[i][0]);
+        if (found != NULL) {
+            break;
+        }
+        PyErr_Clear();
+    }
+    if (found == NULL) {
+        PyErr_Restore(exc_type, exc, tb);
+        return;
+    }
+    Py_DECREF(found);
+    Py_XDECREF(exc_type);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    PyErr_Format(PyExc_TypeError,
+                 "get_buffer: a '%.200s' object is not a buffer exporter; "
+                 "it speaks %s (%s): bufferext.as_buffer(obj) bridges it "
+                 "into an extended buffer", type->tp_name, bridged[i][1],
+                 bridged[i][0]);
+}
+
 PyObject *
 bufferext_get_buffer(PyObject *module, PyObject *const *args,
                      Py_ssize_t nargs, PyObject *kwnames)
@@ -219,6 +264,7 @@ bufferext_get_buffer(PyObject *module, PyObject *const *args,
     }
     if (bufferext_gate_acquire(obj, &self->ext, flags) < 0) {
         Py_DECREF(self);
+        view_hint_as_buffer(obj);
         return NULL;
     }
     self->acquired = 1;

@@ -40,6 +40,44 @@ def test_conforming_producers(make: Any) -> None:
     assert report.protocols["buffer"] is True
 
 
+class _Speaks:
+    """Not an exporter: it speaks only what as_buffer bridges."""
+
+    def __init__(self) -> None:
+        self.array = np.arange(4.0)
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.array.__dlpack_device__()
+
+
+class _Interface:
+    def __init__(self) -> None:
+        self.array = np.arange(4.0)
+
+    @property
+    def __array_interface__(self) -> Any:
+        return self.array.__array_interface__
+
+
+@pytest.mark.parametrize("make, what", [
+    (_Speaks, "DLPack (__dlpack__)"),
+    (_Interface, "the NumPy array interface (__array_interface__)"),
+])
+def test_a_bridged_object_is_pointed_at_as_buffer(make: Any, what: str) -> None:
+    obj = make()
+    report = check(obj)
+    assert not report.conformant
+    hints = [f.message for f in report.findings if f.subject == "as_buffer"]
+    assert hints == [f"it speaks {what}: bufferext.as_buffer(obj) bridges it "
+                     "into an extended buffer (check "
+                     "'bufferext.as_buffer(...)' instead)"]
+    assert check(bufferext.as_buffer(obj)).conformant   # the advice works
+    assert not [f for f in check(object()).findings if f.subject == "as_buffer"]
+
+
 def test_protocols_are_listed() -> None:
     report = check(bufferext.CPUBuffer(2))
     p = report.protocols

@@ -614,3 +614,68 @@ def test_many_views_and_bound_methods_dying_at_once():
     views = [bufferext.get_buffer(x) for _ in range(40)]
     assert [v.shape for v in views] == [(4,)] * 40 and not any(
         v.released for v in views)
+
+
+class _DLPackOnly:
+    def __init__(self) -> None:
+        self.array = np.arange(4.0)
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+class _InterfaceOnly:
+    def __init__(self) -> None:
+        self.array = np.arange(4.0)
+
+    @property
+    def __array_interface__(self):
+        return self.array.__array_interface__
+
+
+@pytest.mark.parametrize("make, what", [
+    (_DLPackOnly, "DLPack (__dlpack__)"),
+    (_InterfaceOnly, "the NumPy array interface (__array_interface__)"),
+])
+def test_get_buffer_of_a_bridged_object_points_at_as_buffer(make, what):
+    # the most common first mistake: get_buffer(torch_tensor)
+    obj = make()
+    with pytest.raises(TypeError) as info:
+        get_buffer(obj)
+    assert str(info.value) == (
+        f"get_buffer: a '{type(obj).__name__}' object is not a buffer "
+        f"exporter; it speaks {what}: bufferext.as_buffer(obj) bridges it "
+        "into an extended buffer")
+    with get_buffer(bufferext.as_buffer(obj)) as view:   # the advice works
+        assert view.tobytes() == obj.array.tobytes()
+
+
+def test_get_buffer_hint_only_for_bridged_objects():
+    # CPython's own message for anything else, and the exporter's own error
+    # for an exporter that refuses
+    with pytest.raises(TypeError, match="bytes-like object is required"):
+        get_buffer(object())
+    with pytest.raises(BufferError, match="not writable"):
+        get_buffer(b"x", F.WRITABLE)
+
+
+def test_get_buffer_hint_survives_a_hostile_metaclass():
+    # the hint looks the bridges up on the type, after nothing of ours is
+    # held: a metaclass whose lookups raise or mutate leaves CPython's error
+    calls = []
+
+    class Meta(type):
+        def __getattr__(cls, name):
+            calls.append(name)
+            raise RuntimeError("a lookup that fails")
+
+    class Odd(metaclass=Meta):
+        pass
+
+    with pytest.raises(TypeError, match="bytes-like object is required"):
+        get_buffer(Odd())
+    assert calls == ["__dlpack__", "__cuda_array_interface__",
+                     "__ve_array_interface__", "__array_interface__"]

@@ -167,6 +167,16 @@ def _protocols(obj: Any, report: Report) -> None:
                               else value.get("version"))
 
 
+#: What as_buffer bridges, as _protocols records it, in as_buffer's order.
+_BRIDGED = (("dlpack", "DLPack (__dlpack__)"),
+            ("cuda_array_interface",
+             "the CUDA Array Interface (__cuda_array_interface__)"),
+            ("ve_array_interface",
+             "the VE Array Interface (__ve_array_interface__)"),
+            ("array_interface",
+             "the NumPy array interface (__array_interface__)"))
+
+
 # ---- probing ------------------------------------------------------------------
 
 #: How BufferExt_GetBuffer reports an exporter that wrote the extension
@@ -337,6 +347,13 @@ def check(obj: Any, target: str = "") -> Report:
         report.add("violation", "buffer",
                    f"not a buffer exporter (a {type(obj).__name__!r} has no "
                    "buffer slot)")
+        spoken = [what for key, what in _BRIDGED if report.protocols.get(key)
+                  not in (None, False)]
+        if spoken:
+            report.add("info", "as_buffer",
+                       f"it speaks {spoken[0]}: bufferext.as_buffer(obj) "
+                       "bridges it into an extended buffer (check "
+                       "'bufferext.as_buffer(...)' instead)")
         return report
     device = _where(obj, report)
     if device is None and not report.conformant:
