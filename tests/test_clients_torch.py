@@ -51,3 +51,15 @@ def test_torch_round_trip_through_our_exchange() -> None:
     t = torch.ones(4, dtype=torch.float64)
     back = torch.from_dlpack(bufferext.as_buffer(t))
     assert back.data_ptr() == t.data_ptr()
+
+
+def test_get_buffer_of_a_tensor_points_at_as_buffer() -> None:
+    # a tensor is no buffer exporter: the error says what it speaks and
+    # what to call, and the advice works
+    t = torch.arange(6, dtype=torch.float32)
+    with pytest.raises(TypeError, match=r"'Tensor' object is not a buffer "
+                       r"exporter; it speaks DLPack \(__dlpack__\): "
+                       r"bufferext\.as_buffer\(obj\)"):
+        bufferext.get_buffer(t)
+    with bufferext.get_buffer(bufferext.as_buffer(t)) as view:
+        assert view.tobytes() == t.numpy().tobytes()
