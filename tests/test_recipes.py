@@ -36,6 +36,29 @@ RECIPES = HERE.parent / "docs" / "examples" / "recipes"
 WHEELHOUSE = os.environ.get("BUFFEREXT_RECIPES_WHEELHOUSE", "")
 
 
+README = HERE.parent / "README.md"
+RECIPE_BLOCK = re.compile(r"<!-- recipe: (\S+) -->\n```[a-z]*\n(.*?)```",
+                          re.S)
+
+
+@pytest.mark.skipif(not README.is_file(), reason="README.md is not beside "
+                    "the tests (a copy of tests/ outside the checkout)")
+def test_readme_build_snippets_are_the_tested_recipe_files() -> None:
+    # README "Build" shows whole recipe files, each marked with the file it
+    # is; the recipes step builds those files, so what a reader pastes
+    # into an empty folder is what CI built (a snippet that lost its
+    # install() line once built an empty wheel and reported success)
+    shown = {path: body for path, body
+             in RECIPE_BLOCK.findall(README.read_text(encoding="utf-8"))}
+    assert set(shown) == {
+        f"docs/examples/recipes/{name}" for name in (
+            "setuptools/pyproject.toml", "setuptools/setup.py",
+            "meson/pyproject.toml", "meson/meson.build",
+            "cmake/pyproject.toml", "cmake/CMakeLists.txt")}
+    for path, body in shown.items():
+        assert body == (HERE.parent / path).read_text(encoding="utf-8"), path
+
+
 def _cli(*args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "bufferext", *args],
                           capture_output=True, text=True, timeout=120)
