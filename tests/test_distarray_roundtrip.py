@@ -226,7 +226,7 @@ def test_plot_without_matplotlib(monkeypatch):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", fake)
-    with pytest.raises(ImportError, match=r"pip install matplotlib, or bufferext\[plot\]"):
+    with pytest.raises(ImportError, match=r"needs matplotlib \(pip install matplotlib\)$"):
         plot_distribution((4,), dist="b", grid_shape=(2,))
 
 
