@@ -277,3 +277,36 @@ def read_capsule(capsule: Any) -> Dict[str, Any]:
         deleter=managed.deleter,
     )
     return result
+
+
+class DLPackOnly:
+    """No buffer exporter: speaks only DLPack, over a numpy array."""
+
+    def __init__(self) -> None:
+        import numpy as np
+        self.array = np.arange(4.0)
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.array.__dlpack_device__()
+
+
+class ArrayInterfaceOnly:
+    """No buffer exporter: speaks only the NumPy array interface."""
+
+    def __init__(self) -> None:
+        import numpy as np
+        self.array = np.arange(4.0)
+
+    @property
+    def __array_interface__(self) -> Any:
+        return self.array.__array_interface__
+
+
+#: the two above, with how as_buffer's hints name what they speak
+BRIDGED_ONLY = [(DLPackOnly, "DLPack (__dlpack__)"),
+                (ArrayInterfaceOnly,
+                 "the NumPy array interface (__array_interface__)")]
+

@@ -15,6 +15,7 @@ import pytest
 
 import bufferext
 from bufferext._check import check, flag_names, legacy_requests, load_target
+from _helpers import BRIDGED_ONLY
 
 
 def levels(report: Any, level: str) -> list:
@@ -40,32 +41,7 @@ def test_conforming_producers(make: Any) -> None:
     assert report.protocols["buffer"] is True
 
 
-class _Speaks:
-    """Not an exporter: it speaks only what as_buffer bridges."""
-
-    def __init__(self) -> None:
-        self.array = np.arange(4.0)
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self.array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> Any:
-        return self.array.__dlpack_device__()
-
-
-class _Interface:
-    def __init__(self) -> None:
-        self.array = np.arange(4.0)
-
-    @property
-    def __array_interface__(self) -> Any:
-        return self.array.__array_interface__
-
-
-@pytest.mark.parametrize("make, what", [
-    (_Speaks, "DLPack (__dlpack__)"),
-    (_Interface, "the NumPy array interface (__array_interface__)"),
-])
+@pytest.mark.parametrize("make, what", BRIDGED_ONLY)
 def test_a_bridged_object_is_pointed_at_as_buffer(make: Any, what: str) -> None:
     obj = make()
     report = check(obj)

@@ -13,7 +13,7 @@ import pytest
 
 import bufferext
 from bufferext import BufferFlags as F
-from _helpers import run_child
+from _helpers import BRIDGED_ONLY, run_child
 from bufferext import BufferView, get_buffer
 
 
@@ -616,30 +616,7 @@ def test_many_views_and_bound_methods_dying_at_once():
         v.released for v in views)
 
 
-class _DLPackOnly:
-    def __init__(self) -> None:
-        self.array = np.arange(4.0)
-
-    def __dlpack__(self, **kwargs):
-        return self.array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
-
-
-class _InterfaceOnly:
-    def __init__(self) -> None:
-        self.array = np.arange(4.0)
-
-    @property
-    def __array_interface__(self):
-        return self.array.__array_interface__
-
-
-@pytest.mark.parametrize("make, what", [
-    (_DLPackOnly, "DLPack (__dlpack__)"),
-    (_InterfaceOnly, "the NumPy array interface (__array_interface__)"),
-])
+@pytest.mark.parametrize("make, what", BRIDGED_ONLY)
 def test_get_buffer_of_a_bridged_object_points_at_as_buffer(make, what):
     # the most common first mistake: get_buffer(torch_tensor)
     obj = make()
