@@ -223,20 +223,31 @@ def write_tables(folder: str, runs: Optional[Dict[str, Rows]] = None) -> List[st
     return written
 
 
+def chart_data(runs: Dict[str, Rows]) -> Dict[str, Dict[str, float]]:
+    """What the chart draws: ``{operation: {python: ratio / target}}`` for
+    every row with a ratio target (the allocation count's is a count)."""
+    data = {}
+    for label, name in TARGETS:
+        rows = {py: worst(rows, name) for py, rows in runs.items()}
+        if all(r.get("exact") is None for r in rows.values()):
+            data[label.replace("``", "")] = {
+                py: round(r["ratio"] / r["target"], 4) for py, r in rows.items()}
+    return data
+
+
 def chart(out: str, runs: Dict[str, Rows]) -> None:
     """The SVG chart, sized for the page's column (about 730 px at a
-    1280 px window), so that its text shows at about the page's own size."""
+    1280 px window), so that its text shows at about the page's own size.
+    Its description holds :func:`chart_data`, which the test compares with
+    the results."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     pythons = list(runs)
-    # the ratios (the allocation count's target is a count, not a ratio)
-    ops = [(textwrap.fill(label.replace("``", ""), 30, break_long_words=False,
-                          break_on_hyphens=False), name)
-           for label, name in TARGETS
-           if worst(runs[pythons[0]], name).get("exact") is None]
-    labels = [label for label, _ in ops]
+    data = chart_data(runs)
+    labels = [textwrap.fill(label, 30, break_long_words=False,
+                            break_on_hyphens=False) for label in data]
     # text as SVG text (not glyph paths): the browser draws it at the page's
     # scale, and tools can read its size
     matplotlib.rcParams.update({"svg.hashsalt": "bufferext", "font.size": 11,
@@ -246,10 +257,8 @@ def chart(out: str, runs: Dict[str, Rows]) -> None:
     cmap = plt.get_cmap("viridis")
     for k, py in enumerate(pythons):
         y = [i + (k - (len(pythons) - 1) / 2) * height for i in range(len(labels))]
-        x = [worst(runs[py], name)["ratio"] / worst(runs[py], name)["target"]
-             for _, name in ops]
-        ax.barh(y, x, height=height, color=cmap(k / max(len(pythons) - 1, 1)),
-                label=f"CPython {py}")
+        ax.barh(y, [ratios[py] for ratios in data.values()], height=height,
+                color=cmap(k / max(len(pythons) - 1, 1)), label=f"CPython {py}")
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels)
@@ -257,7 +266,8 @@ def chart(out: str, runs: Dict[str, Rows]) -> None:
     ax.set_xlabel("ratio to the anchor / target (left of 1: it holds)")
     fig.legend(ncol=4, loc="upper center", frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(out, format="svg", metadata={"Date": None})
+    fig.savefig(out, format="svg", metadata={
+        "Date": None, "Description": json.dumps(data, sort_keys=True)})
     plt.close(fig)
 
 

@@ -1,7 +1,8 @@
 """Every performance figure in the docs comes from benchmarks/results.
 
-The tables the pages include are made by ``benchmarks/chart.py`` from
-``benchmarks/results/py*.json``: they must be what it makes now.  Any
+The tables the pages include, and the chart, are made by
+``benchmarks/chart.py`` from ``benchmarks/results/py*.json``: they must be
+what it makes now.  Any
 other figure a page quotes (a number with a unit of time, rate or ratio)
 must be a value the results hold, to the precision it is quoted with.
 ``docs/changes.rst`` is left out: it is the project's history, whose
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import filecmp
 import glob
+import html
 import importlib.util
 import json
 import os
@@ -109,6 +111,19 @@ def test_generated_tables_are_those_of_the_results(tmp_path):
         os.path.join(tmp_path, n), os.path.join(GENERATED, n), shallow=False)]
     assert not stale, (f"docs/_generated/{stale} differ from what "
                        "`python benchmarks/chart.py` makes of benchmarks/results")
+
+
+def test_chart_draws_the_results():
+    # the SVG's description holds what it draws (chart.chart_data); the
+    # drawing itself depends on the matplotlib version, its data must not
+    chart = chart_module()
+    with open(os.path.join(DOCS, "_static", "benchmarks.svg"),
+              encoding="utf-8") as f:
+        found = re.search(r"<dc:description>(.*?)</dc:description>", f.read(),
+                          re.S)
+    assert found, "docs/_static/benchmarks.svg has no description"
+    assert json.loads(html.unescape(found.group(1))) == chart.chart_data(
+        chart.load()), "the chart is stale: run python benchmarks/chart.py"
 
 
 def test_every_generated_table_is_included():
