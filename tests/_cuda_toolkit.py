@@ -8,14 +8,19 @@ all have the CUDA toolkit): then they fail.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import subprocess
+import sys
+import sysconfig
+from types import ModuleType
 from typing import List, NoReturn, Optional, Tuple
-
-import pytest
 
 REQUIRED = os.environ.get("BUFFEREXT_REQUIRE_CUDA_HEADERS") == "1"
 USUAL_PREFIX = "/usr/local/cuda"
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), "docs", "examples", "cuda")
 
 
 def _prefixes() -> List[Tuple[str, str]]:
@@ -55,7 +60,32 @@ def nvcc() -> Tuple[Optional[str], str]:
 
 def missing(why: str) -> NoReturn:
     """Skip for an absent toolkit part, or fail where CI requires it."""
+    import pytest
     if REQUIRED:
         pytest.fail(f"{why}; BUFFEREXT_REQUIRE_CUDA_HEADERS=1 requires the "
                     "CUDA toolkit")
     pytest.skip(why)
+
+
+def build_example(nvcc_program: str, directory: str) -> str:
+    """Build docs/examples/cuda/scale.cu with its build.sh (as docs/cuda.rst
+    says, warnings as errors) into ``directory``; the module's path."""
+    done = subprocess.run(
+        ["sh", os.path.join(EXAMPLE, "build.sh")], cwd=directory,
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHON=sys.executable, NVCC=nvcc_program,
+                 NVCCFLAGS="-Xcompiler -Wall,-Wextra,-Werror"))
+    if done.returncode != 0:
+        raise RuntimeError(f"build.sh failed:\n{done.stdout}{done.stderr}")
+    return os.path.join(directory, "bufferext_cuda_scale" +
+                        str(sysconfig.get_config_var("EXT_SUFFIX")))
+
+
+def load_example(path: str) -> ModuleType:
+    """Import the built example module from ``path``."""
+    spec = importlib.util.spec_from_file_location("bufferext_cuda_scale",
+                                                  path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -44,7 +44,7 @@ def cuda_include() -> str:
     return include
 
 
-def syntax_check(*args: str) -> subprocess.CompletedProcess:
+def syntax_check(*args: str) -> subprocess.CompletedProcess[str]:
     """Compile without output, warnings as errors, messages in ASCII."""
     return subprocess.run(
         [os.environ.get("CC") or "gcc", "-std=c11", "-fsyntax-only",
@@ -128,7 +128,7 @@ def check_source(header_path: Path) -> str:
 
 
 def compile_check(header_path: Path, include: str,
-                  tmp_path: Path) -> subprocess.CompletedProcess:
+                  tmp_path: Path) -> subprocess.CompletedProcess[str]:
     source = tmp_path / "check_cuda_driver.c"
     source.write_text(check_source(header_path))
     return syntax_check(f"-I{MODULES}", f"-I{MODULES.parent / 'Include'}",
@@ -225,3 +225,32 @@ def test_planted_difference_fails_the_standin_build(cuda_include: str,
                             str(planted))
         assert done.returncode != 0, f"{new}: the build passed"
         assert error in done.stderr, done.stderr[-6000:]
+
+
+def test_cuda_h_found_from_cuda_home_first(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda.h").write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert toolkit.cuda_include() == (str(tmp_path / "include"), "")
+
+
+def test_no_toolkit_skips_or_fails(monkeypatch: pytest.MonkeyPatch,
+                                   tmp_path: Path) -> None:
+    """Nothing found: the reason names where cuda.h and nvcc were looked
+    for; it skips, or fails under BUFFEREXT_REQUIRE_CUDA_HEADERS=1."""
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(toolkit, "USUAL_PREFIX", str(tmp_path / "usual"))
+    include, why = toolkit.cuda_include()
+    assert include is None and why == (
+        f"no cuda.h in {tmp_path}/home/include (CUDA_HOME), "
+        f"{tmp_path}/usual/include (the usual prefix)")
+    assert toolkit.nvcc()[0] is None
+    monkeypatch.setattr(toolkit, "REQUIRED", False)
+    with pytest.raises(pytest.skip.Exception, match="^no cuda.h in"):
+        toolkit.missing(why)
+    monkeypatch.setattr(toolkit, "REQUIRED", True)
+    with pytest.raises(pytest.fail.Exception,
+                       match="BUFFEREXT_REQUIRE_CUDA_HEADERS=1 requires"):
+        toolkit.missing(why)
