@@ -1,5 +1,7 @@
 """Where the CUDA toolkit is, for the tests that compile against it
-(test_cuda_headers.py: cuda.h; test_cuda_example.py: nvcc).
+(test_cuda_headers.py: cuda.h; test_cuda_example.py and test_cuda_gpu.py:
+nvcc, to build the example docs/examples/cuda/scale.cu) and for
+benchmarks/bench_cuda_gpu.py.
 
 Without the toolkit those tests skip with the reason, unless
 ``BUFFEREXT_REQUIRE_CUDA_HEADERS=1`` (CI on this project's machines, which
@@ -65,6 +67,15 @@ def missing(why: str) -> NoReturn:
         pytest.fail(f"{why}; BUFFEREXT_REQUIRE_CUDA_HEADERS=1 requires the "
                     "CUDA toolkit")
     pytest.skip(why)
+
+
+def build_example_or_skip(directory: str) -> str:
+    """build_example with the nvcc found, for a test (which skips, or
+    fails under BUFFEREXT_REQUIRE_CUDA_HEADERS=1, without one)."""
+    program, why = nvcc()
+    if program is None:
+        missing(why)
+    return build_example(program, directory)
 
 
 def build_example(nvcc_program: str, directory: str) -> str:

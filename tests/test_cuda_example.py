@@ -3,9 +3,9 @@ nvcc against bufferext.h with its build.sh, once per module.
 
 Here it is built, imported and shown to refuse what it cannot scale; the
 stand-in driver gives it a CUDABuffer whose kernel launch must fail
-cleanly (the CUDA runtime finds no driver).  On a real GPU (marked
-``cuda``) it scales a CUDABuffer in place.  Without nvcc the tests skip,
-unless ``BUFFEREXT_REQUIRE_CUDA_HEADERS=1`` (CI): then they fail.
+cleanly (the CUDA runtime finds no driver).  tests/test_cuda_gpu.py runs
+it on a real GPU.  Without nvcc the tests skip, unless
+``BUFFEREXT_REQUIRE_CUDA_HEADERS=1`` (CI): then they fail.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
 import pytest
 
 import bufferext
@@ -27,7 +26,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "cuda_standin"))
 import _cuda_toolkit as toolkit  # noqa: E402
 import standin_harness as harness  # noqa: E402
-from _helpers import cuda_status  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not os.path.isfile(os.path.join(toolkit.EXAMPLE, "scale.cu")),
@@ -37,25 +35,12 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The example module's path (one nvcc run for this file)."""
-    nvcc, why = toolkit.nvcc()
-    if nvcc is None:
-        toolkit.missing(why)
-    return toolkit.build_example(nvcc, str(tmp_path_factory.mktemp("scale")))
+    return toolkit.build_example_or_skip(str(tmp_path_factory.mktemp("scale")))
 
 
 @pytest.fixture(scope="module")
 def example(built: str) -> ModuleType:
     return toolkit.load_example(built)
-
-
-def no_gpu() -> str:
-    """Why the example cannot run here, or "" on a real GPU."""
-    status = cuda_status()
-    if not status["loaded"] or "standin" in str(status.get("path") or ""):
-        return f"no CUDA GPU: {status.get('error') or 'stand-in driver'}"
-    if not status.get("devices"):
-        return f"no CUDA GPU: {status.get('error') or 'no device'}"
-    return ""
 
 
 def test_example_builds_and_imports(example: ModuleType) -> None:
@@ -101,19 +86,3 @@ def test_example_on_the_standin(built: str, tmp_path: Path) -> None:
         assert b.exports == 0 and (b.to_host() == 0).all()
         b.close()
         """)
-
-
-@pytest.mark.cuda
-def test_example_scales_on_a_gpu(example: ModuleType) -> None:
-    why = no_gpu()
-    if why:
-        pytest.skip(why)
-    data = np.arange(1 << 20, dtype=np.float32)
-    b = CUDABuffer(data.shape, "float32")
-    b.copy_from_host(data)
-    example.scale(b, 3.0)
-    assert (b.to_host() == data * 3).all()
-    b.fill(2.0)                  # queued: the example waits for its event
-    example.scale(b, 0.5)
-    assert (b.to_host() == 1.0).all() and b.exports == 0
-    b.close()

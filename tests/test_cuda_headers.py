@@ -102,24 +102,25 @@ def check_source(header_path: Path) -> str:
                 f'{name}), "{name}: not the type cuda.h declares");')
     lines += [
         "", "/* every entry point, as cuda.h declares it */",
-        "#define CHECK_ENTRY(name, params)                                  \\",
-        "    _Static_assert(__builtin_types_compatible_p(__typeof__(name),   \\",
-        "                                                CUresult params),  \\",
+        "#define CHECK_ENTRY(name, params)                               \\",
+        "    _Static_assert(__builtin_types_compatible_p(__typeof__(name),\\",
+        "                                                CUresult params),\\",
         '                   #name ": not the declaration of cuda.h");',
         "CUDA_SYMBOLS(CHECK_ENTRY)",
         "#define COUNT_ENTRY(name, params) + 1",
         f"_Static_assert(0 CUDA_SYMBOLS(COUNT_ENTRY) == {len(symbols)}, "
         '"the test did not read every CUDA_SYMBOLS entry");',
-        "", "/* every symbol name is the one cuda.h maps the plain name to: "
-        "BX_SYMBOL(plain)",
-        " * expands the plain name (cuMemAlloc -> cuMemAlloc_v2) before "
-        "pasting it */",
+        "", "/* every symbol name is the one cuda.h maps the plain name to:",
+        " * BX_MAPS(plain) expands the plain name (cuMemAlloc ->",
+        " * cuMemAlloc_v2) before pasting it, so a difference is an",
+        " * undeclared identifier that names cuda.h's symbol */",
         "#define BX_PASTE(a, b) a##b",
-        "#define BX_SYMBOL(plain) BX_PASTE(symbol_, plain)",
-        "enum {"] + [f"    symbol_{name}," for name in symbols] + ["};"]
+        "#define BX_MAPS(plain) BX_PASTE(cuda_h_maps_to_, plain)",
+        "enum {"] + [f"    cuda_h_maps_to_{name}," for name in symbols]
+    lines += ["};"]
     for name in symbols:
         plain = re.sub(r"_v\d+$", "", name)
-        lines.append(f"_Static_assert(BX_SYMBOL({plain}) >= 0, "
+        lines.append(f"_Static_assert(BX_MAPS({plain}) >= 0, "
                      f'"{name}: cuda.h maps {plain} to another symbol");')
     lines += ["", "/* every constant */"]
     lines += [f"_Static_assert(ours_{name} == (int)(uintptr_t)({name}), "
@@ -172,18 +173,21 @@ def test_standin_matches_cuda_h(cuda_include: str, tmp_path: Path) -> None:
 PLANTED = [
     # (what, in cuda_driver.h, replaced by, the error names)
     ("parameter type", "X(cuMemAlloc_v2, (CUdeviceptr *, size_t))",
-     "X(cuMemAlloc_v2, (CUdeviceptr *, int))", "cuMemAlloc_v2"),
-    ("parameter count", "X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))",
-     "X(cuStreamWaitEvent, (CUstream, CUevent))", "cuStreamWaitEvent"),
+     "X(cuMemAlloc_v2, (CUdeviceptr *, int))",
+     "cuMemAlloc_v2: not the declaration of cuda.h"),
+    ("parameter count", "(CUstream, CUevent, unsigned int)",
+     "(CUstream, CUevent)", "cuStreamWaitEvent: not the declaration"),
     ("plain name where cuda.h maps to _v2", "X(cuMemFree_v2, (CUdeviceptr))",
-     "X(cuMemFree, (CUdeviceptr))", "cuda.h maps cuMemFree"),
+     "X(cuMemFree, (CUdeviceptr))",
+     "'cuda_h_maps_to_cuMemFree_v2' undeclared"),
     ("_v2 name cuda.h does not map to", "X(cuStreamCreate, ",
-     "X(cuStreamCreate_v2, ", "cuStreamCreate_v2"),
+     "X(cuStreamCreate_v2, ", "'cuda_h_maps_to_cuStreamCreate' undeclared"),
     ("constant", "#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9",
      "#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 8",
      "CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: not the value"),
     ("pointer constant", "#define CU_STREAM_PER_THREAD ((CUstream)0x2)",
-     "#define CU_STREAM_PER_THREAD ((CUstream)0x3)", "CU_STREAM_PER_THREAD"),
+     "#define CU_STREAM_PER_THREAD ((CUstream)0x3)",
+     "CU_STREAM_PER_THREAD: not the value"),
     ("type size", "typedef unsigned long long CUdeviceptr;",
      "typedef unsigned int CUdeviceptr;", "CUdeviceptr: not the type"),
     ("enum's size", "typedef int CUresult;", "typedef short CUresult;",
@@ -216,7 +220,8 @@ def test_planted_difference_fails_the_standin_build(cuda_include: str,
             ("EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size)",
              "EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, int size)",
              "conflicting types for 'cuMemAlloc_v2'"),
-            ("#define ERR_INVALID_HANDLE 400", "#define ERR_INVALID_HANDLE 401",
+            ("#define ERR_INVALID_HANDLE 400",
+             "#define ERR_INVALID_HANDLE 401",
              "ERR_INVALID_HANDLE is not CUDA_ERROR_INVALID_HANDLE")]:
         assert text.count(old) == 1, old
         planted = tmp_path / "standin_cuda.c"

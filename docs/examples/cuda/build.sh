@@ -8,7 +8,9 @@ set -e
 PYTHON=${PYTHON:-python3}
 NVCC=${NVCC:-nvcc}
 py() { "$PYTHON" -c "$1"; }
-"$NVCC" -shared -Xcompiler -fPIC -O2 ${NVCCFLAGS:-} "$(dirname "$0")/scale.cu" \
-    -I"$(py 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
-    -I"$(py 'import bufferext; print(bufferext.get_include())')" \
-    -o "bufferext_cuda_scale$(py 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+PY_INCLUDE=$(py 'import sysconfig; print(sysconfig.get_paths()["include"])')
+BUFFEREXT_INCLUDE=$(py 'import bufferext; print(bufferext.get_include())')
+SUFFIX=$(py 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+"$NVCC" -shared -Xcompiler -fPIC -O2 ${NVCCFLAGS:-} \
+    -I"$PY_INCLUDE" -I"$BUFFEREXT_INCLUDE" \
+    -o "bufferext_cuda_scale$SUFFIX" "$(dirname "$0")/scale.cu"
