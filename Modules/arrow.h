@@ -57,7 +57,9 @@ typedef struct {
 
 /* Read the capsules of __arrow_c_array__ (`device` 0) or
  * __arrow_c_device_array__ (1) into `out`; BufferError naming the field and
- * value for what bufferext cannot wrap.  Runs no Python code.  0 or -1. */
+ * value for what bufferext cannot wrap.  Python code (the repr of what was
+ * given) runs only when the capsule names are wrong, before anything is
+ * read.  0 or -1. */
 int bufferext_arrow_read(PyObject *schema, PyObject *array, int device,
                          bufferext_arrow_import *out);
 /* Move the array read into `in` out of its capsule (marking the capsule's
