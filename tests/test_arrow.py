@@ -348,6 +348,20 @@ def test_unexportable_buffers_are_refused(make: Any, message: str) -> None:
     assert exports in (0, None)
 
 
+def test_buffer_view_exports_while_acquired() -> None:
+    b = bufferext.CPUBuffer((3,), "float32")
+    view = bufferext.get_buffer(b)
+    arr = pa.array(view)
+    assert arr.type == pa.float32() and values_address(arr) == b.ptr
+    with pytest.raises(BufferError, match="BufferView has 1 export"):
+        view.release()                      # the array pins the view
+    del arr
+    view.release()
+    with pytest.raises(ValueError, match="released BufferView"):
+        view.__arrow_c_device_array__()
+    assert b.exports == 0
+
+
 def test_closed_buffer_is_refused_as_for_dlpack() -> None:
     b = bufferext.CPUBuffer((2,), "int8")
     b.close()
