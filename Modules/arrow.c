@@ -132,8 +132,12 @@ parse_request(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
     }
     for (i = 0; i < nkw; i++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        if (PyUnicode_CompareWithASCIIString(name, "requested_schema") == 0
-            && nargs == 0) {
+        if (PyUnicode_CompareWithASCIIString(name, "requested_schema") == 0) {
+            if (nargs != 0) {
+                PyErr_Format(PyExc_TypeError, "%s() got multiple values for "
+                             "argument 'requested_schema'", fname);
+                return -1;
+            }
             schema = args[i];           /* nargs == 0: keywords from 0 */
         }
         else if (!device) {
@@ -366,8 +370,14 @@ read_schema(const BxArrowSchema *s, bufferext_arrow_import *out)
                      s->format);
         return -1;
     }
-    for (i = 0; s->n_children == 0 && i < Py_ARRAY_LENGTH(arrow_formats);
-         i++) {
+    if (s->n_children != 0) {
+        PyErr_Format(PyExc_BufferError, "arrow: type '%s' (%s) has %lld "
+                     "children; only flat arrays of fixed-width numbers "
+                     "come in", s->format, arrow_type_name(s->format),
+                     (long long)s->n_children);
+        return -1;
+    }
+    for (i = 0; i < Py_ARRAY_LENGTH(arrow_formats); i++) {
         if (arrow_formats[i] != NULL &&
             strcmp(s->format, arrow_formats[i]) == 0) {
             out->format = struct_formats[i];

@@ -134,11 +134,14 @@ def test_nulls_are_refused_naming_the_count() -> None:
     (pa.array([True, False]), r"type 'b' \(boolean \(bit-packed\)\)"),
     (pa.array(["a", "b"]), r"type 'u' \(utf8 string\)"),
     (pa.array([[1], [2, 3]]), r"type '\+l' \(list\)"),
+    (pa.StructArray.from_arrays([pa.array([1]), pa.array([2.0])], ["a", "b"]),
+     r"type '\+s' \(struct\) has 2 children"),
     (pa.array([1, 2], pa.timestamp("us")), r"type 'tsu:' \(timestamp\).*"
                                            r"integer storage"),
     (pa.array([1, 2], pa.decimal128(5, 2)), r"type 'd:5,2' \(decimal\)"),
     (pa.array(["x", "y", "x"]).dictionary_encode(), "dictionary-encoded"),
-], ids=["bool", "string", "list", "timestamp", "decimal", "dictionary"])
+], ids=["bool", "string", "list", "struct", "timestamp", "decimal",
+        "dictionary"])
 def test_other_types_are_refused_by_name(arr: Any, name: str) -> None:
     with pytest.raises(BufferError, match=name):
         bufferext.as_buffer(arr)
@@ -325,6 +328,9 @@ def test_requested_schema_and_keywords() -> None:
         b.__arrow_c_device_array__(future_keyword=1)
     with pytest.raises(TypeError, match="unexpected keyword argument"):
         b.__arrow_c_array__(future_keyword=None)
+    with pytest.raises(TypeError, match="multiple values for argument "
+                                        "'requested_schema'"):
+        b.__arrow_c_device_array__(None, requested_schema=None)
     gc.collect()
     assert b.exports == 0
 
