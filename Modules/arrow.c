@@ -86,32 +86,41 @@ schema_release(BxArrowSchema *schema)
     schema->release = NULL;     /* its strings are static */
 }
 
-/* The destructor of every capsule made here: release the struct unless a
- * consumer moved it out, then free it.  An array capsule points at an
- * ArrowDeviceArray (its ArrowArray is the first member). */
-static void
-capsule_destructor(PyObject *capsule)
+/* The struct a capsule of ours holds, whatever its name is now. */
+static void *
+capsule_struct(PyObject *capsule)
 {
-    const char *name = PyCapsule_GetName(capsule);
-    void *p = PyCapsule_GetPointer(capsule, name);
+    void *p = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
 
     if (p == NULL) {
-        PyErr_Clear();          /* cannot happen: name and pointer are ours */
-        return;
+        PyErr_Clear();          /* cannot happen: the pointer is never NULL */
     }
-    if (strcmp(name, BX_ARROW_SCHEMA_CAPSULE) == 0) {
-        BxArrowSchema *schema = p;
-        if (schema->release != NULL) {
-            schema->release(schema);
-        }
+    return p;
+}
+
+/* The capsules' destructors: release the struct unless a consumer moved it
+ * out, then free it.  An array capsule holds an ArrowDeviceArray (its
+ * ArrowArray is the first member). */
+static void
+schema_capsule_destructor(PyObject *capsule)
+{
+    BxArrowSchema *schema = capsule_struct(capsule);
+
+    if (schema != NULL && schema->release != NULL) {
+        schema->release(schema);
     }
-    else {
-        BxArrowArray *array = p;
-        if (array->release != NULL) {
-            array->release(array);
-        }
+    PyMem_RawFree(schema);
+}
+
+static void
+array_capsule_destructor(PyObject *capsule)
+{
+    BxArrowArray *array = capsule_struct(capsule);
+
+    if (array != NULL && array->release != NULL) {
+        array->release(array);
     }
-    PyMem_RawFree(p);
+    PyMem_RawFree(array);
 }
 
 /* requested_schema (None, or a capsule of the same format) and, for the
@@ -260,7 +269,7 @@ arrow_export(PyObject *exporter, PyObject *const *args, Py_ssize_t nargs,
         return PyErr_NoMemory();
     }
     schema_capsule = PyCapsule_New(schema, BX_ARROW_SCHEMA_CAPSULE,
-                                   capsule_destructor);
+                                   schema_capsule_destructor);
     if (schema_capsule == NULL) {
         PyMem_RawFree(schema);
         PyMem_RawFree(array);
@@ -270,7 +279,7 @@ arrow_export(PyObject *exporter, PyObject *const *args, Py_ssize_t nargs,
     array_capsule = PyCapsule_New(array, device
                                   ? BX_ARROW_DEVICE_ARRAY_CAPSULE
                                   : BX_ARROW_ARRAY_CAPSULE,
-                                  capsule_destructor);
+                                  array_capsule_destructor);
     if (array_capsule == NULL) {
         PyMem_RawFree(array);
         goto error;
