@@ -206,6 +206,86 @@ def test_wrong_capsules_are_refused() -> None:
         bufferext.as_buffer(NotATuple())
 
 
+# ---- in: hand-made capsules (a foreign producer written with ctypes) ----------
+
+class ArrowSchema(ctypes.Structure):
+    pass
+
+
+ArrowSchema._fields_ = [
+    ("format", ctypes.c_char_p), ("name", ctypes.c_char_p),
+    ("metadata", ctypes.c_char_p), ("flags", ctypes.c_int64),
+    ("n_children", ctypes.c_int64), ("children", ctypes.c_void_p),
+    ("dictionary", ctypes.c_void_p),
+    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowSchema))),
+    ("private_data", ctypes.c_void_p)]
+
+_new_capsule = ctypes.pythonapi.PyCapsule_New
+_new_capsule.restype = ctypes.py_object
+_new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class HandMade:
+    """A producer whose structs live in ctypes memory and whose release
+    callbacks count their calls (the capsules have no destructor: the
+    test holds the structs)."""
+
+    def __init__(self, fmt: bytes, values: Any, **fields: Any) -> None:
+        self.releases = 0
+        self.values = values
+        self.buffers = (ctypes.c_void_p * 2)(None, values.ctypes.data)
+        self.schema = ArrowSchema(format=fmt, name=b"")
+        self.schema_release = type(self.schema.release)(lambda s: None)
+        self.schema.release = self.schema_release
+        self.array = ArrowArray(length=len(values), n_buffers=2,
+                                buffers=self.buffers)
+        for name, value in fields.items():
+            setattr(self.array, name, value)
+
+        def release(array: Any) -> None:
+            self.releases += 1
+            array.contents.release = type(self.array.release)()
+        self.callback = type(self.array.release)(release)
+        self.array.release = self.callback
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        return (_new_capsule(ctypes.addressof(self.schema), b"arrow_schema",
+                             None),
+                _new_capsule(ctypes.addressof(self.array), b"arrow_array",
+                             None))
+
+
+def test_a_foreign_array_is_released_exactly_once() -> None:
+    producer = HandMade(b"l", np.arange(5, dtype=np.int64), offset=1,
+                        length=4)
+    ad = bufferext.as_buffer(producer)
+    assert producer.releases == 0
+    assert not producer.array.release               # moved out: marked
+    assert ad.ptr == producer.values.ctypes.data + 8
+    assert np.asarray(ad).tolist() == [1, 2, 3, 4]
+    del ad
+    gc.collect()
+    assert producer.releases == 1
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"null_count": 2}, "has 2 nulls"),
+    ({"null_count": -1, "buffers": (ctypes.c_void_p * 2)(1, 1)},
+     r"-1 nulls \(-1: not counted\) and a validity bitmap"),
+    ({"n_buffers": 3}, "has 3 buffers and 0 children"),
+    ({"length": -1}, "length = -1 and offset = 0 are out of range"),
+    ({"offset": 2**62}, "out of range"),
+    ({"buffers": (ctypes.c_void_p * 2)(None, None)},
+     "values buffer is NULL for length = 5"),
+], ids=["nulls", "uncounted", "buffers", "length", "offset", "null-values"])
+def test_malformed_arrays_are_refused_and_stay_the_producers(
+        fields: Any, message: str) -> None:
+    producer = HandMade(b"i", np.arange(5, dtype=np.int32), **fields)
+    with pytest.raises(BufferError, match=message):
+        bufferext.as_buffer(producer)
+    assert producer.releases == 0 and producer.array.release
+
+
 # ---- out: pyarrow imports our exports -------------------------------------------
 
 def test_pa_array_of_a_cpubuffer() -> None:
