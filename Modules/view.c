@@ -197,7 +197,9 @@ view_release_held(BufferViewObject *self)
 static void
 view_hint_as_buffer(PyObject *obj)
 {
-    static const char *const bridged[][2] = {
+    static const char *const bridged[][2] = {   /* as_buffer's order */
+        {"__arrow_c_device_array__", "the Arrow C Device interface"},
+        {"__arrow_c_array__", "the Arrow C Data interface"},
         {"__dlpack__", "DLPack"},
         {"__cuda_array_interface__", "the CUDA Array Interface"},
         {"__ve_array_interface__", "the VE Array Interface"},

@@ -654,5 +654,6 @@ def test_get_buffer_hint_survives_a_hostile_metaclass():
 
     with pytest.raises(TypeError, match="bytes-like object is required"):
         get_buffer(Odd())
-    assert calls == ["__dlpack__", "__cuda_array_interface__",
+    assert calls == ["__arrow_c_device_array__", "__arrow_c_array__",
+                     "__dlpack__", "__cuda_array_interface__",
                      "__ve_array_interface__", "__array_interface__"]

@@ -147,6 +147,8 @@ def _protocols(obj: Any, report: Report) -> None:
     p["declared_supported_flags"] = cls.__dict__.get(
         "__buffer_supported_flags__",
         getattr(cls, "__buffer_supported_flags__", None))
+    p["arrow_c_device_array"] = hasattr(cls, "__arrow_c_device_array__")
+    p["arrow_c_array"] = hasattr(cls, "__arrow_c_array__")
     p["dlpack"] = hasattr(cls, "__dlpack__")
     p["dlpack_device"] = None
     if hasattr(obj, "__dlpack_device__"):
@@ -168,7 +170,10 @@ def _protocols(obj: Any, report: Report) -> None:
 
 
 #: What as_buffer bridges, as _protocols records it, in as_buffer's order.
-_BRIDGED = (("dlpack", "DLPack (__dlpack__)"),
+_BRIDGED = (("arrow_c_device_array",
+             "the Arrow C Device interface (__arrow_c_device_array__)"),
+            ("arrow_c_array", "the Arrow C Data interface (__arrow_c_array__)"),
+            ("dlpack", "DLPack (__dlpack__)"),
             ("cuda_array_interface",
              "the CUDA Array Interface (__cuda_array_interface__)"),
             ("ve_array_interface",
