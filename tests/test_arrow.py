@@ -154,6 +154,7 @@ def test_arrow_is_immutable_so_readonly_false_is_refused() -> None:
     assert bufferext.as_buffer(arr, readonly=True).readonly
 
 
+@pytest.mark.thread_unsafe(reason="it compares pyarrow's process-wide allocated bytes")
 def test_import_holds_the_array_until_the_adapter_dies() -> None:
     gc.collect()
     base = pa.total_allocated_bytes()
@@ -176,6 +177,7 @@ def test_a_capsule_imports_once() -> None:
     assert np.asarray(first).tolist() == [1, 2]
 
 
+@pytest.mark.thread_unsafe(reason="it compares pyarrow's process-wide allocated bytes")
 def test_refused_capsules_stay_their_producers() -> None:
     gc.collect()
     base = pa.total_allocated_bytes()
