@@ -127,7 +127,7 @@ san_env() {   # the environment every sanitized process runs with
 
 setup_asan() {
     local venv=$VENVS/asan so libs
-    make_venv "$venv" python3 numpy pytest hypothesis "setuptools>=77" wheel atheris
+    make_venv "$venv" python3 numpy pytest hypothesis "setuptools>=77" wheel atheris pyarrow
     install_pkg "$venv" CC=gcc CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS"
     so=$(ls "$venv"/lib/python3*/site-packages/bufferext/_bufferext*.so)
     # (ldd's output first: `ldd | grep -q` under pipefail fails whenever

@@ -1,9 +1,11 @@
 /* adapter.c -- BufferAdapter: an extended-buffer exporter over memory that
  * another protocol described (DLPack capsules, the CUDA / VE / NumPy array
- * interfaces, or a buffer re-exported with another read-only policy).
- * Zero-copy: the adapter keeps the source alive (and owns a consumed DLPack
- * tensor) for as long as it or any of its exports lives.  The dispatch and
+ * interfaces, the Arrow C Data / C Device interfaces, or a buffer
+ * re-exported with another read-only policy).  Zero-copy: the adapter keeps
+ * the source alive (and owns a consumed DLPack tensor or a moved Arrow
+ * array) for as long as it or any of its exports lives.  The dispatch and
  * the dict parsing live in Lib/bufferext/_bridges.py. */
+#include "arrow.h"
 #include "cuda_driver.h"
 #include "dlpack.h"
 #include "dlpack_abi.h"
@@ -28,6 +30,7 @@ typedef struct {
     int owns_event;             /* info.cuda.event was made for us */
     void *dl_managed;           /* consumed DLPack tensor, or NULL */
     int dl_versioned;
+    void *arrow;                /* moved Arrow array (arrow.c), or NULL */
     Py_buffer held;             /* re-exported buffer (policy change) */
     int has_held;
     Py_ssize_t exports;
@@ -176,8 +179,10 @@ bad:
     return -1;
 }
 
+/* Where DLPack's (or Arrow's: the same numbering) device is; `who` names
+ * the protocol in messages. */
 static int
-dl_device(AdapterObject *self, const BxDLDevice *device)
+dl_device(AdapterObject *self, const BxDLDevice *device, const char *who)
 {
     switch (device->device_type) {
     case BX_kDLCPU:
@@ -191,8 +196,8 @@ dl_device(AdapterObject *self, const BxDLDevice *device)
         return 0;
     default:
         PyErr_Format(PyExc_BufferError,
-                     "dlpack: device type %d is not supported (CPU, CUDA, "
-                     "CUDA host and CUDA managed memory are)",
+                     "%s: device type %d is not supported (CPU, CUDA, "
+                     "CUDA host and CUDA managed memory are)", who,
                      (int)device->device_type);
         return -1;
     }
@@ -208,7 +213,7 @@ adapter_from_tensor(AdapterObject *self, const BxDLTensor *t, int readonly)
 
     if (dl_format(&t->dtype, format, &l->itemsize) < 0 ||
         adapter_set_format(self, format) < 0 ||
-        dl_device(self, &t->device) < 0) {
+        dl_device(self, &t->device, "dlpack") < 0) {
         return -1;
     }
     for (i = 0; i < t->ndim; i++) {
@@ -403,6 +408,79 @@ adapter_from_dlpack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return (PyObject *)self;
 error:
     Py_DECREF(self);
+    return NULL;
+}
+
+/* ---- Arrow import -------------------------------------------------------- */
+
+/* _adapter_from_arrow(source, schema, array, device, readonly): import the
+ * capsules of __arrow_c_array__ (device False) or __arrow_c_device_array__
+ * (True).  Arrow data is immutable: readonly=False is refused. */
+static PyObject *
+adapter_from_arrow(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    bufferext_arrow_import in;
+    bufferext_export_layout *l;
+    AdapterObject *self;
+    BxDLDevice where;
+    int device;
+
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "_adapter_from_arrow(source, "
+                        "schema, array, device, readonly)");
+        return NULL;
+    }
+    if ((device = PyObject_IsTrue(args[3])) < 0) {
+        return NULL;
+    }
+    if (args[4] == Py_False) {
+        PyErr_SetString(PyExc_BufferError, "arrow: Arrow arrays are "
+                        "immutable; readonly=False cannot be honoured");
+        return NULL;
+    }
+    /* As for DLPack: everything that can run Python code (the GC of this
+     * allocation) comes before the capsules are read. */
+    self = adapter_new(st, args[0]);
+    if (self == NULL || bufferext_arrow_read(args[1], args[2], device,
+                                             &in) < 0 ||
+        adapter_set_dims(self, device ? "arrow_device" : "arrow", 1) < 0 ||
+        adapter_set_format(self, in.format) < 0) {
+        goto error;
+    }
+    l = &self->layout;
+    l->shape[0] = in.length;
+    l->strides[0] = in.itemsize;
+    l->itemsize = in.itemsize;
+    l->buf = in.data;
+    l->readonly = 1;
+    where.device_type = in.device_type;
+    where.device_id = (int32_t)in.device_id;
+    if (in.device_id != (int64_t)where.device_id && in.device_type != BX_kDLCPU) {
+        PyErr_Format(PyExc_BufferError, "arrow: device_id = %lld is out of "
+                     "range", (long long)in.device_id);
+        goto error;
+    }
+    if (dl_device(self, &where, "arrow") < 0 ||
+        adapter_finish_layout(self, "arrow") < 0) {
+        goto error;
+    }
+    if (self->device != NULL) {
+        /* the producer's event (alive until its release), not ours */
+        if (bufferext_cuda_import(st, (uintptr_t)l->buf, 0,
+                                  self->info.cuda.device,
+                                  &self->info.cuda) < 0) {
+            goto error;
+        }
+        self->info.cuda.event = in.event;
+    }
+    /* Taken: from here on the adapter releases the array. */
+    if ((self->arrow = bufferext_arrow_take(&in)) == NULL) {
+        goto error;
+    }
+    return (PyObject *)self;
+error:
+    Py_XDECREF(self);
     return NULL;
 }
 
@@ -616,7 +694,7 @@ adapter_dealloc(PyObject *op)
     if (self->weakreflist != NULL) {
         PyObject_ClearWeakRefs(op);
     }
-    if (self->dl_managed != NULL || self->has_held) {
+    if (self->dl_managed != NULL || self->has_held || self->arrow != NULL) {
         /* The producer's deleter or releasebuffer may run Python code: keep
          * any pending exception out of its way. */
         PyObject *type_, *value, *tb;
@@ -627,6 +705,9 @@ adapter_dealloc(PyObject *op)
         }
         if (self->has_held) {
             PyBuffer_Release(&self->held);
+        }
+        if (self->arrow != NULL) {
+            bufferext_arrow_release(self->arrow);
         }
         PyErr_Restore(type_, value, tb);
     }
@@ -663,6 +744,8 @@ static PyMethodDef adapter_methods[] = {
      "copy=None)\n--\n\nExport as a DLPack capsule (zero-copy)."},
     {"__dlpack_device__", adapter_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id)."},
+    BUFFEREXT_ARROW_METHODS(bufferext_arrow_c_array),
+    BUFFEREXT_ARROW_DEVICE_METHOD(bufferext_arrow_c_device_array),
     {NULL, NULL, 0, NULL},
 };
 
@@ -816,8 +899,9 @@ static PyGetSetDef adapter_getset[] = {
      "Present only over device memory, to refuse numpy's conversion.", NULL},
     ADAPTER_ATTR(source, "The object the memory came from."),
     ADAPTER_ATTR(protocol, "How it was read: 'buffer', 'dlpack', "
-                 "'dlpack-legacy', 'cuda_array_interface', "
-                 "'ve_array_interface' or 'array_interface'."),
+                 "'dlpack-legacy', 'arrow', 'arrow_device', "
+                 "'cuda_array_interface', 've_array_interface' or "
+                 "'array_interface'."),
     ADAPTER_ATTR(shape, "Shape, a tuple of ints."),
     ADAPTER_ATTR(strides, "Strides in bytes."),
     ADAPTER_ATTR(format, "struct-module format of an item."),
@@ -1032,6 +1116,9 @@ static PyMethodDef adapter_functions[] = {
      "The CUstream (an int) DLPack producers make CUDA data ready on."},
     {"_adapter_from_dlpack", (PyCFunction)(void (*)(void))adapter_from_dlpack,
      METH_FASTCALL, "Consume a DLPack capsule into a BufferAdapter."},
+    {"_adapter_from_arrow", (PyCFunction)(void (*)(void))adapter_from_arrow,
+     METH_FASTCALL, "Import Arrow C Data / C Device capsules into a "
+     "BufferAdapter."},
     {"_adapter_from_layout", adapter_from_layout, METH_VARARGS,
      "A BufferAdapter over a layout parsed from an interface dict."},
     {"_adapter_from_buffer", adapter_from_buffer, METH_VARARGS,

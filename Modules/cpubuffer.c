@@ -6,6 +6,7 @@
  * memory, and refuses to be closed or resized while exported or pinned.
  * It is not a teaching sample: an exporter as an outside author writes it,
  * against the public header alone, is docs/examples/example.c. */
+#include "arrow.h"
 #include "dlpack.h"
 #include "producer.h"
 #include "state.h"
@@ -698,6 +699,8 @@ static PyMethodDef cpubuffer_methods[] = {
      "Export as a DLPack capsule (zero-copy)."},
     {"__dlpack_device__", cpubuffer_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(1, 0): kDLCPU."},
+    BUFFEREXT_ARROW_METHODS(bufferext_producer_arrow_c_array),
+    BUFFEREXT_ARROW_DEVICE_METHOD(bufferext_producer_arrow_c_device_array),
     {"empty", (PyCFunction)(void (*)(void))cpubuffer_empty,
      METH_CLASS | METH_VARARGS | METH_KEYWORDS,
      "empty(shape, dtype='float64')\n--\n\n"

@@ -5,6 +5,7 @@
  * exports (NULL once the stream has been synchronised).  Specification:
  * docs/cuda.rst. */
 #include "cuda_driver.h"
+#include "arrow.h"
 #include "dlpack.h"
 #include "producer.h"
 #include "state.h"
@@ -735,6 +736,7 @@ static PyMethodDef cudabuffer_methods[] = {
      "synchronisation)."},
     {"__dlpack_device__", cudabuffer_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(2, ordinal): kDLCUDA."},
+    BUFFEREXT_ARROW_DEVICE_METHOD(bufferext_producer_arrow_c_device_array),
     {"__array__", (PyCFunction)(void (*)(void))bufferext_refuse_array,
      METH_VARARGS | METH_KEYWORDS,
      "__array__($self, dtype=None, copy=None)\n--\n\n"

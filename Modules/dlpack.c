@@ -51,12 +51,10 @@ holder_free(dlpack_holder *holder)
     PyGILState_Release(gil);
 }
 
-/* An extended export of one of our own types, through that type's own
- * getbuffer (not the instance's slot: a subclass may override __buffer__),
- * so that view->internal is our layout.  They honour every request flag:
- * no capability lookup. */
-static int
-acquire(PyObject *exporter, Py_buffer_extended *ext)
+/* dlpack.h: bufferext_acquire_own.  They honour every request flag: no
+ * capability lookup. */
+int
+bufferext_acquire_own(PyObject *exporter, Py_buffer_extended *ext)
 {
     PyBufferProcs *procs = Py_TYPE(exporter)->tp_as_buffer;
     /* a CPUBuffer's slot is its own getbuffer: no search */
@@ -426,7 +424,7 @@ make_holder(PyObject *exporter, const dlpack_options *opts)
     uint64_t flags;
     size_t dims;
 
-    if (acquire(exporter, &ext) < 0) {
+    if (bufferext_acquire_own(exporter, &ext) < 0) {
         return NULL;
     }
     if (describe(exporter, &ext, opts, &tensor) < 0) {
@@ -567,7 +565,7 @@ fill_exported(PyObject *exporter, BxDLTensor *out)
     memset(&opts, 0, sizeof(opts));
     opts.copy = -1;
     opts.versioned = 1;
-    if (acquire(exporter, &ext) < 0) {
+    if (bufferext_acquire_own(exporter, &ext) < 0) {
         return -1;
     }
     /* Non-owning: shape and strides stay valid while the exporter lives

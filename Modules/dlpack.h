@@ -4,6 +4,11 @@
 #define BUFFEREXT_MODULES_DLPACK_H
 #include "parts.h"
 
+/* An extended export (PyBUF_RECORDS_RO | PyBUF_DEVICE) of one of our own
+ * types, through that type's own getbuffer (not the instance's slot: a
+ * subclass may override __buffer__), so that view->internal is our layout
+ * (export.h).  0 or -1 with an exception. */
+int bufferext_acquire_own(PyObject *exporter, Py_buffer_extended *ext);
 /* DLPack export of any extended-buffer exporter.  The capsule
  * holds one extended-buffer export of `exporter` for its lifetime. */
 PyObject *bufferext_dlpack(PyObject *exporter, PyObject *const *args,

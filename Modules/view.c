@@ -6,6 +6,7 @@
  * memory of any exporter of CPU, CUDA or VE memory through host memory.
  * Also get_buffer(). */
 #include "cuda_driver.h"
+#include "arrow.h"
 #include "dlpack.h"
 #include "export.h"
 #include "fastmethod.h"
@@ -196,7 +197,9 @@ view_release_held(BufferViewObject *self)
 static void
 view_hint_as_buffer(PyObject *obj)
 {
-    static const char *const bridged[][2] = {
+    static const char *const bridged[][2] = {   /* as_buffer's order */
+        {"__arrow_c_device_array__", "the Arrow C Device interface"},
+        {"__arrow_c_array__", "the Arrow C Data interface"},
         {"__dlpack__", "DLPack"},
         {"__cuda_array_interface__", "the CUDA Array Interface"},
         {"__ve_array_interface__", "the VE Array Interface"},
@@ -479,6 +482,26 @@ view_dlpack(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
         return NULL;
     }
     return bufferext_dlpack(op, args, nargs, kwnames);
+}
+
+static PyObject *
+view_arrow_c_array(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+                   PyObject *kwnames)
+{
+    if (check_acquired_now(BufferView_CAST(op)) < 0) {
+        return NULL;
+    }
+    return bufferext_arrow_c_array(op, args, nargs, kwnames);
+}
+
+static PyObject *
+view_arrow_c_device_array(PyObject *op, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (check_acquired_now(BufferView_CAST(op)) < 0) {
+        return NULL;
+    }
+    return bufferext_arrow_c_device_array(op, args, nargs, kwnames);
 }
 
 static PyObject *
@@ -786,6 +809,8 @@ static PyMethodDef view_methods[] = {
      "Export as a DLPack capsule (zero-copy)."},
     {"__dlpack_device__", view_dlpack_device, METH_NOARGS,
      "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id)."},
+    BUFFEREXT_ARROW_METHODS(view_arrow_c_array),
+    BUFFEREXT_ARROW_DEVICE_METHOD(view_arrow_c_device_array),
     {"__enter__", view_enter, METH_NOARGS,
      "__enter__($self, /)\n--\n\n"
      "Return the view itself; ValueError once it is released."},

@@ -305,8 +305,23 @@ class ArrayInterfaceOnly:
         return self.array.__array_interface__
 
 
-#: the two above, with how as_buffer's hints name what they speak
+class ArrowOnly:
+    """No buffer exporter: speaks only the Arrow C Data interface (through
+    a bufferext adapter's export, so no pyarrow is needed)."""
+
+    def __init__(self) -> None:
+        import numpy as np
+        import bufferext
+        self.array = np.arange(4.0)
+        self._adapter = bufferext.as_buffer(self.array, readonly=True)
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        return self._adapter.__arrow_c_array__(requested_schema)
+
+
+#: the three above, with how as_buffer's hints name what they speak
 BRIDGED_ONLY = [(DLPackOnly, "DLPack (__dlpack__)"),
                 (ArrayInterfaceOnly,
-                 "the NumPy array interface (__array_interface__)")]
+                 "the NumPy array interface (__array_interface__)"),
+                (ArrowOnly, "the Arrow C Data interface (__arrow_c_array__)")]
 

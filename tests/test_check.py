@@ -209,7 +209,8 @@ def findings(report: Any) -> list:
     return [(f.level, f.subject, f.message) for f in report.findings]
 
 
-NO_PROTOCOLS = {"dlpack": False, "dlpack_device": None,
+NO_PROTOCOLS = {"arrow_c_device_array": False, "arrow_c_array": False,
+                "dlpack": False, "dlpack_device": None,
                 "dlpack_c_exchange_api": False, "cuda_array_interface": None,
                 "ve_array_interface": None, "array_interface": None}
 
@@ -218,7 +219,8 @@ def test_report_of_cpubuffer() -> None:
     report = check(bufferext.CPUBuffer((2, 2), "i4"), "cpu")
     assert (report.target, report.type_name) == ("cpu", "CPUBuffer")
     assert report.protocols == {
-        "buffer": True, "declared_supported_flags": 0x101FD, "dlpack": True,
+        "buffer": True, "declared_supported_flags": 0x101FD,
+        "arrow_c_device_array": True, "arrow_c_array": True, "dlpack": True,
         "dlpack_device": (1, 0), "dlpack_c_exchange_api": True,
         "cuda_array_interface": None, "ve_array_interface": None,
         "array_interface": 3}
@@ -444,7 +446,8 @@ def test_non_exporter_report_word_for_word() -> None:
         ("violation", "buffer",
          "not a buffer exporter (a 'object' has no buffer slot)")]
     assert set(report.protocols) == {
-        "buffer", "declared_supported_flags", "dlpack", "dlpack_device",
+        "buffer", "declared_supported_flags", "arrow_c_device_array",
+        "arrow_c_array", "dlpack", "dlpack_device",
         "dlpack_c_exchange_api", "cuda_array_interface",
         "ve_array_interface", "array_interface"}
     assert report.protocols["buffer"] is False

@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TABLE = os.path.join(ROOT, "docs", "conformance.rst")
 TEST_REF = re.compile(r"``(tests/[\w/]+\.py)::(\w+)``")
-SPECS = {"PEP", "DLPack", "CAI v3", "VAI v1", "DAP 0.10.0"}
+SPECS = {"PEP", "DLPack", "CAI v3", "VAI v1", "Arrow", "DAP 0.10.0"}
 
 Row = Dict[str, str]
 

@@ -7,13 +7,17 @@ An object that speaks several is read in this order:
 
 1. the extended buffer protocol itself (its type declares ``DEVICE``):
    passed through;
-2. DLPack, when ``__dlpack_device__`` names a non-CPU device (a plain buffer
+2. the Arrow C Device interface (``__arrow_c_device_array__``), else the
+   Arrow C Data interface (``__arrow_c_array__``): before DLPack, because
+   Arrow says more (the null count, the producer's own ``sync_event``
+   instead of a stream handshake; the slice offset both carry);
+3. DLPack, when ``__dlpack_device__`` names a non-CPU device (a plain buffer
    export could not say where the memory is);
-3. the buffer protocol: passed through;
-4. DLPack (CPU memory);
-5. ``__cuda_array_interface__``;
-6. ``__ve_array_interface__``;
-7. ``__array_interface__``.
+4. the buffer protocol: passed through;
+5. DLPack (CPU memory);
+6. ``__cuda_array_interface__``;
+7. ``__ve_array_interface__``;
+8. ``__array_interface__``.
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ _DEVICE = int(BufferFlags.DEVICE)        # enum attribute lookups are slow
 _CPU_TYPES = (np.ndarray, bytes, bytearray, memoryview, array.array,
               mmap.mmap)
 #: What as_buffer bridges besides the buffer protocol, in the order it reads
-#: them (steps 2 and 4 to 7): (attribute, the protocol's name).  check's
+#: them: (attribute, the protocol's name).  check's
 #: hint (_check.py) names them from here; get_buffer's (Modules/view.c,
 #: in C) holds the same table, which tests/test_view.py keeps equal.
-BRIDGED = (("__dlpack__", "DLPack"),
+BRIDGED = (("__arrow_c_device_array__", "the Arrow C Device interface"),
+           ("__arrow_c_array__", "the Arrow C Data interface"),
+           ("__dlpack__", "DLPack"),
            ("__cuda_array_interface__", "the CUDA Array Interface"),
            ("__ve_array_interface__", "the VE Array Interface"),
            ("__array_interface__", "the NumPy array interface"))
@@ -53,30 +59,37 @@ _ARRAY_INTERFACE_VERSION = 3
 
 
 def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
-    """Steps 2 to 5 of :func:`as_buffer` (``bufferext.as_buffer``, in C,
+    """Steps 2 to 8 of :func:`as_buffer` (``bufferext.as_buffer``, in C,
     Modules/adapter.c, lists the order once and makes step 1 itself: an
     exact type of :data:`_CPU_TYPES` or an exporter that supports
     PyBUF_DEVICE passes through).  ``readonly`` is None or a bool."""
     cls = type(obj)
+    # 2. the Arrow C Device / C Data interfaces
+    if hasattr(cls, "__arrow_c_device_array__"):
+        return _from_arrow(obj, obj.__arrow_c_device_array__(), True,
+                           readonly)
+    if hasattr(cls, "__arrow_c_array__"):
+        return _from_arrow(obj, obj.__arrow_c_array__(), False, readonly)
     has_dlpack = hasattr(cls, "__dlpack__")
-    # 2. DLPack of device memory: the buffer protocol could only say CPU
+    # 3. DLPack of device memory: the buffer protocol could only say CPU
     if has_dlpack and _dlpack_device(obj)[0] not in _DLPACK_CPU_TYPES:
         return _from_dlpack(obj, readonly)
-    # 3. the buffer protocol (CPU memory)
+    # 4. the buffer protocol (CPU memory)
     if _bufferext.check_buffer_supports(obj):
         return _pass_through(obj, readonly)
-    # 4. DLPack of CPU memory
+    # 5. DLPack of CPU memory
     if has_dlpack:
         return _from_dlpack(obj, readonly)
-    # 5. the array interfaces
+    # 6.-8. the array interfaces
     for name, parse in _INTERFACES:
         interface = getattr(obj, name, None)
         if interface is not None:
             return parse(obj, interface, readonly)
     raise TypeError(
         f"as_buffer: {type(obj).__name__!r} object speaks none of the buffer "
-        "protocol, DLPack, __cuda_array_interface__, __ve_array_interface__ "
-        "or __array_interface__")
+        "protocol, the Arrow PyCapsule interface, DLPack, "
+        "__cuda_array_interface__, __ve_array_interface__ or "
+        "__array_interface__")
 
 
 def _pass_through(obj: Any, readonly: Optional[bool]) -> Any:
@@ -117,6 +130,19 @@ def _from_dlpack(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
     except TypeError:
         capsule = obj.__dlpack__(**kwargs)  # a producer older than DLPack 1.0
     return _bufferext._adapter_from_dlpack(obj, capsule, readonly, stream)
+
+
+# ---- Arrow -----------------------------------------------------------------
+
+def _from_arrow(obj: Any, capsules: Any, device: bool,
+                readonly: Optional[bool]) -> BufferAdapter:
+    method = "__arrow_c_device_array__" if device else "__arrow_c_array__"
+    if not isinstance(capsules, tuple) or len(capsules) != 2:
+        raise BufferError(f"arrow: {type(obj).__name__}.{method}() returned "
+                          f"{capsules!r}, expected a tuple (schema capsule, "
+                          "array capsule)")
+    return _bufferext._adapter_from_arrow(obj, capsules[0], capsules[1],
+                                          device, readonly)
 
 
 # ---- interface dicts --------------------------------------------------------

@@ -148,6 +148,17 @@ class BufferView:
         """Export as a DLPack capsule (zero-copy)."""
     def __dlpack_device__(self) -> _DLDevice:
         """``(DLPack device type, device id)``."""
+    def __arrow_c_array__(
+        self, requested_schema: CapsuleType | None = None
+    ) -> tuple[CapsuleType, CapsuleType]:
+        """Arrow C Data capsules ``("arrow_schema", "arrow_array")`` over
+        1-D contiguous CPU memory of fixed-width numbers (zero-copy)."""
+    def __arrow_c_device_array__(
+        self, requested_schema: CapsuleType | None = None, **kwargs: None
+    ) -> tuple[CapsuleType, CapsuleType]:
+        """Arrow C Device capsules ``("arrow_schema",
+        "arrow_device_array")`` (zero-copy; CUDA: ``sync_event`` is the
+        buffer's event)."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
@@ -263,6 +274,17 @@ class CPUBuffer:
         """Export as a DLPack capsule (zero-copy)."""
     def __dlpack_device__(self) -> _DLDevice:
         """``(1, 0)``: kDLCPU."""
+    def __arrow_c_array__(
+        self, requested_schema: CapsuleType | None = None
+    ) -> tuple[CapsuleType, CapsuleType]:
+        """Arrow C Data capsules ``("arrow_schema", "arrow_array")`` over
+        1-D contiguous CPU memory of fixed-width numbers (zero-copy)."""
+    def __arrow_c_device_array__(
+        self, requested_schema: CapsuleType | None = None, **kwargs: None
+    ) -> tuple[CapsuleType, CapsuleType]:
+        """Arrow C Device capsules ``("arrow_schema",
+        "arrow_device_array")`` (zero-copy; CUDA: ``sync_event`` is the
+        buffer's event)."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
@@ -355,6 +377,12 @@ class CUDABuffer:
         """Export as a DLPack capsule (zero-copy)."""
     def __dlpack_device__(self) -> _DLDevice:
         """``(2, ordinal)``: kDLCUDA."""
+    def __arrow_c_device_array__(
+        self, requested_schema: CapsuleType | None = None, **kwargs: None
+    ) -> tuple[CapsuleType, CapsuleType]:
+        """Arrow C Device capsules ``("arrow_schema",
+        "arrow_device_array")`` (zero-copy; CUDA: ``sync_event`` is the
+        buffer's event)."""
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> NDArray[Any]:
         """Refused with BufferError: device memory is not CPU memory."""
     def __enter__(self) -> Self: ...
@@ -491,6 +519,12 @@ class BufferAdapter:
         copy: bool | None = None,
     ) -> CapsuleType: ...
     def __dlpack_device__(self) -> _DLDevice: ...
+    def __arrow_c_array__(
+        self, requested_schema: CapsuleType | None = None
+    ) -> tuple[CapsuleType, CapsuleType]: ...
+    def __arrow_c_device_array__(
+        self, requested_schema: CapsuleType | None = None, **kwargs: None
+    ) -> tuple[CapsuleType, CapsuleType]: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __release_buffer__(self, buffer: memoryview, /) -> None: ...
 
@@ -525,6 +559,10 @@ def _adapter_from_layout(
     source: object, protocol: str, ptr: int, shape: tuple[int, ...],
     strides: tuple[int, ...], format: str, itemsize: int, readonly: bool,
     device: str | None, handle: int, keepalive: object, /,
+) -> BufferAdapter: ...
+def _adapter_from_arrow(
+    source: object, schema: CapsuleType, array: CapsuleType, device: bool,
+    readonly: bool | None, /,
 ) -> BufferAdapter: ...
 def _adapter_from_buffer(source: object, readonly: bool, /) -> BufferAdapter: ...
 def _cuda_bridge_stream(ordinal: int, /) -> int: ...

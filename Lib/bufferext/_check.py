@@ -148,6 +148,8 @@ def _protocols(obj: Any, report: Report) -> None:
     p["declared_supported_flags"] = cls.__dict__.get(
         "__buffer_supported_flags__",
         getattr(cls, "__buffer_supported_flags__", None))
+    p["arrow_c_device_array"] = hasattr(cls, "__arrow_c_device_array__")
+    p["arrow_c_array"] = hasattr(cls, "__arrow_c_array__")
     p["dlpack"] = hasattr(cls, "__dlpack__")
     p["dlpack_device"] = None
     if hasattr(obj, "__dlpack_device__"):
@@ -157,7 +159,7 @@ def _protocols(obj: Any, report: Report) -> None:
             report.add("violation", "dlpack",
                        f"__dlpack_device__() raised {exc!r}")
     p["dlpack_c_exchange_api"] = hasattr(cls, "__dlpack_c_exchange_api__")
-    for name, _ in BRIDGED[1:]:       # the array interfaces
+    for name, _ in BRIDGED[3:]:       # the array interfaces
         try:
             value = getattr(obj, name, None)
         except Exception as exc:

@@ -1,0 +1,516 @@
+/* arrow.c -- the Arrow C Data and C Device interfaces, both ways, for
+ * one-dimensional arrays of fixed-width numbers without nulls.
+ *
+ * Out: __arrow_c_array__ / __arrow_c_device_array__ hand out two capsules.
+ * The array's private data holds one extended-buffer export of the exporter
+ * (so export counting, and refusing close() meanwhile, come for free) until
+ * its release callback runs: on whatever thread the consumer chooses, on
+ * whatever copy the struct was moved to (Arrow's move semantics: the
+ * callback reads only private_data), or from the capsule's destructor when
+ * nobody imported it.  Every allocation here is raw (PyMem_Raw*): the
+ * callback takes the GIL only to give the export back.
+ *
+ * In: bufferext_arrow_read validates the capsules without touching them;
+ * adapter.c then moves the array out (bufferext_arrow_take) and calls its
+ * release exactly once when the adapter dies (bufferext_arrow_release). */
+#include "arrow.h"
+#include "dlpack.h"
+#include "dlpack_abi.h"
+#include "export.h"
+#include "producer.h"
+
+/* Arrow's primitive formats beside the struct-module formats of the same
+ * items (the index is the DLPack code * 4 + log2(bytes); floats have no
+ * 8-bit type). */
+static const char *const arrow_formats[] = {
+    "c", "s", "i", "l",         /* int8..int64 */
+    "C", "S", "I", "L",         /* uint8..uint64 */
+    NULL, "e", "f", "g",        /* float16..float64 */
+};
+static const char *const struct_formats[] = {
+    "b", "h", "i", "q", "B", "H", "I", "Q", NULL, "e", "f", "d",
+};
+
+/* The names of the other Arrow types, for refusals (prefixes of formats). */
+static const char *const arrow_names[][2] = {
+    {"n", "null"}, {"b", "boolean (bit-packed)"}, {"u", "utf8 string"},
+    {"U", "large utf8 string"}, {"vu", "utf8 string view"},
+    {"z", "binary"}, {"Z", "large binary"}, {"vz", "binary view"},
+    {"d:", "decimal"}, {"w:", "fixed-size binary"}, {"tdD", "date32"},
+    {"tdm", "date64"}, {"tt", "time"}, {"ts", "timestamp"},
+    {"tD", "duration"}, {"ti", "interval"}, {"+l", "list"},
+    {"+L", "large list"}, {"+vl", "list view"}, {"+vL", "large list view"},
+    {"+w:", "fixed-size list"}, {"+s", "struct"}, {"+m", "map"},
+    {"+u", "union"}, {"+r", "run-end encoded"},
+};
+
+static const char *
+arrow_type_name(const char *format)
+{
+    size_t i;
+
+    for (i = 0; i < Py_ARRAY_LENGTH(arrow_names); i++) {
+        if (strncmp(format, arrow_names[i][0],
+                    strlen(arrow_names[i][0])) == 0) {
+            return arrow_names[i][1];
+        }
+    }
+    return "unknown";
+}
+
+/* ---- export ------------------------------------------------------------- */
+
+typedef struct {
+    Py_buffer_extended ext;     /* the held export */
+    const void *buffers[2];     /* no validity bitmap, the values */
+    void *event;                /* CUDA: the CUevent sync_event points at */
+} arrow_holder;
+
+static void
+array_release(BxArrowArray *array)
+{
+    arrow_holder *holder = array->private_data;
+
+    array->release = NULL;
+    if (Py_IsInitialized()) {   /* at shutdown: leak, as dlpack.c does */
+        PyGILState_STATE gil = PyGILState_Ensure();
+        BufferExt_Release(&holder->ext);
+        PyGILState_Release(gil);
+        PyMem_RawFree(holder);
+    }
+}
+
+static void
+schema_release(BxArrowSchema *schema)
+{
+    schema->release = NULL;     /* its strings are static */
+}
+
+/* The struct a capsule of ours holds, whatever its name is now. */
+static void *
+capsule_struct(PyObject *capsule)
+{
+    void *p = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
+
+    if (p == NULL) {
+        PyErr_Clear();          /* cannot happen: the pointer is never NULL */
+    }
+    return p;
+}
+
+/* The capsules' destructors: release the struct unless a consumer moved it
+ * out, then free it.  An array capsule holds an ArrowDeviceArray (its
+ * ArrowArray is the first member). */
+static void
+schema_capsule_destructor(PyObject *capsule)
+{
+    BxArrowSchema *schema = capsule_struct(capsule);
+
+    if (schema != NULL && schema->release != NULL) {
+        schema->release(schema);
+    }
+    PyMem_RawFree(schema);
+}
+
+static void
+array_capsule_destructor(PyObject *capsule)
+{
+    BxArrowArray *array = capsule_struct(capsule);
+
+    if (array != NULL && array->release != NULL) {
+        array->release(array);
+    }
+    PyMem_RawFree(array);
+}
+
+/* requested_schema (None, or a capsule of the same format) and, for the
+ * device method, keyword arguments that are all None.  0 or -1. */
+static int
+parse_request(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+              int device, const char **requested)
+{
+    Py_ssize_t i, nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    const char *fname = device ? "__arrow_c_device_array__"
+                               : "__arrow_c_array__";
+    PyObject *schema = nargs > 0 ? args[0] : Py_None;
+
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most 1 positional "
+                     "argument (%zd given)", fname, nargs);
+        return -1;
+    }
+    for (i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(name, "requested_schema") == 0) {
+            if (nargs != 0) {
+                PyErr_Format(PyExc_TypeError, "%s() got multiple values for "
+                             "argument 'requested_schema'", fname);
+                return -1;
+            }
+            schema = args[i];           /* nargs == 0: keywords from 0 */
+        }
+        else if (!device) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword "
+                         "argument %R", fname, name);
+            return -1;
+        }
+        else if (args[nargs + i] != Py_None) {
+            /* the PyCapsule interface: unknown keywords are accepted only
+             * with their default, None */
+            PyErr_Format(PyExc_NotImplementedError, "%s: keyword argument "
+                         "%R = %R is not supported", fname, name,
+                         args[nargs + i]);
+            return -1;
+        }
+    }
+    *requested = NULL;
+    if (schema != Py_None) {
+        BxArrowSchema *s = PyCapsule_IsValid(schema, BX_ARROW_SCHEMA_CAPSULE)
+            ? PyCapsule_GetPointer(schema, BX_ARROW_SCHEMA_CAPSULE) : NULL;
+        if (s == NULL || s->release == NULL || s->format == NULL) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s: requested_schema must be None "
+                         "or an 'arrow_schema' capsule, not %R", fname,
+                         schema);
+            return -1;
+        }
+        *requested = s->format;
+    }
+    return 0;
+}
+
+/* The Arrow format of an acquired buffer, or BufferError. */
+static const char *
+export_format(PyObject *exporter, const Py_buffer *v)
+{
+    uint32_t packed;
+    int code, log2;
+
+    if (v->ndim != 1) {
+        PyErr_Format(PyExc_BufferError, "%.200s: an Arrow array is "
+                     "one-dimensional; this buffer has ndim = %d",
+                     Py_TYPE(exporter)->tp_name, v->ndim);
+        return NULL;
+    }
+    if (v->shape[0] > 1 && v->strides[0] != v->itemsize) {
+        PyErr_Format(PyExc_BufferError, "%.200s: an Arrow array is "
+                     "contiguous; this buffer's stride is %zd bytes for "
+                     "items of %zd", Py_TYPE(exporter)->tp_name,
+                     v->strides[0], v->itemsize);
+        return NULL;
+    }
+    if (bufferext_format_dlpack(v->format, v->itemsize, &packed) == 0) {
+        int bits = (int)(packed >> 8 & 0xFF);
+        code = (int)(packed & 0xFF);
+        log2 = bits == 8 ? 0 : bits == 16 ? 1 : bits == 32 ? 2
+             : bits == 64 ? 3 : -1;
+        if (code <= BX_kDLFloat && log2 >= 0 && (packed >> 16) == 1 &&
+            arrow_formats[code * 4 + log2] != NULL) {
+            return arrow_formats[code * 4 + log2];
+        }
+    }
+    PyErr_Format(PyExc_BufferError, "%.200s: format '%s' has no Arrow "
+                 "fixed-width primitive type (int8..int64, uint8..uint64 "
+                 "and float16/32/64 have; Arrow's booleans are bit-packed)",
+                 Py_TYPE(exporter)->tp_name, v->format);
+    return NULL;
+}
+
+/* The device fields of an export: CPU, or CUDA with its event. */
+static int
+export_device(PyObject *exporter, const Py_buffer_extended *ext,
+              BxArrowDeviceArray *out, arrow_holder *holder)
+{
+    const BufferExt_CUDADeviceInfo *info = ext->device_info;
+
+    if (!BufferExt_IsDevice(ext)) {
+        out->device_type = BX_kDLCPU;
+        out->device_id = -1;    /* the spec's "no device id" for the CPU */
+        return 0;
+    }
+    if (strcmp(ext->device, BUFFEREXT_DEVICE_CUDA) == 0 && info != NULL &&
+        info->version >> 16 == BUFFEREXT_CUDA_INFO_MAJOR) {
+        out->device_type = BX_kDLCUDA;
+        out->device_id = info->device;
+        /* loaded once: synchronize() may clear it meanwhile (the event
+         * itself lives as long as the buffer, which the export pins) */
+        holder->event = BUFFEREXT_LOAD_PTR(
+            ((BufferExt_CUDADeviceInfo *)ext->device_info)->event);
+        out->sync_event = holder->event != NULL ? &holder->event : NULL;
+        return 0;
+    }
+    PyErr_Format(PyExc_BufferError, "%.200s: memory on device '%s' has no "
+                 "Arrow device type", Py_TYPE(exporter)->tp_name,
+                 ext->device);
+    return -1;
+}
+
+static PyObject *
+arrow_export(PyObject *exporter, PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames, int device)
+{
+    const char *requested, *format;
+    BxArrowSchema *schema;
+    BxArrowDeviceArray *array;
+    arrow_holder *holder;
+    PyObject *schema_capsule = NULL, *array_capsule = NULL;
+
+    if (parse_request(args, nargs, kwnames, device, &requested) < 0) {
+        return NULL;
+    }
+    /* the capsules first, empty (released): any failure below frees all */
+    schema = PyMem_RawCalloc(1, sizeof(*schema));
+    array = PyMem_RawCalloc(1, sizeof(*array));
+    holder = PyMem_RawCalloc(1, sizeof(*holder));
+    if (schema == NULL || array == NULL || holder == NULL) {
+        PyMem_RawFree(schema);
+        PyMem_RawFree(array);
+        PyMem_RawFree(holder);
+        return PyErr_NoMemory();
+    }
+    schema_capsule = PyCapsule_New(schema, BX_ARROW_SCHEMA_CAPSULE,
+                                   schema_capsule_destructor);
+    if (schema_capsule == NULL) {
+        PyMem_RawFree(schema);
+        PyMem_RawFree(array);
+        PyMem_RawFree(holder);
+        return NULL;
+    }
+    array_capsule = PyCapsule_New(array, device
+                                  ? BX_ARROW_DEVICE_ARRAY_CAPSULE
+                                  : BX_ARROW_ARRAY_CAPSULE,
+                                  array_capsule_destructor);
+    if (array_capsule == NULL) {
+        PyMem_RawFree(array);
+        goto error;
+    }
+    if (bufferext_acquire_own(exporter, &holder->ext) < 0) {
+        goto error;
+    }
+    if ((format = export_format(exporter, &holder->ext.view)) == NULL ||
+        export_device(exporter, &holder->ext, array, holder) < 0) {
+        BufferExt_Release(&holder->ext);
+        goto error;
+    }
+    if (!device && array->device_type != BX_kDLCPU) {
+        PyErr_Format(PyExc_BufferError, "%.200s: __arrow_c_array__ is for "
+                     "CPU memory; this memory is on device '%s': use "
+                     "__arrow_c_device_array__", Py_TYPE(exporter)->tp_name,
+                     holder->ext.device);
+        BufferExt_Release(&holder->ext);
+        goto error;
+    }
+    if (requested != NULL && strcmp(requested, format) != 0) {
+        PyErr_Format(PyExc_BufferError, "%.200s: requested_schema has "
+                     "format '%s' but the buffer holds '%s' (%s): bufferext "
+                     "exports only the type it holds, zero-copy",
+                     Py_TYPE(exporter)->tp_name, requested, format,
+                     holder->ext.view.format);
+        BufferExt_Release(&holder->ext);
+        goto error;
+    }
+    schema->format = format;
+    schema->name = "";
+    schema->release = schema_release;
+    holder->buffers[1] = holder->ext.view.buf;
+    array->array.length = holder->ext.view.shape[0];
+    array->array.n_buffers = 2;
+    array->array.buffers = holder->buffers;
+    array->array.private_data = holder;
+    array->array.release = array_release;   /* owns the holder from here */
+    return Py_BuildValue("(NN)", schema_capsule, array_capsule);
+error:
+    PyMem_RawFree(holder);
+    Py_DECREF(schema_capsule);
+    Py_XDECREF(array_capsule);
+    return NULL;
+}
+
+PyObject *
+bufferext_arrow_c_array(PyObject *exporter, PyObject *const *args,
+                        Py_ssize_t nargs, PyObject *kwnames)
+{
+    return arrow_export(exporter, args, nargs, kwnames, 0);
+}
+
+PyObject *
+bufferext_arrow_c_device_array(PyObject *exporter, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    return arrow_export(exporter, args, nargs, kwnames, 1);
+}
+
+PyObject *
+bufferext_producer_arrow_c_array(PyObject *op, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
+        return NULL;
+    }
+    return arrow_export(op, args, nargs, kwnames, 0);
+}
+
+PyObject *
+bufferext_producer_arrow_c_device_array(PyObject *op, PyObject *const *args,
+                                        Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
+        return NULL;
+    }
+    return arrow_export(op, args, nargs, kwnames, 1);
+}
+
+/* ---- import ------------------------------------------------------------- */
+
+/* The struct-module format of a schema, or BufferError naming its type. */
+static int
+read_schema(const BxArrowSchema *s, bufferext_arrow_import *out)
+{
+    size_t i;
+
+    if (s->release == NULL || s->format == NULL) {
+        PyErr_SetString(PyExc_BufferError,
+                        "arrow: the schema capsule holds a released schema");
+        return -1;
+    }
+    if (s->dictionary != NULL) {
+        PyErr_Format(PyExc_BufferError, "arrow: the array is "
+                     "dictionary-encoded (indices '%s'); decode it first",
+                     s->format);
+        return -1;
+    }
+    if (s->n_children != 0) {
+        PyErr_Format(PyExc_BufferError, "arrow: type '%s' (%s) has %lld "
+                     "children; only flat arrays of fixed-width numbers "
+                     "come in", s->format, arrow_type_name(s->format),
+                     (long long)s->n_children);
+        return -1;
+    }
+    for (i = 0; i < Py_ARRAY_LENGTH(arrow_formats); i++) {
+        if (arrow_formats[i] != NULL &&
+            strcmp(s->format, arrow_formats[i]) == 0) {
+            out->format = struct_formats[i];
+            out->itemsize = (Py_ssize_t)1 << (i % 4);
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_BufferError, "arrow: type '%s' (%s) is not a "
+                 "fixed-width primitive number (int8..int64, uint8..uint64, "
+                 "float16/32/64)%s", s->format, arrow_type_name(s->format),
+                 s->format[0] == 't' ? "; view it as its integer storage "
+                 "first (Array.view)" : "");
+    return -1;
+}
+
+static int
+read_array(const BxArrowArray *a, bufferext_arrow_import *out)
+{
+    if (a->release == NULL) {
+        PyErr_SetString(PyExc_BufferError, "arrow: the array capsule holds "
+                        "a released array (a capsule can be imported once)");
+        return -1;
+    }
+    if (a->n_buffers != 2 || a->buffers == NULL || a->n_children != 0 ||
+        a->dictionary != NULL) {
+        PyErr_Format(PyExc_BufferError, "arrow: the array has %lld buffers "
+                     "and %lld children; a fixed-width array has 2 and 0",
+                     (long long)a->n_buffers, (long long)a->n_children);
+        return -1;
+    }
+    if (a->null_count > 0 || (a->null_count < 0 && a->buffers[0] != NULL)) {
+        PyErr_Format(PyExc_BufferError, "arrow: the array has %lld nulls%s; "
+                     "the buffer protocol has no validity bitmap (fill "
+                     "them first, e.g. Array.fill_null)",
+                     (long long)a->null_count,
+                     a->null_count < 0 ? " (-1: not counted) and a "
+                                         "validity bitmap" : "");
+        return -1;
+    }
+    if (a->length < 0 || a->offset < 0 ||
+        a->length > PY_SSIZE_T_MAX / out->itemsize - a->offset) {
+        PyErr_Format(PyExc_BufferError, "arrow: length = %lld and offset = "
+                     "%lld are out of range", (long long)a->length,
+                     (long long)a->offset);
+        return -1;
+    }
+    if (a->buffers[1] == NULL && a->length > 0) {
+        PyErr_Format(PyExc_BufferError, "arrow: the values buffer is NULL "
+                     "for length = %lld", (long long)a->length);
+        return -1;
+    }
+    out->length = (Py_ssize_t)a->length;
+    /* in integers: a pointer may not be moved out of its object */
+    out->data = a->buffers[1] == NULL ? NULL
+        : (void *)((uintptr_t)a->buffers[1] +
+                   (uintptr_t)a->offset * (uintptr_t)out->itemsize);
+    return 0;
+}
+
+int
+bufferext_arrow_read(PyObject *schema, PyObject *array, int device,
+                     bufferext_arrow_import *out)
+{
+    const char *name = device ? BX_ARROW_DEVICE_ARRAY_CAPSULE
+                              : BX_ARROW_ARRAY_CAPSULE;
+    const BxArrowSchema *s;
+    void *a;
+
+    memset(out, 0, sizeof(*out));
+    if (!PyCapsule_IsValid(schema, BX_ARROW_SCHEMA_CAPSULE) ||
+        !PyCapsule_IsValid(array, name)) {
+        PyErr_Format(PyExc_BufferError, "arrow: expected capsules named "
+                     "'arrow_schema' and '%s', got %R and %R", name, schema,
+                     array);
+        return -1;
+    }
+    s = PyCapsule_GetPointer(schema, BX_ARROW_SCHEMA_CAPSULE);
+    a = PyCapsule_GetPointer(array, name);
+    if (s == NULL || a == NULL || read_schema(s, out) < 0 ||
+        read_array(a, out) < 0) {
+        return -1;
+    }
+    out->source = a;
+    out->device = device;
+    out->device_type = BX_kDLCPU;
+    if (device) {
+        const BxArrowDeviceArray *d = a;
+        out->device_type = d->device_type;
+        out->device_id = d->device_id;
+        /* CUDA: sync_event points at a CUevent (the spec's cudaEvent_t *,
+         * the same handle), alive until the array is released */
+        if (d->device_type == BX_kDLCUDA && d->sync_event != NULL) {
+            out->event = *(void **)d->sync_event;
+        }
+    }
+    return 0;
+}
+
+void *
+bufferext_arrow_take(const bufferext_arrow_import *in)
+{
+    BxArrowDeviceArray *taken = PyMem_RawCalloc(1, sizeof(*taken));
+
+    if (taken == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (in->device) {
+        *taken = *(BxArrowDeviceArray *)in->source;
+    }
+    else {
+        taken->array = *(BxArrowArray *)in->source;
+    }
+    ((BxArrowArray *)in->source)->release = NULL;      /* moved */
+    return taken;
+}
+
+void
+bufferext_arrow_release(void *taken)
+{
+    BxArrowArray *array = taken;
+
+    if (array->release != NULL) {
+        array->release(array);
+    }
+    PyMem_RawFree(taken);
+}

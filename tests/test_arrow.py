@@ -1,0 +1,531 @@
+"""The Arrow C Data and C Device interfaces (PyCapsule protocol), both ways.
+
+In: ``as_buffer`` of real pyarrow arrays (and of stand-ins that speak only
+one of the two methods).  Out: ``__arrow_c_array__`` /
+``__arrow_c_device_array__`` of our exporters, imported by real pyarrow,
+with the export released exactly once whoever lets go last, on any thread.
+CUDA device arrays go through the stand-in driver (tests/cuda_standin).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import sys
+import threading
+from typing import Any, Tuple
+
+import numpy as np
+import pytest
+
+import bufferext
+
+pa = pytest.importorskip("pyarrow", reason="the Arrow tests need pyarrow")
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
+import standin_harness as harness  # noqa: E402
+
+# (pyarrow type, numpy dtype): every fixed-width primitive pyarrow has
+PRIMITIVES = [
+    (pa.int8(), "int8"), (pa.int16(), "int16"), (pa.int32(), "int32"),
+    (pa.int64(), "int64"), (pa.uint8(), "uint8"), (pa.uint16(), "uint16"),
+    (pa.uint32(), "uint32"), (pa.uint64(), "uint64"),
+    (pa.float16(), "float16"), (pa.float32(), "float32"),
+    (pa.float64(), "float64"),
+]
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+class ArrowArray(ctypes.Structure):
+    pass
+
+
+ArrowArray._fields_ = [
+    ("length", ctypes.c_int64), ("null_count", ctypes.c_int64),
+    ("offset", ctypes.c_int64), ("n_buffers", ctypes.c_int64),
+    ("n_children", ctypes.c_int64), ("buffers", ctypes.POINTER(ctypes.c_void_p)),
+    ("children", ctypes.c_void_p), ("dictionary", ctypes.c_void_p),
+    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowArray))),
+    ("private_data", ctypes.c_void_p)]
+
+
+class ArrowDeviceArray(ctypes.Structure):
+    _fields_ = [("array", ArrowArray), ("device_id", ctypes.c_int64),
+                ("device_type", ctypes.c_int32),
+                ("sync_event", ctypes.c_void_p),
+                ("reserved", ctypes.c_int64 * 3)]
+
+
+def device_array(capsule: Any) -> ArrowDeviceArray:
+    return ArrowDeviceArray.from_address(
+        _get_pointer(capsule, b"arrow_device_array"))
+
+
+def values_address(arr: Any) -> int:
+    """Address of ``arr``'s first value (its offset applied)."""
+    return arr.buffers()[1].address + arr.offset * arr.type.bit_width // 8
+
+
+class OnlyCData:
+    """Speaks only ``__arrow_c_array__`` (delegating to ``inner``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        return self.inner.__arrow_c_array__(requested_schema)
+
+
+class Replays:
+    """Returns the same capsules every time: the second import must fail."""
+
+    def __init__(self, capsules: Tuple[Any, Any]) -> None:
+        self.capsules = capsules
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        return self.capsules
+
+
+# ---- in: as_buffer of pyarrow arrays ------------------------------------------
+
+@pytest.mark.parametrize("pa_type,dtype", PRIMITIVES,
+                         ids=[str(t) for t, _ in PRIMITIVES])
+def test_every_primitive_comes_in_zero_copy(pa_type: Any, dtype: str) -> None:
+    arr = pa.array(np.arange(7).astype(dtype), type=pa_type)
+    ad = bufferext.as_buffer(arr)
+    assert ad.protocol == "arrow_device"        # pyarrow speaks the device API
+    assert ad.ptr == values_address(arr)
+    assert ad.shape == (7,) and ad.readonly and ad.device is None
+    np.testing.assert_array_equal(np.asarray(ad), arr.to_numpy())
+    assert np.asarray(ad).dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("start,length", [(0, 10), (3, 4), (9, 1), (10, 0)])
+def test_slices_keep_their_offset(start: int, length: int) -> None:
+    arr = pa.array(np.arange(10, dtype=np.int32)).slice(start, length)
+    ad = bufferext.as_buffer(arr)
+    assert ad.shape == (length,)
+    if length:
+        assert ad.ptr == values_address(arr)
+    assert np.asarray(ad).tolist() == list(range(start, start + length))
+
+
+def test_c_data_only_object_comes_in_through_arrow_c_array() -> None:
+    arr = pa.array([1.5, 2.5], pa.float64())
+    ad = bufferext.as_buffer(OnlyCData(arr))
+    assert ad.protocol == "arrow"
+    assert ad.ptr == values_address(arr)
+    assert np.asarray(ad).tolist() == [1.5, 2.5]
+
+
+def test_nulls_are_refused_naming_the_count() -> None:
+    arr = pa.array([1, None, 3, None, None], pa.int64())
+    with pytest.raises(BufferError, match="the array has 3 nulls"):
+        bufferext.as_buffer(arr)
+    # a slice past the nulls has none: it comes in
+    assert np.asarray(bufferext.as_buffer(arr.slice(2, 1))).tolist() == [3]
+
+
+@pytest.mark.parametrize("arr,name", [
+    (pa.array([True, False]), r"type 'b' \(boolean \(bit-packed\)\)"),
+    (pa.array(["a", "b"]), r"type 'u' \(utf8 string\)"),
+    (pa.array([[1], [2, 3]]), r"type '\+l' \(list\)"),
+    (pa.StructArray.from_arrays([pa.array([1]), pa.array([2.0])], ["a", "b"]),
+     r"type '\+s' \(struct\) has 2 children"),
+    (pa.array([1, 2], pa.timestamp("us")), r"type 'tsu:' \(timestamp\).*"
+                                           r"integer storage"),
+    (pa.array([1, 2], pa.decimal128(5, 2)), r"type 'd:5,2' \(decimal\)"),
+    (pa.array(["x", "y", "x"]).dictionary_encode(), "dictionary-encoded"),
+], ids=["bool", "string", "list", "struct", "timestamp", "decimal",
+        "dictionary"])
+def test_other_types_are_refused_by_name(arr: Any, name: str) -> None:
+    with pytest.raises(BufferError, match=name):
+        bufferext.as_buffer(arr)
+
+
+def test_arrow_is_immutable_so_readonly_false_is_refused() -> None:
+    arr = pa.array([1, 2], pa.int8())
+    with pytest.raises(BufferError, match="immutable; readonly=False"):
+        bufferext.as_buffer(arr, readonly=False)
+    assert bufferext.as_buffer(arr, readonly=True).readonly
+
+
+@pytest.mark.thread_unsafe(reason="it compares pyarrow's process-wide allocated bytes")
+def test_import_holds_the_array_until_the_adapter_dies() -> None:
+    gc.collect()
+    base = pa.total_allocated_bytes()
+    arr = pa.array(np.arange(1000, dtype=np.float64))
+    ad = bufferext.as_buffer(arr)
+    del arr
+    gc.collect()
+    assert pa.total_allocated_bytes() > base            # still held
+    assert np.asarray(ad)[999] == 999.0
+    del ad
+    gc.collect()
+    assert pa.total_allocated_bytes() == base           # released once
+
+
+def test_a_capsule_imports_once() -> None:
+    replays = Replays(pa.array([1, 2], pa.int16()).__arrow_c_array__())
+    first = bufferext.as_buffer(replays)
+    with pytest.raises(BufferError, match="released array .*imported once"):
+        bufferext.as_buffer(replays)
+    assert np.asarray(first).tolist() == [1, 2]
+
+
+@pytest.mark.thread_unsafe(reason="it compares pyarrow's process-wide allocated bytes")
+def test_refused_capsules_stay_their_producers() -> None:
+    gc.collect()
+    base = pa.total_allocated_bytes()
+    arr = pa.array(np.arange(100, dtype=np.float64))
+    arr = pa.array(np.where(np.arange(100) % 2, arr, None), pa.float64())
+    with pytest.raises(BufferError, match="50 nulls"):
+        bufferext.as_buffer(arr)
+    del arr
+    gc.collect()
+    assert pa.total_allocated_bytes() == base
+
+
+def test_wrong_capsules_are_refused() -> None:
+    class Bad:
+        def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+            return pa.array([1]).__arrow_c_device_array__()
+
+    with pytest.raises(BufferError, match="named 'arrow_schema' and "
+                                          "'arrow_array'"):
+        bufferext.as_buffer(Bad())
+
+    class NotATuple:
+        def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+            return None
+
+    with pytest.raises(BufferError, match=r"NotATuple.__arrow_c_array__\(\) "
+                                          "returned None"):
+        bufferext.as_buffer(NotATuple())
+
+
+# ---- in: hand-made capsules (a foreign producer written with ctypes) ----------
+
+class ArrowSchema(ctypes.Structure):
+    pass
+
+
+ArrowSchema._fields_ = [
+    ("format", ctypes.c_char_p), ("name", ctypes.c_char_p),
+    ("metadata", ctypes.c_char_p), ("flags", ctypes.c_int64),
+    ("n_children", ctypes.c_int64), ("children", ctypes.c_void_p),
+    ("dictionary", ctypes.c_void_p),
+    ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(ArrowSchema))),
+    ("private_data", ctypes.c_void_p)]
+
+_new_capsule = ctypes.pythonapi.PyCapsule_New
+_new_capsule.restype = ctypes.py_object
+_new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class HandMade:
+    """A producer whose structs live in ctypes memory and whose release
+    callbacks count their calls (the capsules have no destructor: the
+    test holds the structs)."""
+
+    def __init__(self, fmt: bytes, values: Any, **fields: Any) -> None:
+        self.releases = 0
+        self.values = values
+        self.buffers = (ctypes.c_void_p * 2)(None, values.ctypes.data)
+        self.schema = ArrowSchema(format=fmt, name=b"")
+        self.schema_release = type(self.schema.release)(lambda s: None)
+        self.schema.release = self.schema_release
+        self.array = ArrowArray(length=len(values), n_buffers=2,
+                                buffers=self.buffers)
+        for name, value in fields.items():
+            setattr(self.array, name, value)
+
+        def release(array: Any) -> None:
+            self.releases += 1
+            array.contents.release = type(self.array.release)()
+        self.callback = type(self.array.release)(release)
+        self.array.release = self.callback
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        return (_new_capsule(ctypes.addressof(self.schema), b"arrow_schema",
+                             None),
+                _new_capsule(ctypes.addressof(self.array), b"arrow_array",
+                             None))
+
+
+def test_a_foreign_array_is_released_exactly_once() -> None:
+    producer = HandMade(b"l", np.arange(5, dtype=np.int64), offset=1,
+                        length=4)
+    ad = bufferext.as_buffer(producer)
+    assert producer.releases == 0
+    assert not producer.array.release               # moved out: marked
+    assert ad.ptr == producer.values.ctypes.data + 8
+    assert np.asarray(ad).tolist() == [1, 2, 3, 4]
+    del ad
+    gc.collect()
+    assert producer.releases == 1
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"null_count": 2}, "has 2 nulls"),
+    ({"null_count": -1, "buffers": (ctypes.c_void_p * 2)(1, 1)},
+     r"-1 nulls \(-1: not counted\) and a validity bitmap"),
+    ({"n_buffers": 3}, "has 3 buffers and 0 children"),
+    ({"length": -1}, "length = -1 and offset = 0 are out of range"),
+    ({"offset": 2**62}, "out of range"),
+    ({"buffers": (ctypes.c_void_p * 2)(None, None)},
+     "values buffer is NULL for length = 5"),
+], ids=["nulls", "uncounted", "buffers", "length", "offset", "null-values"])
+def test_malformed_arrays_are_refused_and_stay_the_producers(
+        fields: Any, message: str) -> None:
+    producer = HandMade(b"i", np.arange(5, dtype=np.int32), **fields)
+    with pytest.raises(BufferError, match=message):
+        bufferext.as_buffer(producer)
+    assert producer.releases == 0 and producer.array.release
+
+
+# ---- out: pyarrow imports our exports -------------------------------------------
+
+def test_pa_array_of_a_cpubuffer() -> None:
+    b = bufferext.CPUBuffer((4,), "int16")
+    b.copy_from_host(np.array([1, -2, 3, -4], np.int16))
+    arr = pa.array(b)
+    assert arr.type == pa.int16() and arr.to_pylist() == [1, -2, 3, -4]
+    assert values_address(arr) == b.ptr                 # zero-copy
+    assert b.exports == 1
+    del arr
+    gc.collect()
+    assert b.exports == 0
+
+
+@pytest.mark.parametrize("pa_type,dtype", PRIMITIVES,
+                         ids=[str(t) for t, _ in PRIMITIVES])
+def test_every_primitive_goes_out(pa_type: Any, dtype: str) -> None:
+    b = bufferext.CPUBuffer((5,), dtype)
+    b.copy_from_host(np.arange(5).astype(dtype))
+    arr = pa.Array._import_from_c_device_capsule(*b.__arrow_c_device_array__())
+    assert arr.type == pa_type
+    assert arr.to_numpy().tolist() == list(range(5))
+    assert values_address(arr) == b.ptr
+    del arr
+    assert b.exports == 0
+
+
+def test_device_fields_of_a_cpu_export() -> None:
+    b = bufferext.CPUBuffer((3,), "float32")
+    schema, capsule = b.__arrow_c_device_array__()
+    d = device_array(capsule)
+    assert (d.device_type, d.device_id, d.sync_event) == (1, -1, None)
+    assert (d.array.length, d.array.null_count, d.array.offset,
+            d.array.n_buffers, d.array.n_children) == (3, 0, 0, 2, 0)
+    assert d.array.buffers[0] is None and d.array.buffers[1] == b.ptr
+    assert list(d.reserved) == [0, 0, 0]
+    assert pa.DataType._import_from_c_capsule(schema) == pa.float32()
+
+
+def test_round_trip_through_as_buffer_keeps_the_address() -> None:
+    arr = pa.array(np.arange(6, dtype=np.uint32)).slice(2)
+    ad = bufferext.as_buffer(arr)
+    back = pa.array(ad)
+    assert values_address(back) == values_address(arr)
+    assert back.equals(arr)
+    del back
+    assert ad.exports == 0
+
+
+@pytest.mark.parametrize("order", ["pyarrow first", "buffer first"])
+def test_release_order(order: str) -> None:
+    b = bufferext.CPUBuffer((8,), "int64")
+    arr = pa.array(b)
+    if order == "pyarrow first":
+        del arr
+        assert b.exports == 0
+        b.close()
+    else:
+        with pytest.raises(BufferError):
+            b.close()                               # the export pins it
+        del b
+        gc.collect()
+        assert arr.to_pylist() == [0] * 8           # memory still alive
+        del arr
+
+
+def test_dropped_capsules_release_the_export() -> None:
+    b = bufferext.CPUBuffer((2,), "float64")
+    capsules = b.__arrow_c_array__()
+    assert b.exports == 1
+    del capsules
+    assert b.exports == 0
+    schema, array = b.__arrow_c_device_array__()
+    del array                                   # schema alone holds nothing
+    assert b.exports == 0
+
+
+def test_pyarrow_imports_a_capsule_once() -> None:
+    b = bufferext.CPUBuffer((2,), "int32")
+    schema, array = b.__arrow_c_array__()
+    arr = pa.Array._import_from_c_capsule(schema, array)
+    with pytest.raises(Exception, match="released"):
+        pa.Array._import_from_c_capsule(schema, array)
+    del arr, schema, array
+    assert b.exports == 0
+
+
+def test_release_from_another_thread_after_a_move() -> None:
+    b = bufferext.CPUBuffer((4,), "uint8")
+    _, capsule = b.__arrow_c_device_array__()
+    source = device_array(capsule)
+    moved = ArrowDeviceArray()
+    ctypes.memmove(ctypes.addressof(moved), ctypes.addressof(source),
+                   ctypes.sizeof(ArrowDeviceArray))
+    source.array.release = type(source.array.release)()    # NULL: moved
+    del capsule                                 # its destructor must not release
+    assert b.exports == 1
+    # ctypes calls the callback without the GIL, from a thread Python made
+    # for it: the callback takes the GIL itself
+    worker = threading.Thread(
+        target=lambda: moved.array.release(ctypes.pointer(moved.array)))
+    worker.start()
+    worker.join()
+    assert not moved.array.release              # marked released
+    assert b.exports == 0
+
+
+def test_requested_schema_and_keywords() -> None:
+    b = bufferext.CPUBuffer((2,), "int16")
+    same = pa.int16().__arrow_c_schema__()
+    assert pa.array(b, type=pa.int16()).to_pylist() == [0, 0]
+    b.__arrow_c_array__(requested_schema=same)
+    with pytest.raises(BufferError, match="requested_schema has format 'i' "
+                                          "but the buffer holds 's'"):
+        b.__arrow_c_array__(pa.int32().__arrow_c_schema__())
+    with pytest.raises(TypeError, match="'arrow_schema' capsule"):
+        b.__arrow_c_array__(requested_schema=3)
+    b.__arrow_c_device_array__(None, future_keyword=None)
+    with pytest.raises(NotImplementedError, match="'future_keyword' = 1"):
+        b.__arrow_c_device_array__(future_keyword=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        b.__arrow_c_array__(future_keyword=None)
+    with pytest.raises(TypeError, match="multiple values for argument "
+                                        "'requested_schema'"):
+        b.__arrow_c_device_array__(None, requested_schema=None)
+    gc.collect()
+    assert b.exports == 0
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: bufferext.CPUBuffer((2, 2), "int8"), "ndim = 2"),
+    (lambda: bufferext.CPUBuffer((2,), "bool"), "format '\\?' has no Arrow"),
+    (lambda: bufferext.CPUBuffer((2,), "complex64"), "has no Arrow"),
+    (lambda: bufferext.as_buffer(np.arange(6, dtype=np.int16)[::2],
+                                 readonly=True),
+     "stride is 4 bytes for items of 2"),
+], ids=["2-D", "bool", "complex", "strided"])
+def test_unexportable_buffers_are_refused(make: Any, message: str) -> None:
+    b = make()
+    with pytest.raises(BufferError, match=message):
+        b.__arrow_c_array__()
+    with pytest.raises(BufferError, match=message):
+        b.__arrow_c_device_array__()
+    gc.collect()
+    exports = getattr(b, "exports", None)
+    assert exports in (0, None)
+
+
+def test_buffer_view_exports_while_acquired() -> None:
+    b = bufferext.CPUBuffer((3,), "float32")
+    view = bufferext.get_buffer(b)
+    arr = pa.array(view)
+    assert arr.type == pa.float32() and values_address(arr) == b.ptr
+    with pytest.raises(BufferError, match="BufferView has 1 export"):
+        view.release()                      # the array pins the view
+    del arr
+    view.release()
+    with pytest.raises(ValueError, match="released BufferView"):
+        view.__arrow_c_device_array__()
+    assert b.exports == 0
+
+
+def test_closed_buffer_is_refused_as_for_dlpack() -> None:
+    b = bufferext.CPUBuffer((2,), "int8")
+    b.close()
+    with pytest.raises(ValueError, match="closed"):
+        b.__arrow_c_array__()
+
+
+# ---- CUDA, through the stand-in driver -----------------------------------------
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the stand-in driver is built for Linux")
+    return harness.build(str(tmp_path_factory.mktemp("standin_cuda_arrow")))
+
+
+# Child code (a function body, see standin_harness): the ArrowDeviceArray
+# fields read at their offsets (64-bit), and a stand-in that speaks only the
+# device method.
+CUDA_PRELUDE = """
+get = ctypes.pythonapi.PyCapsule_GetPointer
+get.restype = ctypes.c_void_p
+get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+def fields(capsule):
+    p = get(capsule, b"arrow_device_array")
+    buffers = ctypes.c_void_p.from_address(p + 40).value
+    return {"values": ctypes.c_void_p.from_address(buffers + 8).value,
+            "device_id": ctypes.c_int64.from_address(p + 80).value,
+            "device_type": ctypes.c_int32.from_address(p + 88).value,
+            "sync_event": ctypes.c_void_p.from_address(p + 96).value}
+class OnlyDevice:
+    def __init__(self, inner):
+        self.inner = inner
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        return self.inner.__arrow_c_device_array__(requested_schema, **kwargs)
+"""
+
+
+def test_cuda_export_carries_the_device_and_event(driver: str) -> None:
+    harness.check(driver, CUDA_PRELUDE + """
+b = CUDABuffer(4, "float32")
+assert not hasattr(b, "__arrow_c_array__")    # device memory only
+b.fill(1.0)                                    # pending work: an event
+event = bufferext.get_buffer(b).device_info.event
+assert event
+schema, capsule = b.__arrow_c_device_array__()
+f = fields(capsule)
+assert (f["device_type"], f["device_id"]) == (2, 0), f
+assert ctypes.c_void_p.from_address(f["sync_event"]).value == event
+assert f["values"] == b.ptr
+del schema, capsule
+b.synchronize()
+_, capsule = b.__arrow_c_device_array__()
+assert fields(capsule)["sync_event"] is None   # ready: no event
+del capsule
+assert b.exports == 0
+b.close()
+""")
+
+
+def test_cuda_import_keeps_the_producers_event(driver: str) -> None:
+    harness.check(driver, CUDA_PRELUDE + """
+b = CUDABuffer(6, "int32")
+b.fill(7)
+event = bufferext.get_buffer(b).device_info.event
+ad = bufferext.as_buffer(OnlyDevice(b))
+assert ad.protocol == "arrow_device" and ad.device == "bufferext.cuda"
+assert ad.ptr == b.ptr and ad.shape == (6,) and ad.format == "i"
+with bufferext.get_buffer(ad) as view:
+    assert view.device_info.event == event     # the producer's, not ours
+    assert view.device_info.device == 0
+assert b.exports == 1                          # the adapter holds it
+with pytest.raises(BufferError, match="__arrow_c_array__ is for CPU"):
+    ad.__arrow_c_array__()
+del ad
+gc.collect()
+assert b.exports == 0
+b.close()
+""")
