@@ -145,12 +145,25 @@ machinefile() {              # hosts ppn -> path
     echo "$file"
 }
 
-mpirun() {                   # hosts ppn seconds command...: from host 0
-    local hosts=$1 ppn=$2 limit=$3
-    shift 3
-    timeout -k 5 "$limit" ip netns exec "$TAG-h0" env "${MPI_ENV[@]}" \
-        "$VENV/bin/mpiexec" -f "$(machinefile "$hosts" "$ppn")" \
-        -launcher ssh -launcher-exec "$WORK/launch" -n $((hosts * ppn)) "$@"
+mpi_start() {                # dir hosts ppn seconds command...: in the background
+    local dir=$1 hosts=$2 ppn=$3 limit=$4
+    shift 4
+    (cd "$dir" && exec timeout -k 5 "$limit" ip netns exec "$TAG-h0" \
+        env "${MPI_ENV[@]}" "$VENV/bin/mpiexec" -f "$(machinefile "$hosts" "$ppn")" \
+        -launcher ssh -launcher-exec "$WORK/launch" -n $((hosts * ppn)) "$@") &
+    JOB=$!
+}
+
+mpi_wait() {                 # the job's exit status (in `wait`, a signal's
+    local rc=0               # trap runs at once, not when the job ends)
+    wait "$JOB" || rc=$?
+    JOB=
+    return "$rc"
+}
+
+mpirun() {                   # dir hosts ppn seconds command...: from host 0
+    mpi_start "$@"
+    mpi_wait
 }
 
 probe() {                    # hosts ppn: the payload must cross every link
@@ -158,8 +171,8 @@ probe() {                    # hosts ppn: the payload must cross every link
     for ((i = 0; i < hosts; i++)); do
         before+=("$(link_bytes "$i")")
     done
-    mpirun "$hosts" "$ppn" 60 "$VENV/bin/python" "$CI_DIR/hosts_probe.py" \
-        "$ppn" "$PROBE_BYTES"
+    mpirun "$WORK" "$hosts" "$ppn" 60 "$VENV/bin/python" \
+        "$CI_DIR/hosts_probe.py" "$ppn" "$PROBE_BYTES"
     need=$((ppn * PROBE_BYTES))
     for ((i = 0; i < hosts; i++)); do
         read -r rx0 tx0 <<<"${before[i]}"
@@ -186,8 +199,8 @@ suite() {                    # hosts ppn: probe, the MPI-marked tests, the demo
         SUITES+=("$hosts hosts x $ppn: probe and demo")
         return
     fi
-    (cd "$WORK/tests" && mpirun "$hosts" "$ppn" 300 "$VENV/bin/python" -m pytest \
-        -q -p no:cacheprovider --with-mpi -m mpi "${MPI_FILES[@]}") >"$log" 2>&1 ||
+    mpirun "$WORK/tests" "$hosts" "$ppn" 300 "$VENV/bin/python" -m pytest \
+        -q -p no:cacheprovider --with-mpi -m mpi "${MPI_FILES[@]}" >"$log" 2>&1 ||
         { cat "$log"; echo "FAIL: the tests marked mpi on $hosts hosts x $ppn"; exit 1; }
     # one summary per rank (hydra may join lines of different ranks)
     counts=$(grep -oE '[0-9]+ passed(, [0-9]+ [a-z]+)* in ' "$log" |
@@ -203,8 +216,11 @@ suite() {                    # hosts ppn: probe, the MPI-marked tests, the demo
 }
 
 demo() {                     # hosts ppn: the heat equation, checked by itself
-    mpirun "$1" "$2" 120 "$VENV/bin/python" -m bufferext demo --size 128 \
-        --steps 20 | grep -E 'rank\(s\)|error' | sed 's/^/  demo: /'
+    local log=$WORK/demo-$1x$2.log
+    mpirun "$WORK" "$1" "$2" 120 "$VENV/bin/python" -m bufferext demo \
+        --size 128 --steps 20 >"$log" 2>&1 ||
+        { cat "$log"; echo "FAIL: the demo on $1 hosts x $2"; exit 1; }
+    grep -E 'rank\(s\)|error' "$log" | sed 's/^/  demo: /'
 }
 
 link_down() {                # 2 hosts x 2 ranks; host 1's link goes down
@@ -212,13 +228,10 @@ link_down() {                # 2 hosts x 2 ranks; host 1's link goes down
     echo "-- 2 hosts x 2 ranks: host 1's link goes down during an Allreduce"
     cp "$CI_DIR/hosts_link_down.py" "$WORK/tests/tests/test_hosts_link_down.py"
     start=$(date +%s)
-    (cd "$WORK/tests" &&
-     BUFFEREXT_HOSTS_READY=$WORK/ready BUFFEREXT_HOSTS_DOWN=$WORK/down \
-     BUFFEREXT_MPI_TEST_TIMEOUT=$LINK_TIMEOUT \
-     mpirun 2 2 $((LINK_BOUND * 2)) "$VENV/bin/python" -m pytest -q \
-        -p no:cacheprovider --with-mpi tests/test_hosts_link_down.py) \
-        >"$log" 2>&1 &
-    JOB=$!
+    mpi_start "$WORK/tests" 2 2 $((LINK_BOUND * 2)) env \
+        BUFFEREXT_HOSTS_READY="$WORK/ready" BUFFEREXT_HOSTS_DOWN="$WORK/down" \
+        BUFFEREXT_MPI_TEST_TIMEOUT=$LINK_TIMEOUT "$VENV/bin/python" -m pytest \
+        -q -p no:cacheprovider --with-mpi tests/test_hosts_link_down.py >"$log" 2>&1
     for ((i = 0; i < 600; i++)); do
         [[ -e $WORK/ready ]] && break
         kill -0 "$JOB" 2>/dev/null || break
@@ -228,8 +241,7 @@ link_down() {                # 2 hosts x 2 ranks; host 1's link goes down
     ip -n "$TAG-h1" link set eth0 down
     touch "$WORK/down"
     echo "  link of host 1 down $(( $(date +%s) - start )) s after the start"
-    wait "$JOB" || rc=$?
-    JOB=
+    mpi_wait || rc=$?
     seconds=$(( $(date +%s) - start ))
     cat "$log" | sed 's/^/  | /'
     ip -n "$TAG-h1" link set eth0 up
@@ -265,13 +277,6 @@ main() {
     err=$(ip netns add "$TAG-br" 2>&1) ||
         skip "cannot create a network namespace: $err"
     WORK=$(mktemp -d "${TMPDIR:-/tmp}/$TAG.XXXXXX")
-    for hosts in "${HOST_COUNTS[@]}"; do
-        ((hosts > most)) && most=$hosts
-    done
-    make_hosts "$most"
-    echo "$most hosts: namespaces $TAG-h0..h$((most - 1)) ($NET.1-$most/24), bridge in $TAG-br"
-    write_launcher
-
     if [[ -z $VENV ]]; then
         VENV=$ROOT/.ci-venvs/hosts
         echo "-- a virtual environment of its own: $VENV"
@@ -292,6 +297,13 @@ print("bufferext", bufferext.__version__, "from", bufferext.__file__)'
     # rank costs more than the MPI tests themselves)
     MPI_FILES=($(cd "$WORK/tests" && grep -l 'mark\.mpi' tests/test_*.py))
     echo "files with tests marked mpi: ${MPI_FILES[*]}"
+
+    for hosts in "${HOST_COUNTS[@]}"; do
+        ((hosts > most)) && most=$hosts
+    done
+    make_hosts "$most"
+    echo "$most hosts: namespaces $TAG-h0..h$((most - 1)) ($NET.1-$most/24), bridge in $TAG-br"
+    write_launcher
 
     SUITES=()
     for hosts in "${HOST_COUNTS[@]}"; do
