@@ -7,7 +7,8 @@
 # SRC: the source tree whose tests run (default: this checkout).  VENV: a
 # virtual environment that already has bufferext, mpi4py, mpich,
 # pytest-mpi and the test extra (.ci/run passes the clients step's); without
-# it one is built under .ci-venvs/hosts from SRC.
+# it one is built under .ci-venvs/hosts from SRC.  HOSTS_COUNTS="2" runs
+# on 2 hosts only (default "2 4").
 #
 # A bridge in a namespace of its own, one namespace per host with a veth to
 # the bridge and an address in a private /24 that exists only there:
@@ -52,11 +53,11 @@ skip() {
 # ---- namespaces ------------------------------------------------------------
 
 remove_namespace() {         # name: kill what runs in it, then delete it
-    local pids tries
+    local pids try
     pids=$(ip netns pids "$1" 2>/dev/null || true)
     if [[ -n $pids ]]; then
         kill -KILL $pids 2>/dev/null || true
-        for tries in 1 2 3 4 5 6 7 8 9 10; do
+        for try in 1 2 3 4 5 6 7 8 9 10; do
             [[ -z $(ip netns pids "$1" 2>/dev/null || true) ]] && break
             sleep 0.1
         done
