@@ -5,7 +5,13 @@ buffer protocol, DLPack and the array interfaces all express: bool, signed
 and unsigned integers of 1-8 bytes, float16/32/64 and complex64/128, in
 either byte order.  Numpy-style spellings win; struct-module spellings that
 numpy does not accept (``'@d'``, ``'!i'``, ``'Zd'``, ``'n'``) are read with
-struct's standard sizes.
+struct's standard sizes.  A torch dtype is read by its name.
+
+Or one of the low-precision floats DLPack names (bfloat16, the float8
+kinds), in native byte order: by name (``'bfloat16'``), by its buffer
+format (``'[bfloat16]'``, see docs/draft-notes.rst) or as the numpy dtype
+of ml_dtypes.  Its numpy dtype is ml_dtypes' when ml_dtypes is installed,
+else raw bytes (``'V2'``, ``'V1'``).
 """
 
 from __future__ import annotations
@@ -13,11 +19,11 @@ from __future__ import annotations
 import re
 import struct
 import sys
-from typing import Any, Dict, Literal, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["resolve"]
+__all__ = ["LOWP", "lowp_dtype", "resolve"]
 
 # (kind, itemsize) -> struct code, standard sizes
 _CODES = {
@@ -31,12 +37,23 @@ _CODES = {
 }
 
 #: The element types a producer can hold, for messages.
-_TYPES = "bool, int8..int64, uint8..uint64, float16/32/64 or complex64/128"
+_TYPES = ("bool, int8..int64, uint8..uint64, float16/32/64, complex64/128, "
+          "bfloat16 or float8_*")
 _SUPPORTED = "expected " + _TYPES
 #: How to spell one, for a dtype that is not understood at all.
 _SPELLINGS = ("give a numpy dtype (e.g. 'float32', numpy.int16, '<i4') or a "
               "struct format of one item (e.g. 'd', '<h', 'Zf') of a supported "
               "type: " + _TYPES)
+
+#: The low-precision floats (name -> itemsize): the DLPack 1.3 types of
+#: whole bytes that have no struct code; Modules/export.c has their codes.
+#: The sub-byte float6/float4 kinds have no buffer format.
+LOWP = {
+    "bfloat16": 2, "float8_e3m4": 1, "float8_e4m3": 1,
+    "float8_e4m3b11fnuz": 1, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
+}
+_LOWP_FORMAT = re.compile(r"^([@=<>!]?)\[(\w+)\]$")
 
 _STRUCT_FORMAT = re.compile(r"^([@=<>!]?)(\?|[bBhHiIlLqQnNefd]|Z[efd])$")
 _NATIVE = "<" if sys.byteorder == "little" else ">"
@@ -67,12 +84,55 @@ def _from_struct(fmt: str) -> np.dtype[Any]:
     return np.dtype(f"{kind}{size}").newbyteorder(_ORDERS[order])
 
 
+def lowp_dtype(name: str) -> np.dtype[Any]:
+    """The numpy dtype of the low-precision float ``name``: ml_dtypes' when
+    ml_dtypes is installed, else raw bytes of its size."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return np.dtype(f"V{LOWP[name]}")
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def _lowp_name(dtype: Any) -> Optional[str]:
+    """The low-precision float ``dtype`` names (a name, a buffer format, an
+    ml_dtypes dtype or scalar type, a torch dtype), or None."""
+    if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":
+        dtype = str(dtype)[len("torch."):]
+    if isinstance(dtype, str):
+        match = _LOWP_FORMAT.fullmatch(dtype)
+        if match is not None:
+            if match.group(1) not in ("", "@", "=", _NATIVE):
+                raise TypeError(f"dtype {dtype!r}: a byte-swapped "
+                                f"{match.group(2)} is not supported")
+            if match.group(2) not in LOWP:
+                raise TypeError(f"dtype {dtype!r}: {match.group(2)!r} is not "
+                                "a low-precision float (expected one of "
+                                f"{', '.join(LOWP)})")
+            return match.group(2)
+        return dtype if dtype in LOWP else None
+    scalar = getattr(dtype, "type", dtype)
+    if (getattr(scalar, "__module__", "") == "ml_dtypes" and
+            getattr(scalar, "__name__", None) in LOWP):
+        return str(scalar.__name__)
+    return None
+
+
 def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
-    """``(struct format, itemsize, numpy dtype, typestr)`` of ``dtype``.
+    """``(buffer format, itemsize, numpy dtype, typestr)`` of ``dtype``.
 
     Raises TypeError naming the value for anything that is not a supported
     fixed-size numeric type.
     """
+    lowp = _lowp_name(dtype)
+    if lowp is not None:
+        dt = lowp_dtype(lowp)
+        # no array-interface typestr names it: its format, byte order
+        # explicit, which array-interface consumers refuse and pickle keeps
+        order = _NATIVE if dt.itemsize > 1 else ""
+        return f"[{lowp}]", dt.itemsize, dt, f"{order}[{lowp}]"
+    if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":
+        dtype = str(dtype)[len("torch."):]
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError, SyntaxError, OverflowError):
