@@ -23,7 +23,7 @@ from typing import Any, Dict, Literal, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["LOWP", "lowp_dtype", "resolve"]
+__all__ = ["LOWP", "describe", "lowp_dtype", "resolve"]
 
 # (kind, itemsize) -> struct code, standard sizes
 _CODES = {
@@ -151,3 +151,18 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
     else:
         fmt = order + code
     return fmt, dt.itemsize, dt, dt.str
+
+
+def describe(fmt: Optional[str], itemsize: int) -> str:
+    """The element type a buffer's format names, in words, for reports."""
+    fmt = "B" if fmt is None else fmt
+    match = _LOWP_FORMAT.fullmatch(fmt)
+    if match is not None and match.group(2) in LOWP:
+        return (f"format {fmt!r}: {match.group(2)}, {itemsize}-byte items (a "
+                "low-precision float: struct, numpy and memoryview.tolist() "
+                "refuse them, DLPack keeps them)")
+    try:
+        name = str(resolve(fmt)[2])
+    except TypeError:
+        name = "a type bufferext does not name"
+    return f"format {fmt!r}: {name}, {itemsize}-byte items"
