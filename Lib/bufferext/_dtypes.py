@@ -23,7 +23,8 @@ from typing import Any, Dict, Literal, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["LOWP", "describe", "lowp_dtype", "resolve"]
+__all__ = ["LOWP", "describe", "host_view", "lowp_dtype", "name_of", "resolve",
+           "wire", "wire_dtype"]
 
 # (kind, itemsize) -> struct code, standard sizes
 _CODES = {
@@ -166,3 +167,39 @@ def describe(fmt: Optional[str], itemsize: int) -> str:
     except TypeError:
         name = "a type bufferext does not name"
     return f"format {fmt!r}: {name}, {itemsize}-byte items"
+
+
+def _is_lowp(dt: np.dtype[Any]) -> bool:
+    return dt.kind == "V" and dt.fields is None and dt.name in LOWP
+
+
+def name_of(dt: np.dtype[Any]) -> str:
+    """A spelling of ``dt`` that :func:`resolve` and ``numpy.dtype`` read
+    back: a low-precision float's name (its ``str`` is only ``'<V2'``)."""
+    return dt.name if _is_lowp(dt) else dt.str
+
+
+def wire_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype MPI moves ``dt`` as: a low-precision float as raw bytes of
+    its size (numpy cannot export ml_dtypes arrays through the buffer
+    protocol, and MPI has no such type), any other dtype itself."""
+    return np.dtype(f"V{dt.itemsize}") if _is_lowp(dt) else dt
+
+
+def wire(value: Any) -> Any:
+    """A numpy array of a low-precision float as a view of
+    :func:`wire_dtype`; anything else as it is."""
+    if isinstance(value, np.ndarray) and _is_lowp(value.dtype):
+        return value.view(wire_dtype(value.dtype))
+    return value
+
+
+def host_view(obj: Any) -> np.ndarray:
+    """A numpy view (no copy) of a CPU buffer-protocol exporter; the items
+    of a low-precision float format (which numpy cannot parse) are read as
+    their dtype.  The view must be C-contiguous for those."""
+    view = memoryview(obj)
+    match = _LOWP_FORMAT.fullmatch(view.format)
+    if match is None or match.group(2) not in LOWP:
+        return np.asarray(view)
+    return np.frombuffer(view, lowp_dtype(match.group(2))).reshape(view.shape)
