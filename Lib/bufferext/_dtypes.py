@@ -95,28 +95,24 @@ def lowp_dtype(name: str) -> np.dtype[Any]:
     return np.dtype(getattr(ml_dtypes, name))
 
 
-def _lowp_name(dtype: Any) -> Optional[str]:
-    """The low-precision float ``dtype`` names (a name, a buffer format, an
-    ml_dtypes dtype or scalar type, a torch dtype), or None."""
-    if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":
-        dtype = str(dtype)[len("torch."):]
-    if isinstance(dtype, str):
-        match = _LOWP_FORMAT.fullmatch(dtype)
-        if match is not None:
-            if match.group(1) not in ("", "@", "=", _NATIVE):
-                raise TypeError(f"dtype {dtype!r}: a byte-swapped "
-                                f"{match.group(2)} is not supported")
-            if match.group(2) not in LOWP:
-                raise TypeError(f"dtype {dtype!r}: {match.group(2)!r} is not "
-                                "a low-precision float (expected one of "
-                                f"{', '.join(LOWP)})")
-            return match.group(2)
+def _is_lowp(dt: np.dtype[Any]) -> bool:
+    """Whether ``dt`` is ml_dtypes' dtype of a low-precision float (their
+    kinds and ``str`` vary: ``'<V2'``, ``'<f1'``; their names do not)."""
+    return dt.fields is None and dt.name in LOWP
+
+
+def _lowp_name(dtype: str) -> Optional[str]:
+    """The low-precision float a name or buffer format names, or None."""
+    match = _LOWP_FORMAT.fullmatch(dtype)
+    if match is None:
         return dtype if dtype in LOWP else None
-    scalar = getattr(dtype, "type", dtype)
-    if (getattr(scalar, "__module__", "") == "ml_dtypes" and
-            getattr(scalar, "__name__", None) in LOWP):
-        return str(scalar.__name__)
-    return None
+    if match.group(1) not in ("", "@", "=", _NATIVE):
+        raise TypeError(f"dtype {dtype!r}: a byte-swapped {match.group(2)} is "
+                        "not supported")
+    if match.group(2) not in LOWP:
+        raise TypeError(f"dtype {dtype!r}: {match.group(2)!r} is not a "
+                        f"low-precision float (expected one of {', '.join(LOWP)})")
+    return match.group(2)
 
 
 def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
@@ -125,23 +121,25 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
     Raises TypeError naming the value for anything that is not a supported
     fixed-size numeric type.
     """
-    lowp = _lowp_name(dtype)
+    if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":
+        dtype = str(dtype)[len("torch."):]
+    lowp = _lowp_name(dtype) if isinstance(dtype, str) else None
+    if lowp is None:
+        try:
+            dt = np.dtype(dtype)
+        except (TypeError, ValueError, SyntaxError, OverflowError):
+            # NumPy's parser raises any of these for a malformed spelling
+            if not isinstance(dtype, str):
+                raise TypeError(f"dtype {dtype!r} is not understood: "
+                                f"{_SPELLINGS}") from None
+            dt = _from_struct(dtype)
+        lowp = dt.name if _is_lowp(dt) else None
     if lowp is not None:
         dt = lowp_dtype(lowp)
         # no array-interface typestr names it: its format, byte order
         # explicit, which array-interface consumers refuse and pickle keeps
         order = _NATIVE if dt.itemsize > 1 else ""
         return f"[{lowp}]", dt.itemsize, dt, f"{order}[{lowp}]"
-    if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":
-        dtype = str(dtype)[len("torch."):]
-    try:
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError, SyntaxError, OverflowError):
-        # NumPy's parser raises any of these for a malformed spelling
-        if not isinstance(dtype, str):
-            raise TypeError(f"dtype {dtype!r} is not understood: "
-                            f"{_SPELLINGS}") from None
-        dt = _from_struct(dtype)
     code = _CODES.get((dt.kind, dt.itemsize))
     if code is None or dt.fields is not None or dt.subdtype is not None:
         raise TypeError(f"dtype {dtype!r} ({dt}) is not supported: {_SUPPORTED}")
@@ -167,10 +165,6 @@ def describe(fmt: Optional[str], itemsize: int) -> str:
     except TypeError:
         name = "a type bufferext does not name"
     return f"format {fmt!r}: {name}, {itemsize}-byte items"
-
-
-def _is_lowp(dt: np.dtype[Any]) -> bool:
-    return dt.kind == "V" and dt.fields is None and dt.name in LOWP
 
 
 def name_of(dt: np.dtype[Any]) -> str:
