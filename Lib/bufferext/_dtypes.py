@@ -174,10 +174,11 @@ def name_of(dt: np.dtype[Any]) -> str:
 
 
 def wire_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:
-    """The dtype MPI moves ``dt`` as: a low-precision float as raw bytes of
-    its size (numpy cannot export ml_dtypes arrays through the buffer
-    protocol, and MPI has no such type), any other dtype itself."""
-    return np.dtype(f"V{dt.itemsize}") if _is_lowp(dt) else dt
+    """The dtype MPI moves ``dt`` as: a low-precision float as the unsigned
+    integer of its size, its bits (numpy cannot export ml_dtypes arrays
+    through the buffer protocol, and MPI has no such type); any other dtype
+    itself."""
+    return np.dtype(f"u{dt.itemsize}") if _is_lowp(dt) else dt
 
 
 def wire(value: Any) -> Any:
