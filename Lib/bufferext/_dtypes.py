@@ -92,7 +92,8 @@ def lowp_dtype(name: str) -> np.dtype[Any]:
         import ml_dtypes
     except ImportError:
         return np.dtype(f"V{LOWP[name]}")
-    return np.dtype(getattr(ml_dtypes, name))
+    scalar: type = getattr(ml_dtypes, name)
+    return np.dtype(scalar)
 
 
 def _is_lowp(dt: np.dtype[Any]) -> bool:
