@@ -158,7 +158,8 @@ def test_bad_spellings_are_refused_by_name(dtype: str, words: str) -> None:
     assert f"dtype {dtype!r}: {words}" in str(info.value)
 
 
-def test_cudabuffer_takes_the_dtype(tmp_path: Any) -> None:
+def test_cudabuffer_takes_the_dtype_and_fills_it(tmp_path: Any) -> None:
+    pytest.importorskip("ml_dtypes", reason="fill converts through ml_dtypes")
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "cuda_standin"))
     import standin_harness as harness
     driver = harness.build(str(tmp_path))
@@ -174,6 +175,21 @@ def test_cudabuffer_takes_the_dtype(tmp_path: Any) -> None:
         assert host.tobytes() == bits.tobytes(), host
         assert b.__cuda_array_interface__["typestr"] == "[float8_e4m3fn]"
         b.close()
+        b16 = CUDABuffer(3, "bfloat16")
+        b16.fill(1.5)                   # numpy converts through ml_dtypes
+        assert b16.to_host().view(np.uint16).tolist() == [0x3FC0] * 3
+        b16.close()
+        import sys
+        sys.modules["ml_dtypes"] = None     # as if not installed
+        raw = CUDABuffer(2, "bfloat16")
+        assert raw.dtype == np.dtype("V2")
+        try:
+            raw.fill(1.5)
+        except ValueError as e:
+            assert "converting 1.5 to [bfloat16] needs ml_dtypes" in str(e), e
+        else:
+            raise AssertionError("fill(1.5) without ml_dtypes")
+        raw.close()
     """)
 
 
