@@ -103,6 +103,27 @@ def test_memoryview_refuses_the_items(name: str) -> None:
     assert m.cast("B").nbytes == m.nbytes       # its bytes are readable
 
 
+def test_array_interface_consumers_refuse_the_typestr() -> None:
+    buf = bufferext.CPUBuffer(3, "bfloat16")
+    typestr = buf.__array_interface__["typestr"]
+    assert typestr == ("<" if sys.byteorder == "little" else ">") + "[bfloat16]"
+
+    class Described:
+        __array_interface__ = buf.__array_interface__
+
+    with pytest.raises(TypeError, match=r"data type '.\[bfloat16\]' not understood"):
+        np.asarray(Described())
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_pickle_keeps_the_type_and_bits(protocol: int) -> None:
+    import pickle
+    buf = bufferext.CPUBuffer((2, 2), "float8_e5m2")
+    buf.copy_from_host(np.array([1, 0x7F, 0x80, 0xFF], np.uint8))
+    back = pickle.loads(pickle.dumps(buf, protocol=protocol))
+    assert back.format == "[float8_e5m2]" and raw(back) == raw(buf)
+
+
 def test_views_and_check_name_the_type() -> None:
     buf = bufferext.CPUBuffer((2, 3), "bfloat16")
     assert bufferext.check_buffer_supports(buf, BufferFlags.FULL_RO)
