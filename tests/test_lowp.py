@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import struct
 import sys
 from typing import Any
@@ -169,9 +170,10 @@ def test_dtype_spellings() -> None:
 @pytest.mark.parametrize("dtype, words", [
     (">[bfloat16]" if sys.byteorder == "little" else "<[bfloat16]",
      "a byte-swapped bfloat16 is not supported"),
-    ("[float4_e2m1fn]", "'float4_e2m1fn' is not a low-precision float (expected "
-                        "one of bfloat16, float8_e3m4"),
-    ("[bfloat17]", "'bfloat17' is not a low-precision float"),
+    ("[float4_e2m1fn]", "float4_e2m1fn packs items into less than a byte"),
+    ("float6_e3m2fn", "float6_e3m2fn packs items into less than a byte"),
+    ("[bfloat17]", "'bfloat17' is not a low-precision float (expected one of "
+                   "bfloat16, float8_e3m4"),
 ])
 def test_bad_spellings_are_refused_by_name(dtype: str, words: str) -> None:
     with pytest.raises(TypeError) as info:
@@ -181,7 +183,7 @@ def test_bad_spellings_are_refused_by_name(dtype: str, words: str) -> None:
 
 def test_cudabuffer_takes_the_dtype_and_fills_it(tmp_path: Any) -> None:
     pytest.importorskip("ml_dtypes", reason="fill converts through ml_dtypes")
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "cuda_standin"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
     import standin_harness as harness
     driver = harness.build(str(tmp_path))
     harness.check(driver, """

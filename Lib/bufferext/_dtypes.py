@@ -54,6 +54,8 @@ LOWP = {
     "float8_e4m3b11fnuz": 1, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1,
     "float8_e5m2": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
 }
+#: DLPack's sub-byte floats: several items to a byte, which no buffer has.
+_SUB_BYTE = ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
 _LOWP_FORMAT = re.compile(r"^([@=<>!]?)\[(\w+)\]$")
 
 _STRUCT_FORMAT = re.compile(r"^([@=<>!]?)(\?|[bBhHiIlLqQnNefd]|Z[efd])$")
@@ -102,11 +104,19 @@ def _is_lowp(dt: np.dtype[Any]) -> bool:
     return dt.fields is None and dt.name in LOWP
 
 
+def _refuse_sub_byte(dtype: Any, name: str) -> None:
+    if name in _SUB_BYTE:
+        raise TypeError(f"dtype {dtype!r}: {name} packs items into less than "
+                        "a byte; a buffer's items are whole bytes")
+
+
 def _lowp_name(dtype: str) -> Optional[str]:
     """The low-precision float a name or buffer format names, or None."""
     match = _LOWP_FORMAT.fullmatch(dtype)
     if match is None:
+        _refuse_sub_byte(dtype, dtype)
         return dtype if dtype in LOWP else None
+    _refuse_sub_byte(dtype, match.group(2))
     if match.group(1) not in ("", "@", "=", _NATIVE):
         raise TypeError(f"dtype {dtype!r}: a byte-swapped {match.group(2)} is "
                         "not supported")
@@ -134,6 +144,7 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
                 raise TypeError(f"dtype {dtype!r} is not understood: "
                                 f"{_SPELLINGS}") from None
             dt = _from_struct(dtype)
+        _refuse_sub_byte(dtype, dt.name)
         lowp = dt.name if _is_lowp(dt) else None
     if lowp is not None:
         dt = lowp_dtype(lowp)
