@@ -6,11 +6,16 @@
 #define BUFFEREXT_MODULES_CUDA_DRIVER_H
 #include "parts.h"
 
+/* Each type as cuda.h declares it (the handles: pointers to the same
+ * incomplete structs), but for its enums, which are ints of the same size
+ * here.  tests/test_cuda_headers.py compiles these declarations beside the
+ * real cuda.h and fails on any difference. */
 typedef int CUresult;                      /* an enum in cuda.h */
+typedef int CUpointer_attribute;           /* an enum in cuda.h */
 typedef int CUdevice;
-typedef struct bufferext_CUctx *CUcontext;
-typedef struct bufferext_CUevent *CUevent;
-typedef struct bufferext_CUstream *CUstream;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUevent_st *CUevent;
+typedef struct CUstream_st *CUstream;
 typedef unsigned long long CUdeviceptr;
 
 #define CUDA_SUCCESS 0
@@ -52,7 +57,7 @@ typedef unsigned long long CUdeviceptr;
     X(cuEventDestroy_v2, (CUevent))                                         \
     X(cuEventRecord, (CUevent, CUstream))                                   \
     X(cuEventSynchronize, (CUevent))                                        \
-    X(cuPointerGetAttribute, (void *, int, CUdeviceptr))
+    X(cuPointerGetAttribute, (void *, CUpointer_attribute, CUdeviceptr))
 
 #define BUFFEREXT_CU_FIELD(name, params) CUresult (*name) params;
 

@@ -141,10 +141,15 @@ gate_dims(PyObject *exporter, const Py_buffer *v)
     if (empty) {
         items = 0;
     }
-    if (mul_overflows(items, v->itemsize, &bytes) || bytes != v->len) {
-        return gate_refuse(exporter, "len = %zd, but shape and itemsize %zd "
-                           "describe %zd elements", v->len, v->itemsize,
-                           items);
+    if (mul_overflows(items, v->itemsize, &bytes)) {
+        return gate_refuse(exporter, "len = %zd bytes, but shape and itemsize "
+                           "describe %zd elements of %zd bytes, more than "
+                           "PY_SSIZE_T_MAX bytes", v->len, items, v->itemsize);
+    }
+    if (bytes != v->len) {
+        return gate_refuse(exporter, "len = %zd bytes, but shape and itemsize "
+                           "describe %zd elements of %zd bytes = %zd bytes",
+                           v->len, items, v->itemsize, bytes);
     }
     return 0;
 }

@@ -11,6 +11,11 @@ Targets (issue 3), ratios measured in one run:
   (``cupy.ndarray.set`` / ``get``) for the same sizes, from pageable (numpy)
   and pinned (``cupyx.empty_pinned``) host memory.
 
+Figures without a target: the example consumer docs/examples/cuda/scale.cu
+(built with nvcc by its build.sh) scaling a ``CUDABuffer`` in place, per
+call (export, event wait, kernel, synchronisation), against torch's
+in-place multiply of a CUDA tensor of the same size.
+
 Needs the real CUDA driver and a GPU, plus torch (CUDA build) and CuPy for
 their rows; what is missing is reported as skipped.  Usage::
 
@@ -33,8 +38,11 @@ import numpy as np
 import bufferext
 from bufferext import BufferFlags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 from bench_cuda import HELPER, _compile  # noqa: E402
+import _cuda_toolkit as toolkit  # noqa: E402
 
 EXCHANGE_VS_TORCH = 10.0
 EXCHANGE_VS_CAI = 30.0
@@ -160,6 +168,58 @@ def bandwidth_rows(quick: bool) -> List[Dict[str, Any]]:
     return rows
 
 
+def _seconds_per_call(call: Callable[[], Any], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def example_rows(quick: bool) -> List[Dict[str, Any]]:
+    """docs/examples/cuda/scale.cu on a CUDABuffer; torch's mul_ beside."""
+    nvcc, why = toolkit.nvcc()
+    if nvcc is None:
+        return [{"name": "example scale.cu", "skipped": why}]
+    rows: List[Dict[str, Any]] = []
+    torch: Any = None
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            raise ImportError("torch without CUDA")
+    except ImportError as exc:
+        torch = None
+        rows.append({"name": "example scale.cu vs torch mul_",
+                     "skipped": str(exc)})
+    sizes = [1 << 20, 64 << 20] if quick else [1 << 20, 16 << 20, 256 << 20]
+    repeats = 10 if quick else 50
+    with tempfile.TemporaryDirectory(prefix="bench_cuda_example_") as tmp:
+        scale = toolkit.load_example(toolkit.build_example(nvcc, tmp)).scale
+        for nbytes in sizes:
+            buf = bufferext.CUDABuffer(nbytes // 4, "float32")
+            buf.synchronize()
+            ours = _seconds_per_call(lambda: scale(buf, 1.0), repeats)
+            rows.append({"name": f"example scale.cu {nbytes >> 20} MiB",
+                         "value": 2 * nbytes / ours / 1e9, "unit": "GB/s",
+                         "note": f"{ours * 1e6:.1f} us per call"})
+            buf.close()
+            if torch is None:
+                continue
+            tensor = torch.zeros(nbytes // 4, device="cuda")
+
+            def mul() -> None:
+                tensor.mul_(1.0)
+                torch.cuda.synchronize()
+
+            theirs = _seconds_per_call(mul, repeats)
+            rows.append({"name": f"example scale.cu / torch mul_ "
+                                 f"{nbytes >> 20} MiB (time)",
+                         "value": ours / theirs, "unit": "x",
+                         "note": f"{theirs * 1e6:.1f} us per torch call"})
+    return rows
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -168,7 +228,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if why is not None:
         print(f"skipped: no real GPU ({why})")
         return 0
-    rows = exchange_rows(args.quick) + bandwidth_rows(args.quick)
+    rows = (exchange_rows(args.quick) + bandwidth_rows(args.quick) +
+            example_rows(args.quick))
     for row in rows:
         if "skipped" in row:
             print(f"{row['name']:55s} skipped: {row['skipped']}")

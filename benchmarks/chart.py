@@ -1,72 +1,290 @@
-"""Draw benchmarks/results/py*.json as one chart: for every operation with
-a target, its ratio to its anchor divided by the target, per interpreter
-(below 1: the target holds).  Writes docs/_static/benchmarks.png.
+"""The documentation's benchmark figures, made from benchmarks/results only.
 
-Run: ``python benchmarks/chart.py [OUT.png]`` (needs matplotlib).
+Reads ``results/py*.json`` (one full ``run.py`` run per interpreter) and
+writes
+
+* ``docs/_generated/*.rst``: the tables the pages include (the foundation
+  targets and times in ``docs/performance.rst``, the bridges' figures in
+  ``docs/bridges.rst``), with nothing but the standard library;
+* ``docs/_static/benchmarks.svg``: for every operation with a target, its
+  ratio to its anchor divided by the target, per interpreter (below 1: the
+  target holds); needs matplotlib.
+
+Run: ``python benchmarks/chart.py`` (both), ``--tables DIR`` (the tables
+only, into DIR: what tests/test_docs_figures.py compares with the
+committed ones).  No figure in the docs is typed by hand: a page quotes a
+measurement through these files, and the test fails on a figure the
+results do not hold.
 """
 
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import os
 import re
 import sys
-from typing import Dict, List, Tuple
-
-import numpy as np
+import textwrap
+from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, os.pardir, "docs", "_static", "benchmarks.png")
+DOCS = os.path.join(HERE, os.pardir, "docs")
+TABLES = os.path.join(DOCS, "_generated")
+CHART = os.path.join(DOCS, "_static", "benchmarks.svg")
+
+Rows = List[dict]
+
+#: The foundation's rows with a target: (label, result name).
+TARGETS = [
+    ("``PyObject_CheckBufferSupports(CPUBuffer)``",
+     "C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)"),
+    ("``BufferExt_GetBuffer`` + release, ``CPUBuffer``, ``FULL_RO|DEVICE``",
+     "C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"),
+    ("heap allocations per extended export",
+     "C allocations per BufferExt_GetBuffer+Release(CPUBuffer)"),
+    ("Python ``check_buffer_supports(CPUBuffer, int)``",
+     "py check_buffer_supports(CPUBuffer, 0x1011c)"),
+    ("exchange-API ``DLTensor`` fill of a ``CPUBuffer``",
+     "C exchange-API DLTensor fill(CPUBuffer)"),
+    ("``CPUBuffer.__dlpack__()``", "py CPUBuffer.__dlpack__()"),
+    ("``as_buffer(ndarray)`` + C extended get/release",
+     "as_buffer(ndarray) + C extended get/release"),
+    ("Python ``with get_buffer(as_buffer(ndarray)): pass``",
+     "py with get_buffer(as_buffer(ndarray)): pass"),
+]
+
+#: Times (ns per call) shown beside the ratios: candidates and anchors.
+TIMES = [
+    ("``PyObject_CheckBuffer(CPUBuffer)``", "PyObject_CheckBuffer(CPUBuffer)"),
+    ("``PyObject_CheckBufferSupports(CPUBuffer)``",
+     "C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)"),
+    ("plain get/release of ``bytes`` (``SIMPLE``)",
+     "GetBuffer+Release(bytes, SIMPLE)"),
+    ("``BufferExt_GetBuffer`` + release, ``CPUBuffer``",
+     "C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"),
+    ("plain get/release of ``CPUBuffer`` (the producer alone)",
+     "C GetBuffer+Release(CPUBuffer, FULL_RO)"),
+    ("exchange-API ``DLTensor`` fill of a ``CPUBuffer``",
+     "C exchange-API DLTensor fill(CPUBuffer)"),
+    ("``operator.is_(a, b)``", "operator.is_(a, b)"),
+    ("Python ``check_buffer_supports(CPUBuffer, int)``",
+     "py check_buffer_supports(CPUBuffer, 0x1011c)"),
+    ("``bufferext.get_buffer(CPUBuffer)`` (a ``BufferView``)",
+     "py bufferext.get_buffer(CPUBuffer)"),
+    ("``ndarray.__dlpack__()``", "ndarray.__dlpack__()"),
+    ("``CPUBuffer.__dlpack__()``", "py CPUBuffer.__dlpack__()"),
+    ("``np.from_dlpack(ndarray)``", "py np.from_dlpack(ndarray)"),
+    ("``as_buffer(ndarray)`` + C extended get/release",
+     "as_buffer(ndarray) + C extended get/release"),
+    ("Python ``with get_buffer(as_buffer(ndarray)): pass``",
+     "py with get_buffer(as_buffer(ndarray)): pass"),
+]
+
+#: docs/bridges.rst's rows: (label, result name, allocation row or None).
+BRIDGES = [
+    ("exchange-API ``DLTensor`` fill of a ``CPUBuffer`` (C)",
+     "C exchange-API DLTensor fill(CPUBuffer)",
+     "C allocations per exchange-API fill(CPUBuffer)"),
+    ("``CPUBuffer.__dlpack__()``", "py CPUBuffer.__dlpack__()", None),
+    ("``as_buffer(ndarray)`` + extended get/release (C)",
+     "as_buffer(ndarray) + C extended get/release", None),
+    ("``with get_buffer(as_buffer(ndarray)): pass`` (Python)",
+     "py with get_buffer(as_buffer(ndarray)): pass", None),
+]
 
 
-def load() -> Tuple[List[str], Dict[str, Dict[str, float]]]:
-    """Interpreters in version order, and per operation ``{python: ratio /
-    target}`` (the better one where a run measured an operation twice)."""
+def load(root: str = HERE) -> Dict[str, Rows]:
+    """``{python: rows}`` of every ``results/py*.json``, in version order."""
     runs = {}
-    for path in glob.glob(os.path.join(HERE, "results", "py*.json")):
+    for path in glob.glob(os.path.join(root, "results", "py*.json")):
         minor = re.search(r"py(3\.\d+)\.json$", path)
         if minor:
             with open(path) as f:
                 runs[minor.group(1)] = json.load(f)["rows"]
-    pythons = sorted(runs, key=lambda v: tuple(int(p) for p in v.split(".")))
-    ops: Dict[str, Dict[str, float]] = {}
-    for py in pythons:
-        for row in runs[py]:
-            if row.get("target") and row.get("ratio") and row.get("exact") is None:
-                mine = ops.setdefault(row["name"], {})
-                mine[py] = min(mine.get(py, np.inf), row["ratio"] / row["target"])
-    return pythons, ops
+    order = sorted(runs, key=lambda v: tuple(int(p) for p in v.split(".")))
+    return {py: runs[py] for py in order}
 
 
-def main() -> int:
+def worst(rows: Rows, name: str) -> dict:
+    """The row called ``name`` with a target; where a run measured it
+    against two anchors, the one with the higher (worse) ratio."""
+    found = [r for r in rows if r["name"] == name]
+    if not found:
+        raise KeyError(f"no row {name!r} in the results")
+    return max(found, key=lambda r: r["ratio"] if r.get("ratio") else 0.0)
+
+
+def time_of(rows: Rows, name: str) -> float:
+    """ns per call of ``name``, as a candidate or as an anchor."""
+    for r in rows:
+        if r["name"] == name:
+            return r["ns"]
+        if r.get("anchor") == name and r.get("anchor_ns") is not None:
+            return r["anchor_ns"]
+    raise KeyError(f"no row or anchor {name!r} in the results")
+
+
+def fmt_ns(value: float) -> str:
+    """run.py's format: two decimals below 100 ns, whole ns above."""
+    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def fmt_ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def target_text(row: dict) -> str:
+    if row.get("exact") is not None:
+        return f"== {row['exact']:g}"
+    return f"<= {row['target']:g}x"
+
+
+def measured(row: dict) -> str:
+    """A target row's figure: the ratio, or the count for an exact one."""
+    if row.get("exact") is not None:
+        return f"{row['ns']:g}"
+    return fmt_ratio(row["ratio"])
+
+
+def list_table(caption: str, header: List[str], body: List[List[str]],
+               widths: Optional[List[int]] = None) -> str:
+    out = [f".. list-table:: {caption}", "   :header-rows: 1",
+           "   :stub-columns: 1", "   :class: bench-table"]
+    if widths:
+        out.append("   :widths: " + " ".join(map(str, widths)))
+    out.append("")
+    for line in [header] + body:
+        out.append(f"   * - {line[0]}")
+        out.extend(f"     - {cell}" for cell in line[1:])
+    return "\n".join(out) + "\n"
+
+
+def span(values: List[float], show) -> str:
+    """``a-b`` over the interpreters (one value where they agree)."""
+    lo, hi = show(min(values)), show(max(values))
+    return lo if lo == hi else f"{lo.rstrip('x')}-{hi}"
+
+
+def tables(runs: Dict[str, Rows]) -> Dict[str, str]:
+    """``{file name: reStructuredText}`` of every generated table."""
+    pythons = list(runs)
+    head = "   (generated by benchmarks/chart.py from benchmarks/results: do not edit)"
+    note = f"..\n{head}\n\n"
+    missed = {py: [r["name"] for r in rows if r.get("verdict") == "MISS"]
+              for py, rows in runs.items()}
+    first, last = pythons[0], pythons[-1]
+    if any(missed.values()):
+        verdict = "Missed targets: " + "; ".join(
+            f"{py}: {', '.join(names)}" for py, names in missed.items() if names) + "."
+    else:
+        verdict = (f"Every target holds on every interpreter, CPython {first} "
+                   f"to {last}, in these runs.")
+    ratios = []
+    for label, name in TARGETS:
+        rows = [worst(runs[py], name) for py in pythons]
+        against = f" vs ``{rows[0]['anchor']}``" if rows[0]["anchor"] else ""
+        ratios.append([f"{label}{against} ({target_text(rows[0])})"]
+                      + [measured(r) for r in rows])
+    times = [[label] + [fmt_ns(time_of(runs[py], name)) for py in pythons]
+             for label, name in TIMES]
+    bridges = []
+    for label, name, allocs in BRIDGES:
+        rows = [worst(runs[py], name) for py in pythons]
+        cell = span([r["ratio"] for r in rows], fmt_ratio)
+        if allocs:
+            counts = {worst(runs[py], allocs)["ns"] for py in pythons}
+            cell += ", " + "/".join(f"{c:g}" for c in sorted(counts)) + " allocations"
+        bridges.append([label, f"``{rows[0]['anchor']}``", target_text(rows[0]), cell])
+    return {
+        "foundation_ratios.rst": note + verdict + "\n\n" + list_table(
+            "Ratio to the anchor (target in brackets; worse of two anchors "
+            "where a run has two)", ["operation"] + pythons, ratios,
+            [40] + [8] * len(pythons)),
+        "foundation_times.rst": note + list_table(
+            "Nanoseconds per call, candidates and anchors", ["operation"] + pythons,
+            times, [40] + [8] * len(pythons)),
+        "bridges.rst": note + list_table(
+            f"Bridges: ratio to the anchor, lowest-highest over CPython {first} "
+            f"to {last}", ["measurement", "anchor", "target", "measured"],
+            bridges, [34, 26, 12, 28]),
+    }
+
+
+def write_tables(folder: str, runs: Optional[Dict[str, Rows]] = None) -> List[str]:
+    """Write every table into ``folder``; the paths written."""
+    os.makedirs(folder, exist_ok=True)
+    written = []
+    for name, text in tables(runs or load()).items():
+        path = os.path.join(folder, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        written.append(path)
+    return written
+
+
+def chart_data(runs: Dict[str, Rows]) -> Dict[str, Dict[str, float]]:
+    """What the chart draws: ``{operation: {python: ratio / target}}`` for
+    every row with a ratio target (the allocation count's is a count)."""
+    data = {}
+    for label, name in TARGETS:
+        rows = {py: worst(rows, name) for py, rows in runs.items()}
+        if all(r.get("exact") is None for r in rows.values()):
+            data[label.replace("``", "")] = {
+                py: round(r["ratio"] / r["target"], 4) for py, r in rows.items()}
+    return data
+
+
+def chart(out: str, runs: Dict[str, Rows]) -> None:
+    """The SVG chart, sized for the page's column (about 730 px at a
+    1280 px window), so that its text shows at about the page's own size.
+    Its description holds :func:`chart_data`, which the test compares with
+    the results."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = sys.argv[1] if len(sys.argv) > 1 else OUT
-    pythons, ops = load()
-    names = sorted(ops)
-    fig, ax = plt.subplots(figsize=(9.5, 0.42 * len(names) + 1.4))
+    pythons = list(runs)
+    data = chart_data(runs)
+    labels = [textwrap.fill(label, 30, break_long_words=False,
+                            break_on_hyphens=False) for label in data]
+    # text as SVG text (not glyph paths): the browser draws it at the page's
+    # scale, and tools can read its size
+    matplotlib.rcParams.update({"svg.hashsalt": "bufferext", "font.size": 11,
+                                "svg.fonttype": "none"})
+    fig, ax = plt.subplots(figsize=(7.6, 0.75 * len(labels) + 1.8))
     height = 0.8 / max(len(pythons), 1)
     cmap = plt.get_cmap("viridis")
     for k, py in enumerate(pythons):
-        y = np.arange(len(names)) + (k - (len(pythons) - 1) / 2) * height
-        x = [ops[n].get(py, np.nan) for n in names]
-        ax.barh(y, x, height=height, color=cmap(k / max(len(pythons) - 1, 1)),
-                label=f"CPython {py}")
+        y = [i + (k - (len(pythons) - 1) / 2) * height for i in range(len(labels))]
+        ax.barh(y, [ratios[py] for ratios in data.values()], height=height,
+                color=cmap(k / max(len(pythons) - 1, 1)), label=f"CPython {py}")
     ax.axvline(1.0, color="black", linewidth=1)
-    ax.set_yticks(np.arange(len(names)))
-    ax.set_yticklabels(names, fontsize=7)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels)
     ax.invert_yaxis()
-    ax.set_xlabel("ratio to the anchor / target  (left of the line: the target holds)",
-                  fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.4, 1.0),
-              frameon=False)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}: {len(names)} operations x {len(pythons)} interpreters")
+    ax.set_xlabel("ratio to the anchor / target (left of 1: it holds)")
+    fig.legend(ncol=4, loc="upper center", frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(out, format="svg", metadata={
+        "Date": None, "Description": json.dumps(data, sort_keys=True)})
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", metavar="DIR",
+                        help="write only the tables, into DIR")
+    args = parser.parse_args()
+    runs = load()
+    if args.tables:
+        for path in write_tables(args.tables, runs):
+            print(f"wrote {path}")
+        return 0
+    for path in write_tables(TABLES, runs):
+        print(f"wrote {os.path.relpath(path)}")
+    chart(CHART, runs)
+    print(f"wrote {os.path.relpath(CHART)}")
     return 0
 
 

@@ -16,9 +16,12 @@ extensions = [
     "sphinx.ext.autodoc",
 ]
 
-exclude_patterns = ["_build"]
+# _generated/: tables benchmarks/chart.py makes, included by the pages
+exclude_patterns = ["_build", "_generated"]
 html_theme = "furo"
 html_title = f"bufferext {release}"
+html_static_path = ["_static"]
+html_css_files = ["bufferext.css"]
 primary_domain = "py"
 default_role = "code"
 highlight_language = "python3"

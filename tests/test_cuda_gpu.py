@@ -6,12 +6,19 @@ BUFFEREXT_CUDA_DRIVER).  Run with ``pytest -m cuda``.
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import bufferext
 from bufferext import BufferFlags, CUDABuffer
 from _helpers import cuda_status
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _cuda_toolkit as toolkit  # noqa: E402
 
 
 _STATUS = cuda_status()
@@ -98,3 +105,19 @@ def test_several_devices() -> None:
         b.fill(float(i))
     for i, b in enumerate(bufs):
         assert (b.to_host() == i).all()
+
+
+def test_example_consumer_scales_in_place(tmp_path: Path) -> None:
+    """docs/examples/cuda/scale.cu, built by nvcc: its kernel scales a
+    CUDABuffer in place, waiting for the exporter's pending work."""
+    example = toolkit.load_example(toolkit.build_example_or_skip(
+        str(tmp_path)))
+    data = np.arange(1 << 20, dtype=np.float32)
+    b = CUDABuffer(data.shape, "float32")
+    b.copy_from_host(data)
+    example.scale(b, 3.0)
+    assert (b.to_host() == data * 3).all()
+    b.fill(2.0)                  # queued: the example waits for its event
+    example.scale(b, 0.5)
+    assert (b.to_host() == 1.0).all() and b.exports == 0
+    b.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import re
 from types import ModuleType
 
 import pytest
@@ -97,6 +98,21 @@ def test_zero_itemsize_is_refused(make: str) -> None:
     lines = out.splitlines()
     assert len(lines) == 2 and "accepted" not in out, out
     assert "itemsize" in lines[0], lines[0]
+
+
+def test_len_refusal_counts_bytes_against_bytes(c99: ModuleType) -> None:
+    # before: "len = 32, but shape and itemsize 8 describe 32 elements"
+    # (bytes against elements, issue 25)
+    exporter = c99.ExporterFull(liar="len_past_shape")
+    with pytest.raises(BufferError) as info:
+        bufferext.get_buffer(exporter)
+    found = re.search(r"len = (\d+) bytes, but shape and itemsize describe "
+                      r"(\d+) elements of (\d+) bytes = (\d+) bytes",
+                      str(info.value))
+    assert found, str(info.value)
+    length, items, itemsize, described = map(int, found.groups())
+    assert length == 1 << 20
+    assert items * itemsize == described != length
 
 
 @pytest.mark.parametrize("device", ["DEVICE_CUDA", "DEVICE_VE"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import array
 import gc
+import os
+import re
 import sys
 import types
 import weakref
@@ -13,6 +15,7 @@ import pytest
 
 import bufferext
 from bufferext import BufferFlags as F
+from bufferext import _bridges
 from _helpers import BRIDGED_ONLY, run_child
 from bufferext import BufferView, get_buffer
 
@@ -628,6 +631,31 @@ def test_get_buffer_of_a_bridged_object_points_at_as_buffer(make, what):
         "into an extended buffer")
     with get_buffer(bufferext.as_buffer(obj)) as view:   # the advice works
         assert view.tobytes() == obj.array.tobytes()
+
+
+def test_get_buffer_hint_is_as_buffers_list():
+    # get_buffer's hint (Modules/view.c, a C table) and as_buffer's list
+    # (_bridges.BRIDGED, which check's hint uses too) are one list written
+    # twice: the same protocols, names and order.  An object speaking
+    # BRIDGED[k:] is named for BRIDGED[k], the first that as_buffer reads.
+    assert [name for name, _ in _bridges._INTERFACES] == [
+        name for name, _ in _bridges.BRIDGED[1:]]
+    for k, (name, what) in enumerate(_bridges.BRIDGED):
+        speaks = type("Speaks", (), {attr: property(lambda self: {})
+                                     for attr, _ in _bridges.BRIDGED[k:]})
+        with pytest.raises(TypeError) as info:
+            get_buffer(speaks())
+        assert f"it speaks {what} ({name}): bufferext.as_buffer(obj)" in str(
+            info.value)
+    source = os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "Modules", "view.c")
+    if os.path.isfile(source):     # no entry of C's that Python lacks
+        with open(source) as f:
+            text = f.read()
+        table = text[text.index("bridged[][2] = {"):]
+        table = table[:table.index("};")]
+        assert re.findall(r'\{"(\w+)", "([^"]+)"\}', table) == [
+            tuple(entry) for entry in _bridges.BRIDGED]
 
 
 def test_get_buffer_hint_only_for_bridged_objects():

@@ -38,6 +38,14 @@ _DEVICE = int(BufferFlags.DEVICE)        # enum attribute lookups are slow
 #: (step 1 of as_buffer, which reads this tuple by name).
 _CPU_TYPES = (np.ndarray, bytes, bytearray, memoryview, array.array,
               mmap.mmap)
+#: What as_buffer bridges besides the buffer protocol, in the order it reads
+#: them (steps 2 and 4 to 7): (attribute, the protocol's name).  check's
+#: hint (_check.py) names them from here; get_buffer's (Modules/view.c,
+#: in C) holds the same table, which tests/test_view.py keeps equal.
+BRIDGED = (("__dlpack__", "DLPack"),
+           ("__cuda_array_interface__", "the CUDA Array Interface"),
+           ("__ve_array_interface__", "the VE Array Interface"),
+           ("__array_interface__", "the NumPy array interface"))
 _DLPACK_MAX_VERSION = (1, 3)
 _CAI_MAX_VERSION = 3
 _VAI_VERSION = 1

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _bufferext
+from ._bridges import BRIDGED
 from ._dtypes import describe
 from ._flags import BufferFlags as F
 
@@ -157,8 +158,7 @@ def _protocols(obj: Any, report: Report) -> None:
             report.add("violation", "dlpack",
                        f"__dlpack_device__() raised {exc!r}")
     p["dlpack_c_exchange_api"] = hasattr(cls, "__dlpack_c_exchange_api__")
-    for name in ("__cuda_array_interface__", "__ve_array_interface__",
-                 "__array_interface__"):
+    for name, _ in BRIDGED[1:]:       # the array interfaces
         try:
             value = getattr(obj, name, None)
         except Exception as exc:
@@ -166,16 +166,6 @@ def _protocols(obj: Any, report: Report) -> None:
             report.add("info", name, f"reading it raised {exc!r}")
         p[name.strip("_")] = (None if not isinstance(value, dict)
                               else value.get("version"))
-
-
-#: What as_buffer bridges, as _protocols records it, in as_buffer's order.
-_BRIDGED = (("dlpack", "DLPack (__dlpack__)"),
-            ("cuda_array_interface",
-             "the CUDA Array Interface (__cuda_array_interface__)"),
-            ("ve_array_interface",
-             "the VE Array Interface (__ve_array_interface__)"),
-            ("array_interface",
-             "the NumPy array interface (__array_interface__)"))
 
 
 # ---- probing ------------------------------------------------------------------
@@ -350,8 +340,8 @@ def check(obj: Any, target: str = "") -> Report:
         report.add("violation", "buffer",
                    f"not a buffer exporter (a {type(obj).__name__!r} has no "
                    "buffer slot)")
-        spoken = [what for key, what in _BRIDGED if report.protocols.get(key)
-                  not in (None, False)]
+        spoken = [f"{what} ({name})" for name, what in BRIDGED
+                  if report.protocols.get(name.strip("_")) not in (None, False)]
         if spoken:
             report.add("info", "as_buffer",
                        f"it speaks {spoken[0]}: bufferext.as_buffer(obj) "

@@ -47,20 +47,33 @@
 #include <sys/mman.h>
 #include <time.h>
 
+/* The driver's types as cuda.h declares them (its enums as ints of the
+ * same size); the handles point to our own definitions of cuda.h's
+ * incomplete structs.  tests/test_cuda_headers.py compiles this file with
+ * -DSTANDIN_WITH_CUDA_H, against the real declarations: every entry point
+ * and constant below must then match cuda.h's. */
+#ifdef STANDIN_WITH_CUDA_H
+#include <cuda.h>
+#else
 typedef int CUresult;
 typedef int CUdevice;
+typedef int CUpointer_attribute;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+#endif
 
-typedef struct standin_ctx { uint32_t magic; int device; int refs; } *CUcontext;
-typedef struct standin_stream { uint32_t magic; CUcontext ctx; } *CUstream;
+struct CUctx_st { uint32_t magic; int device; int refs; };
+struct CUstream_st { uint32_t magic; CUcontext ctx; };
 /* An event remembers where it was last recorded: the stream's queue key
  * and the last sequence number handed out then (late work, see below). */
-typedef struct standin_event {
+struct CUevent_st {
     uint32_t magic;
     long records;
     uintptr_t stream;
     unsigned long long seq;
-} *CUevent;
+};
 
 #define OK 0
 #define ERR_INVALID_VALUE 1
@@ -71,6 +84,31 @@ typedef struct standin_event {
 #define ERR_INVALID_CONTEXT 201
 #define ERR_INVALID_HANDLE 400
 #define ERR_UNKNOWN 999
+#define ATTRIBUTE_CONTEXT 1
+#define ATTRIBUTE_DEVICE_ORDINAL 9
+#define STREAM_LEGACY ((CUstream)0x1)
+#define STREAM_PER_THREAD ((CUstream)0x2)
+#define STREAM_NON_BLOCKING 0x1
+
+#ifdef STANDIN_WITH_CUDA_H
+#define SAME(ours, theirs)                                                  \
+    _Static_assert((ours) == (theirs), #ours " is not " #theirs " of cuda.h")
+SAME(OK, CUDA_SUCCESS);
+SAME(ERR_INVALID_VALUE, CUDA_ERROR_INVALID_VALUE);
+SAME(ERR_OUT_OF_MEMORY, CUDA_ERROR_OUT_OF_MEMORY);
+SAME(ERR_NOT_INITIALIZED, CUDA_ERROR_NOT_INITIALIZED);
+SAME(ERR_NO_DEVICE, CUDA_ERROR_NO_DEVICE);
+SAME(ERR_INVALID_DEVICE, CUDA_ERROR_INVALID_DEVICE);
+SAME(ERR_INVALID_CONTEXT, CUDA_ERROR_INVALID_CONTEXT);
+SAME(ERR_INVALID_HANDLE, CUDA_ERROR_INVALID_HANDLE);
+SAME(ERR_UNKNOWN, CUDA_ERROR_UNKNOWN);
+SAME(ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_CONTEXT);
+SAME(ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL);
+/* pointer constants: GCC folds these casts (an extension) */
+SAME((uintptr_t)STREAM_LEGACY, (uintptr_t)CU_STREAM_LEGACY);
+SAME((uintptr_t)STREAM_PER_THREAD, (uintptr_t)CU_STREAM_PER_THREAD);
+SAME(STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING);
+#endif
 
 #define MAGIC_CTX 0x43545830u
 #define MAGIC_STREAM 0x5354524du
@@ -86,7 +124,7 @@ typedef struct standin_event {
  * module calls the driver without the GIL) */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialised;
-static struct standin_ctx contexts[MAX_DEVICES];
+static struct CUctx_st contexts[MAX_DEVICES];
 static __thread CUcontext stack[MAX_DEPTH];
 static __thread int depth;
 
@@ -391,7 +429,7 @@ static int worker_started;
 static uintptr_t
 stream_key(const void *stream)
 {
-    return stream == NULL ? (uintptr_t)0x1 : (uintptr_t)stream;
+    return stream == NULL ? (uintptr_t)STREAM_LEGACY : (uintptr_t)stream;
 }
 
 static long
@@ -717,12 +755,10 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr)
 }
 
 /* Whether `ptr` lies in the reserved device range. */
-#define ATTRIBUTE_CONTEXT 1
-#define ATTRIBUTE_DEVICE_ORDINAL 9
-
 /* Context or device ordinal of a pointer inside one of our allocations;
  * host (or unknown) pointers are an invalid value, as with the driver. */
-EXPORT CUresult cuPointerGetAttribute(void *data, int attribute,
+EXPORT CUresult cuPointerGetAttribute(void *data,
+                                      CUpointer_attribute attribute,
                                       CUdeviceptr ptr)
 {
     CUcontext ctx = NULL;
@@ -784,7 +820,7 @@ is_device(CUdeviceptr ptr)
 static int
 valid_stream(CUstream s)
 {
-    return s == NULL || s == (CUstream)0x1 || s == (CUstream)0x2 ||
+    return s == NULL || s == STREAM_LEGACY || s == STREAM_PER_THREAD ||
            s->magic == MAGIC_STREAM;
 }
 
@@ -915,7 +951,7 @@ EXPORT CUresult cuStreamCreate(CUstream *out, unsigned int flags)
     if ((rc = need_context()) != OK) {
         return rc;
     }
-    if (flags > 1) {
+    if ((flags & ~(unsigned int)STREAM_NON_BLOCKING) != 0) {
         return ERR_INVALID_VALUE;
     }
     s = calloc(1, sizeof(*s));
@@ -932,7 +968,7 @@ EXPORT CUresult cuStreamCreate(CUstream *out, unsigned int flags)
 EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 {
     ENTER(cuStreamDestroy_v2);
-    if (s == NULL || s == (CUstream)0x1 || s == (CUstream)0x2 ||
+    if (s == NULL || s == STREAM_LEGACY || s == STREAM_PER_THREAD ||
         s->magic != MAGIC_STREAM) {
         return ERR_INVALID_HANDLE;
     }
