@@ -135,6 +135,8 @@ static int
 dl_format(const BxDLDataType *dt, char *out, Py_ssize_t *itemsize)
 {
     static const char ints[] = "bhiq", uints[] = "BHIQ";
+    const char *name;
+    int bits;
     int index = dt->bits == 8 ? 0 : dt->bits == 16 ? 1 : dt->bits == 32 ? 2
               : dt->bits == 64 ? 3 : -1;
 
@@ -168,14 +170,26 @@ dl_format(const BxDLDataType *dt, char *out, Py_ssize_t *itemsize)
         out[0] = '?';
         break;
     default:
-        goto bad;
+        name = bufferext_lowp_name(dt->code, &bits);
+        if (name == NULL || bits != dt->bits) goto bad;
+        if (bits % 8 != 0) {
+            PyErr_Format(PyExc_BufferError, "dlpack: dtype %s (code=%d, "
+                         "bits=%d) packs items into less than a byte; a "
+                         "buffer's items are whole bytes", name,
+                         (int)dt->code, bits);
+            return -1;
+        }
+        snprintf(out, BUFFEREXT_FORMAT_MAX, "[%s]", name);
+        break;
     }
     *itemsize = dt->bits / 8;
     return 0;
 bad:
+    name = bufferext_lowp_name(dt->code, &bits);
     PyErr_Format(PyExc_BufferError,
-                 "dlpack: dtype (code=%d, bits=%d) has no buffer-protocol "
-                 "format", (int)dt->code, (int)dt->bits);
+                 "dlpack: dtype %s%s(code=%d, bits=%d) has no buffer-protocol "
+                 "format", name ? name : "", name ? " " : "", (int)dt->code,
+                 (int)dt->bits);
     return -1;
 }
 
@@ -208,7 +222,7 @@ static int
 adapter_from_tensor(AdapterObject *self, const BxDLTensor *t, int readonly)
 {
     bufferext_export_layout *l = &self->layout;
-    char format[4];
+    char format[BUFFEREXT_FORMAT_MAX];
     int i;
 
     if (dl_format(&t->dtype, format, &l->itemsize) < 0 ||

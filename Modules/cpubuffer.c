@@ -332,6 +332,33 @@ cpubuffer_copy_from_host(PyObject *op, PyObject *source)
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
+/* numpy cannot read the format of a low-precision float ("[bfloat16]"):
+ * it takes the bytes as the buffer's dtype, and the export its array holds
+ * keeps the shape read after it from changing. */
+static PyObject *
+lowp_to_host(CPUBufferObject *self, PyObject *numpy)
+{
+    bufferext_producer_snapshot now;
+    PyObject *flat, *shape, *array = NULL;
+
+    flat = PyObject_CallMethod(numpy, "frombuffer", "OO", (PyObject *)self,
+                               self->head.dt.dtype);
+    if (flat == NULL) {
+        return NULL;
+    }
+    bufferext_producer_read(&self->head, &now);
+    shape = bufferext_tuple_from_ssize(now.ndim, now.shape);
+    if (shape != NULL) {
+        array = PyObject_CallMethod(flat, "reshape", "O", shape);
+        Py_DECREF(shape);
+    }
+    Py_DECREF(flat);
+    if (array != NULL) {
+        Py_SETREF(array, PyObject_CallMethod(array, "copy", NULL));
+    }
+    return array;
+}
+
 static PyObject *
 cpubuffer_to_host(PyObject *op, PyObject *unused)
 {
@@ -346,7 +373,9 @@ cpubuffer_to_host(PyObject *op, PyObject *unused)
         return NULL;
     }
     /* numpy.array copies; it reads through our buffer export. */
-    array = PyObject_CallMethod(numpy, "array", "O", op);
+    array = CPUBuffer_CAST(op)->head.dt.format[0] == '['
+          ? lowp_to_host(CPUBuffer_CAST(op), numpy)
+          : PyObject_CallMethod(numpy, "array", "O", op);
     Py_DECREF(numpy);
     return array;
 }

@@ -463,9 +463,10 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
  * non-scalars and values of another kind (1.5 into an int dtype). */
 /* Whether a value of numpy dtype `from` may fill items of `to`: bools fill
  * anything, integers any number, floats floats and complex, complex only
- * complex (range is numpy's to check).  -1 with an exception. */
+ * complex (range is numpy's to check); a low-precision float (`lowp`) is
+ * a float, whatever kind ml_dtypes gives it.  -1 with an exception. */
 static int
-kind_fits(PyObject *from, PyObject *to)
+kind_fits(PyObject *from, PyObject *to, int lowp)
 {
     static const char *const fits[][2] = {
         {"b", "biufc"}, {"i", "iufc"}, {"u", "iufc"}, {"f", "fc"},
@@ -474,7 +475,7 @@ kind_fits(PyObject *from, PyObject *to)
     PyObject *a = PyObject_GetAttrString(from, "kind");
     PyObject *b = PyObject_GetAttrString(to, "kind");
     const char *ka = a == NULL ? NULL : PyUnicode_AsUTF8(a);
-    const char *kb = b == NULL ? NULL : PyUnicode_AsUTF8(b);
+    const char *kb = lowp ? "f" : b == NULL ? NULL : PyUnicode_AsUTF8(b);
     size_t i;
     int result = ka == NULL || kb == NULL ? -1 : 0;
 
@@ -494,7 +495,7 @@ fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
     const char *who = "CUDABuffer.fill";
     PyObject *numpy, *array = NULL, *ndim = NULL, *kind = NULL;
     PyObject *item = NULL, *bytes = NULL;
-    int rc = -1;
+    int rc = -1, lowp = self->head.dt.format[0] == '[';
 
     numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL) {
@@ -513,7 +514,7 @@ fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
         }
         goto done;
     }
-    if (kind_fits(kind, self->head.dt.dtype) != 1) {
+    if (kind_fits(kind, self->head.dt.dtype, lowp) != 1) {
         if (!PyErr_Occurred()) {
             PyErr_Format(PyExc_ValueError, "%s: value %R (%S) is not a %S "
                          "scalar", who, value, kind, self->head.dt.dtype);
@@ -522,6 +523,14 @@ fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
     }
     item = PyObject_CallMethod(numpy, "array", "OO", value,
                                self->head.dt.dtype);
+    if (item == NULL && lowp && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        /* without ml_dtypes the dtype is raw bytes ('V2') */
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: converting %R to %s needs "
+                     "ml_dtypes (pip install ml_dtypes)", who, value,
+                     self->head.dt.format);
+        goto done;
+    }
     bytes = item == NULL ? NULL : PyObject_CallMethod(item, "tobytes", NULL);
     if (bytes != NULL && PyBytes_Check(bytes) &&
         PyBytes_GET_SIZE(bytes) == self->head.dt.itemsize) {

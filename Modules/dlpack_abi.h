@@ -19,8 +19,20 @@ enum {                       /* DLDataTypeCode */
     BX_kDLInt = 0,
     BX_kDLUInt = 1,
     BX_kDLFloat = 2,
+    BX_kDLBfloat = 4,
     BX_kDLComplex = 5,
     BX_kDLBool = 6,
+    BX_kDLFloat8_e3m4 = 7,
+    BX_kDLFloat8_e4m3 = 8,
+    BX_kDLFloat8_e4m3b11fnuz = 9,
+    BX_kDLFloat8_e4m3fn = 10,
+    BX_kDLFloat8_e4m3fnuz = 11,
+    BX_kDLFloat8_e5m2 = 12,
+    BX_kDLFloat8_e5m2fnuz = 13,
+    BX_kDLFloat8_e8m0fnu = 14,
+    BX_kDLFloat6_e2m3fn = 15,
+    BX_kDLFloat6_e3m2fn = 16,
+    BX_kDLFloat4_e2m1fn = 17,
 };
 
 #define BX_DLPACK_FLAG_READ_ONLY (UINT64_C(1) << 0)

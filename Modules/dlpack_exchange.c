@@ -83,14 +83,18 @@ allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
     bufferext_state *st = bufferext_get_state(exchange_module);
     PyObject *shape = NULL, *buffer = NULL, *dtype = NULL;
     const char *message = NULL;
-    int i;
+    int i, bits;
+    /* bfloat16 and the float8 kinds: by name */
+    const char *lowp = bufferext_lowp_name(prototype->dtype.code, &bits);
 
     *out = NULL;
     if (prototype->device.device_type != BX_kDLCPU) {
         message = "bufferext allocates CPU memory only through this API";
     }
-    else if (prototype->dtype.code > 6 || codes[prototype->dtype.code][0] == 0
-             || prototype->dtype.lanes != 1) {
+    else if (prototype->dtype.lanes != 1 ||
+             (lowp != NULL ? bits != prototype->dtype.bits || bits % 8 != 0
+              : prototype->dtype.code > 6 ||
+                codes[prototype->dtype.code][0] == 0)) {
         message = "unsupported dtype";
     }
     else if (prototype->ndim < 0 || prototype->ndim > PyBUF_MAX_NDIM ||
@@ -105,7 +109,9 @@ allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
             dims[i] = (Py_ssize_t)prototype->shape[i];
         }
         shape = bufferext_tuple_from_ssize(prototype->ndim, dims);
-        dtype = PyUnicode_FromFormat("%s%d", codes[prototype->dtype.code],
+        dtype = lowp != NULL
+              ? PyUnicode_FromString(lowp)
+              : PyUnicode_FromFormat("%s%d", codes[prototype->dtype.code],
                                      (int)prototype->dtype.bits / 8);
         if (shape != NULL && dtype != NULL) {
             buffer = PyObject_CallFunctionObjArgs(

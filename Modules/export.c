@@ -1,6 +1,7 @@
 /* export.c -- what every producer shares outside the hot path: element
  * types (through bufferext._dtypes), shapes, contiguity. */
 #include "export.h"
+#include "dlpack_abi.h"
 
 BUFFEREXT_MUTEX(resolver_mutex);
 
@@ -239,6 +240,63 @@ format_item_size(const char *f, int native)
     }
 }
 
+/* The floats DLPack 1.3 names beyond IEEE binary16/32/64: type code,
+ * bits, and name.  The name is also the buffer format, as "[name]" (with
+ * the optional byte-order prefix of any format): see "Low-precision
+ * floats" in docs/draft-notes.rst.  The sub-byte ones have no format. */
+static const struct {
+    uint8_t code, bits;
+    const char *name;
+} lowp_floats[] = {
+    {BX_kDLBfloat, 16, "bfloat16"},
+    {BX_kDLFloat8_e3m4, 8, "float8_e3m4"},
+    {BX_kDLFloat8_e4m3, 8, "float8_e4m3"},
+    {BX_kDLFloat8_e4m3b11fnuz, 8, "float8_e4m3b11fnuz"},
+    {BX_kDLFloat8_e4m3fn, 8, "float8_e4m3fn"},
+    {BX_kDLFloat8_e4m3fnuz, 8, "float8_e4m3fnuz"},
+    {BX_kDLFloat8_e5m2, 8, "float8_e5m2"},
+    {BX_kDLFloat8_e5m2fnuz, 8, "float8_e5m2fnuz"},
+    {BX_kDLFloat8_e8m0fnu, 8, "float8_e8m0fnu"},
+    {BX_kDLFloat6_e2m3fn, 6, "float6_e2m3fn"},
+    {BX_kDLFloat6_e3m2fn, 6, "float6_e3m2fn"},
+    {BX_kDLFloat4_e2m1fn, 4, "float4_e2m1fn"},
+};
+#define N_LOWP (sizeof(lowp_floats) / sizeof(lowp_floats[0]))
+
+const char *
+bufferext_lowp_name(int code, int *bits)
+{
+    size_t i;
+
+    for (i = 0; i < N_LOWP; i++) {
+        if (lowp_floats[i].code == code) {
+            *bits = lowp_floats[i].bits;
+            return lowp_floats[i].name;
+        }
+    }
+    return NULL;
+}
+
+/* The DLPack code and item size of a "[name]" format (f after any
+ * prefix): 1, or 0 if it names no float of whole bytes. */
+static int
+lowp_format(const char *f, uint32_t *code, Py_ssize_t *size)
+{
+    size_t i, n;
+
+    for (i = 0; i < N_LOWP; i++) {
+        n = strlen(lowp_floats[i].name);
+        if (lowp_floats[i].bits % 8 == 0 && f[0] == '[' &&
+            strncmp(f + 1, lowp_floats[i].name, n) == 0 &&
+            f[n + 1] == ']' && f[n + 2] == '\0') {
+            *code = lowp_floats[i].code;
+            *size = lowp_floats[i].bits / 8;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int
 bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
                         uint32_t *packed)
@@ -260,6 +318,9 @@ bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
         native = 0;
         f++;
     }
+    if (lowp_format(f, &code, &size)) {
+        goto sized;
+    }
     switch (f[0]) {                    /* DLDataTypeCode values */
     case '?': code = 6; break;
     case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
@@ -275,6 +336,7 @@ bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
     if (size == 0 || f[f[0] == 'Z' ? 2 : 1] != '\0') {
         return 2;
     }
+sized:
     if (itemsize != size) {
         return 3;
     }

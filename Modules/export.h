@@ -5,10 +5,13 @@
 #define BUFFEREXT_MODULES_EXPORT_H
 #include "parts.h"
 
+/* Room for any format we make: "<[float8_e4m3b11fnuz]" and its NUL. */
+#define BUFFEREXT_FORMAT_MAX 24
+
 /* A producer's element type, from bufferext._dtypes.resolve() (fetched
  * by name on first use). */
 typedef struct {
-    char format[8];         /* struct-module format, NUL-terminated */
+    char format[BUFFEREXT_FORMAT_MAX];  /* buffer format, NUL-terminated */
     Py_ssize_t itemsize;
     PyObject *dtype;        /* numpy.dtype (strong reference) */
     PyObject *typestr;      /* array-interface typestr, e.g. '<f8' */
@@ -80,6 +83,11 @@ void bufferext_layout_dlpack(bufferext_export_layout *layout,
  * format's item size is not `itemsize`. */
 int bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
                             uint32_t *packed);
+/* The name of a DLPack float type that has no struct code (bfloat16, the
+ * float8, float6 and float4 kinds) by its type code, and *bits its width;
+ * NULL if the code is none of those.  Its buffer format is "[name]". */
+const char *bufferext_lowp_name(int code, int *bits);
+
 
 /* A copy from host memory must bring raw bytes ('B' or no
  * format) or items equal to `dtype`; else ValueError naming `who`, the

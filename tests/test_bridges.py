@@ -198,7 +198,10 @@ def test_not_a_capsule() -> None:
     (dict(ndim=2, shape=None), "shape is NULL"),
     (dict(shape=(-3,)), r"shape\[0\] = -3"),
     (dict(code=99), "code=99"),
-    (dict(code=4, bits=16), "code=4"),          # bfloat16
+    (dict(code=18), r"dtype \(code=18, bits=8\) has no buffer-protocol"),
+    (dict(code=4, bits=8), r"dtype bfloat16 \(code=4, bits=8\) has no"),
+    (dict(code=17, bits=4), r"float4_e2m1fn \(code=17, bits=4\) packs items "
+                            "into less than a byte"),
     (dict(lanes=4), "lanes = 4"),
     (dict(bits=12), "bits=12"),
     (dict(device=(7, 0)), "device type 7"),

@@ -229,6 +229,7 @@ def test_report_of_cpubuffer() -> None:
     assert findings(report) == [
         ("ok", "extended request",
          "CPU memory, answered explicitly (flags has DEVICE)"),
+        ("info", "element type", "format 'i': int32, 4-byte items"),
         ("info", "supported flags", "effective mask LEGACY|DEVICE (0x101fd)"),
         ("ok", "requests", "24 declared requests answered, 4 refused")]
     assert report.conformant and report.as_dict()["conformant"] is True
@@ -243,6 +244,7 @@ def test_report_of_a_legacy_exporter() -> None:
     assert findings(report) == [
         ("info", "extended request",
          "CPU memory; PyBUF_DEVICE ignored (a legacy exporter)"),
+        ("info", "element type", "format 'B': uint8, 1-byte items"),
         ("info", "supported flags", "effective mask LEGACY (0x1fd)"),
         ("ok", "requests", "14 declared requests answered, 14 refused")]
 
@@ -252,6 +254,7 @@ def test_report_of_device_memory(c99: Any) -> None:
     assert report.protocols["declared_supported_flags"] == 0x101FD
     assert findings(report) == [
         ("ok", "extended request", "memory on device 'bufferext.cuda'"),
+        ("info", "element type", "format 'i': int32, 4-byte items"),
         ("ok", "device safety", "all 28 plain requests refused"),
         ("info", "supported flags", "effective mask LEGACY|DEVICE (0x101fd)"),
         ("ok", "requests", "28 declared requests answered, 0 refused")]
@@ -265,6 +268,7 @@ def test_report_of_partial_declarations(c99: Any) -> None:
     assert findings(report) == [
         ("ok", "extended request",
          "CPU memory, answered explicitly (flags has DEVICE)"),
+        ("info", "element type", "format 'i': int32, 4-byte items"),
         ("info", "supported flags", "effective mask RECORDS_RO (0x1c); "
          "not declared: WRITABLE, C_CONTIGUOUS, F_CONTIGUOUS, ANY_CONTIGUOUS"),
         ("ok", "requests", "8 declared requests answered, 0 refused")]

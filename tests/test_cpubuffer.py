@@ -188,7 +188,7 @@ UNDERSTOOD = ["give a numpy dtype (e.g. 'float32', numpy.int16, '<i4') or a "
               "struct format of one item (e.g. 'd', '<h', 'Zf') of a supported "
               "type: bool, int8..int64"]
 SUPPORTED = ["is not supported: expected bool, int8..int64, uint8..uint64, "
-             "float16/32/64 or complex64/128"]
+             "float16/32/64, complex64/128, bfloat16 or float8_*"]
 
 
 @pytest.mark.parametrize("dtype, words", [

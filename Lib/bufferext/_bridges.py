@@ -74,8 +74,10 @@ def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
     # 3. DLPack of device memory: the buffer protocol could only say CPU
     if has_dlpack and _dlpack_device(obj)[0] not in _DLPACK_CPU_TYPES:
         return _from_dlpack(obj, readonly)
-    # 4. the buffer protocol (CPU memory)
-    if _bufferext.check_buffer_supports(obj):
+    # 4. the buffer protocol (CPU memory), unless it refuses what DLPack
+    # describes (JAX's bfloat16 arrays)
+    if _bufferext.check_buffer_supports(obj) and (
+            not has_dlpack or _buffer_exports(obj)):
         return _pass_through(obj, readonly)
     # 5. DLPack of CPU memory
     if has_dlpack:
@@ -90,6 +92,16 @@ def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
         "protocol, the Arrow PyCapsule interface, DLPack, "
         "__cuda_array_interface__, __ve_array_interface__ or "
         "__array_interface__")
+
+
+def _buffer_exports(obj: Any) -> bool:
+    """Whether ``obj`` answers a plain request for a formatted, strided
+    read-only buffer (the request memoryview makes)."""
+    try:
+        memoryview(obj).release()
+    except (BufferError, ValueError, TypeError, NotImplementedError):
+        return False
+    return True
 
 
 def _pass_through(obj: Any, readonly: Optional[bool]) -> Any:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import _bufferext
 from ._bridges import BRIDGED
+from ._dtypes import describe
 from ._flags import BufferFlags as F
 
 __all__ = ["Finding", "Report", "check", "load_target", "format_report"]
@@ -207,6 +208,7 @@ def _where(obj: Any, report: Report) -> Optional[str]:
     try:
         with _bufferext.get_buffer(obj, F.FULL_RO | F.DEVICE) as view:
             device, answered = view.device, bool(view.flags & F.DEVICE)
+            items = describe(view.format, view.itemsize)
     except BufferError as exc:
         if any(text in str(exc) for text in _EXTENSION_PROBLEMS):
             report.add("violation", "extended request", str(exc))
@@ -231,6 +233,7 @@ def _where(obj: Any, report: Report) -> Optional[str]:
     else:
         report.add("info", "extended request",
                    "CPU memory; PyBUF_DEVICE ignored (a legacy exporter)")
+    report.add("info", "element type", items)
     return device
 
 

@@ -5,7 +5,13 @@ buffer protocol, DLPack and the array interfaces all express: bool, signed
 and unsigned integers of 1-8 bytes, float16/32/64 and complex64/128, in
 either byte order.  Numpy-style spellings win; struct-module spellings that
 numpy does not accept (``'@d'``, ``'!i'``, ``'Zd'``, ``'n'``) are read with
-struct's standard sizes.
+struct's standard sizes.  A torch dtype is read by its name.
+
+Or one of the low-precision floats DLPack names (bfloat16, the float8
+kinds), in native byte order: by name (``'bfloat16'``), by its buffer
+format (``'[bfloat16]'``, see docs/draft-notes.rst) or as the numpy dtype
+of ml_dtypes.  Its numpy dtype is ml_dtypes' when ml_dtypes is installed,
+else raw bytes (``'V2'``, ``'V1'``).
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ from __future__ import annotations
 import re
 import struct
 import sys
-from typing import Any, Dict, Literal, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["resolve"]
+__all__ = ["LOWP", "describe", "host_view", "lowp_dtype", "name_of", "resolve",
+           "wire", "wire_dtype"]
 
 # (kind, itemsize) -> struct code, standard sizes
 _CODES = {
@@ -31,12 +38,25 @@ _CODES = {
 }
 
 #: The element types a producer can hold, for messages.
-_TYPES = "bool, int8..int64, uint8..uint64, float16/32/64 or complex64/128"
+_TYPES = ("bool, int8..int64, uint8..uint64, float16/32/64, complex64/128, "
+          "bfloat16 or float8_*")
 _SUPPORTED = "expected " + _TYPES
 #: How to spell one, for a dtype that is not understood at all.
 _SPELLINGS = ("give a numpy dtype (e.g. 'float32', numpy.int16, '<i4') or a "
               "struct format of one item (e.g. 'd', '<h', 'Zf') of a supported "
               "type: " + _TYPES)
+
+#: The low-precision floats (name -> itemsize): the DLPack 1.3 types of
+#: whole bytes that have no struct code; Modules/export.c has their codes.
+#: The sub-byte float6/float4 kinds have no buffer format.
+LOWP = {
+    "bfloat16": 2, "float8_e3m4": 1, "float8_e4m3": 1,
+    "float8_e4m3b11fnuz": 1, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1,
+    "float8_e5m2": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
+}
+#: DLPack's sub-byte floats: several items to a byte, which no buffer has.
+_SUB_BYTE = ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
+_LOWP_FORMAT = re.compile(r"^([@=<>!]?)\[(\w+)\]$")
 
 _STRUCT_FORMAT = re.compile(r"^([@=<>!]?)(\?|[bBhHiIlLqQnNefd]|Z[efd])$")
 _NATIVE = "<" if sys.byteorder == "little" else ">"
@@ -67,20 +87,71 @@ def _from_struct(fmt: str) -> np.dtype[Any]:
     return np.dtype(f"{kind}{size}").newbyteorder(_ORDERS[order])
 
 
+def lowp_dtype(name: str) -> np.dtype[Any]:
+    """The numpy dtype of the low-precision float ``name``: ml_dtypes' when
+    ml_dtypes is installed, else raw bytes of its size."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return np.dtype(f"V{LOWP[name]}")
+    scalar: type = getattr(ml_dtypes, name)
+    return np.dtype(scalar)
+
+
+def _is_lowp(dt: np.dtype[Any]) -> bool:
+    """Whether ``dt`` is ml_dtypes' dtype of a low-precision float (their
+    kinds and ``str`` vary: ``'<V2'``, ``'<f1'``; their names do not)."""
+    return dt.fields is None and dt.name in LOWP
+
+
+def _refuse_sub_byte(dtype: Any, name: str) -> None:
+    if name in _SUB_BYTE:
+        raise TypeError(f"dtype {dtype!r}: {name} packs items into less than "
+                        "a byte; a buffer's items are whole bytes")
+
+
+def _lowp_name(dtype: str) -> Optional[str]:
+    """The low-precision float a name or buffer format names, or None."""
+    match = _LOWP_FORMAT.fullmatch(dtype)
+    if match is None:
+        _refuse_sub_byte(dtype, dtype)
+        return dtype if dtype in LOWP else None
+    _refuse_sub_byte(dtype, match.group(2))
+    if match.group(1) not in ("", "@", "=", _NATIVE):
+        raise TypeError(f"dtype {dtype!r}: a byte-swapped {match.group(2)} is "
+                        "not supported")
+    if match.group(2) not in LOWP:
+        raise TypeError(f"dtype {dtype!r}: {match.group(2)!r} is not a "
+                        f"low-precision float (expected one of {', '.join(LOWP)})")
+    return match.group(2)
+
+
 def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
-    """``(struct format, itemsize, numpy dtype, typestr)`` of ``dtype``.
+    """``(buffer format, itemsize, numpy dtype, typestr)`` of ``dtype``.
 
     Raises TypeError naming the value for anything that is not a supported
     fixed-size numeric type.
     """
-    try:
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError, SyntaxError, OverflowError):
-        # NumPy's parser raises any of these for a malformed spelling
-        if not isinstance(dtype, str):
-            raise TypeError(f"dtype {dtype!r} is not understood: "
-                            f"{_SPELLINGS}") from None
-        dt = _from_struct(dtype)
+    if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":
+        dtype = str(dtype)[len("torch."):]
+    lowp = _lowp_name(dtype) if isinstance(dtype, str) else None
+    if lowp is None:
+        try:
+            dt = np.dtype(dtype)
+        except (TypeError, ValueError, SyntaxError, OverflowError):
+            # NumPy's parser raises any of these for a malformed spelling
+            if not isinstance(dtype, str):
+                raise TypeError(f"dtype {dtype!r} is not understood: "
+                                f"{_SPELLINGS}") from None
+            dt = _from_struct(dtype)
+        _refuse_sub_byte(dtype, dt.name)
+        lowp = dt.name if _is_lowp(dt) else None
+    if lowp is not None:
+        dt = lowp_dtype(lowp)
+        # no array-interface typestr names it: its format, byte order
+        # explicit, which array-interface consumers refuse and pickle keeps
+        order = _NATIVE if dt.itemsize > 1 else ""
+        return f"[{lowp}]", dt.itemsize, dt, f"{order}[{lowp}]"
     code = _CODES.get((dt.kind, dt.itemsize))
     if code is None or dt.fields is not None or dt.subdtype is not None:
         raise TypeError(f"dtype {dtype!r} ({dt}) is not supported: {_SUPPORTED}")
@@ -91,3 +162,51 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
     else:
         fmt = order + code
     return fmt, dt.itemsize, dt, dt.str
+
+
+def describe(fmt: Optional[str], itemsize: int) -> str:
+    """The element type a buffer's format names, in words, for reports."""
+    fmt = "B" if fmt is None else fmt
+    match = _LOWP_FORMAT.fullmatch(fmt)
+    if match is not None and match.group(2) in LOWP:
+        return (f"format {fmt!r}: {match.group(2)}, {itemsize}-byte items (a "
+                "low-precision float: struct, numpy and memoryview.tolist() "
+                "refuse them, DLPack keeps them)")
+    try:
+        name = str(resolve(fmt)[2])
+    except TypeError:
+        name = "a type bufferext does not name"
+    return f"format {fmt!r}: {name}, {itemsize}-byte items"
+
+
+def name_of(dt: np.dtype[Any]) -> str:
+    """A spelling of ``dt`` that :func:`resolve` and ``numpy.dtype`` read
+    back: a low-precision float's name (its ``str`` is only ``'<V2'``)."""
+    return dt.name if _is_lowp(dt) else dt.str
+
+
+def wire_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype MPI moves ``dt`` as: a low-precision float as the unsigned
+    integer of its size, its bits (numpy cannot export ml_dtypes arrays
+    through the buffer protocol, and MPI has no such type); any other dtype
+    itself."""
+    return np.dtype(f"u{dt.itemsize}") if _is_lowp(dt) else dt
+
+
+def wire(value: Any) -> Any:
+    """A numpy array of a low-precision float as a view of
+    :func:`wire_dtype`; anything else as it is."""
+    if isinstance(value, np.ndarray) and _is_lowp(value.dtype):
+        return value.view(wire_dtype(value.dtype))
+    return value
+
+
+def host_view(obj: Any) -> np.ndarray:
+    """A numpy view (no copy) of a CPU buffer-protocol exporter; the items
+    of a low-precision float format (which numpy cannot parse) are read as
+    their dtype.  The view must be C-contiguous for those."""
+    view = memoryview(obj)
+    match = _LOWP_FORMAT.fullmatch(view.format)
+    if match is None or match.group(2) not in LOWP:
+        return np.asarray(view)
+    return np.frombuffer(view, lowp_dtype(match.group(2))).reshape(view.shape)

@@ -241,7 +241,7 @@ class DistArray:
                                   "memory; use bufferext.get_buffer(d.buffer, "
                                   "BufferFlags.FULL_RO | BufferFlags.DEVICE)")
             buf = self._buffer
-            view = buf if isinstance(buf, np.ndarray) else np.asarray(memoryview(buf))
+            view = buf if isinstance(buf, np.ndarray) else _dtypes.host_view(buf)
             self._local = view if view.shape == self._shape else view.reshape(self._shape)
         return self._local
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 import numpy as np
 
 from .._bufferext import get_buffer
-from .._dtypes import resolve
+from .._dtypes import resolve, wire_dtype
 from .._flags import BufferFlags
 from ._comm import agree
 
@@ -98,7 +98,8 @@ def make_buffer(device: str, host: np.ndarray) -> Any:
     """A new producer on ``device`` holding a copy of ``host``."""
     buf = new_buffer(device, host.shape, host.dtype, filled=True)
     if host.size:
-        buf.copy_from_host(host)
+        # as bytes: numpy cannot export an array of a low-precision float
+        buf.copy_from_host(host.reshape(-1).view(np.uint8))
     return buf
 
 
@@ -159,15 +160,16 @@ class Acquired:
                                   f"{view.format!r}, not dtype {dtype}")
             self.view, self.kind, self.write = view, kind, write
             self.staged = kind is not Kind.CPU and not (kind is Kind.CUDA and aware)
+            wired = wire_dtype(dtype)       # what MPI moves
             if kind is Kind.CPU:
-                self.mpi: Any = np.frombuffer(view.memoryview(), dtype).reshape(shape)
+                self.mpi: Any = np.frombuffer(view.memoryview(), wired).reshape(shape)
             elif not self.staged:
                 view.synchronize()      # the event rule: MPI touches it next
                 self.mpi = _DeviceMemory(view.ptr, nbytes, view.readonly)
             else:
-                self.mpi = np.empty(shape, dtype)
-                if read:
-                    view.copy_to_host(self.mpi)     # waits for the event itself
+                self.mpi = np.empty(shape, wired)
+                if read:                    # waits for the event itself
+                    view.copy_to_host(self.mpi.reshape(-1).view(np.uint8))
         except BaseException:
             view.release()
             raise
@@ -178,7 +180,7 @@ class Acquired:
         mpi, self.mpi = self.mpi, None      # a CPU array holds an export of the view
         try:
             if completed and self.staged and self.write:
-                self.view.copy_from_host(mpi)
+                self.view.copy_from_host(mpi.reshape(-1).view(np.uint8))
         finally:
             del mpi
             self.view.release()

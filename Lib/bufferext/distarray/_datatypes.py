@@ -87,14 +87,14 @@ def _struct(parts: List[Any], limit: int, free: List[Any]) -> Any:
 def base_type(dtype: np.dtype) -> Tuple[Any, bool]:
     """The MPI datatype of one element, and whether we made it (then the
     caller frees it): the predefined type of a native numeric dtype, else
-    ``itemsize`` bytes."""
+    ``itemsize`` bytes (committed: the packing path sends it as it is)."""
     try:
         from mpi4py.util import dtlib
         if dtype.isnative and not dtype.fields and dtype.kind in "biufc":
             return dtlib.from_numpy_dtype(dtype), False
     except Exception:              # noqa: BLE001 - fall back to raw bytes
         pass
-    return mpi().BYTE.Create_contiguous(dtype.itemsize), True
+    return mpi().BYTE.Create_contiguous(dtype.itemsize).Commit(), True
 
 
 def _runs_type(t: Any, starts: np.ndarray, lengths: np.ndarray, limit: int,

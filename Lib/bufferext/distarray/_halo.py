@@ -16,6 +16,7 @@ from typing import (TYPE_CHECKING, Any, Callable, List, NamedTuple, Optional,
 
 import numpy as np
 
+from .._dtypes import wire_dtype
 from ._buffers import Acquisitions, Kind
 from ._comm import cuda_aware, mpi, rank, size
 from ._datatypes import COUNT_LIMIT, contiguous, count, datatype, index
@@ -122,6 +123,7 @@ class Halo:
             self.persistent = None
 
     def run(self, comm: Any, buf: Any, dtype: np.dtype, persistent: bool) -> None:
+        dtype = wire_dtype(dtype)           # buf is Acquired.mpi: wired
         nprocs = size(comm)
         if nprocs == 1 or not any(s or r for s, r, _ in self.stages):
             for _, _, copies in self.stages:

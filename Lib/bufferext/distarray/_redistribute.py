@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._dtypes import LOWP, lowp_dtype, name_of, wire, wire_dtype
 from ._buffers import Acquisitions, new_buffer, producer_class
 from ._collective import same_dim
 from ._comm import (agree, call_keys, cuda_aware, digest, mpi, rank, same_call,
@@ -216,6 +217,7 @@ class Plan:
     def run(self, comm: Any, src: Any, tgt: Any, dtype: np.dtype) -> None:
         """Move the data: ``src`` and ``tgt`` are host arrays (or device
         producers with CUDA-aware MPI)."""
+        src, tgt, dtype = wire(src), wire(tgt), wire_dtype(dtype)
         nprocs = size(comm)
         if nprocs == 1:
             if self.own is not None:
@@ -341,13 +343,13 @@ def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
             if arr.dtype.hasobject:
                 raise TypeError(f"array of dtype {arr.dtype}: object arrays cannot "
                                 "be sent")
-            return arr.shape, arr.dtype.str
+            return arr.shape, name_of(arr.dtype)
         return (), ""
 
     shape, dstr = agree(comm, header)
     if size(comm) > 1:
         shape, dstr = comm.bcast((shape, dstr), root=root)
-    dtype = np.dtype(dstr)
+    dtype = lowp_dtype(dstr) if dstr in LOWP else np.dtype(dstr)
     spec = agree(comm, lambda: DistSpec(shape, dist, grid_shape, block_size, padding,
                                         periodic, indices, split, size(comm)))
     maps = spec.maps(me)

@@ -1,0 +1,396 @@
+"""bfloat16 and the float8 kinds: the buffer format ``[name]`` (refused by
+struct, numpy and memoryview's item access; understood by our gate, views
+and check), DLPack in and out (legacy, versioned, C exchange), producers'
+dtypes, ``to_host()`` with and without ml_dtypes, DistArray and MPI.
+Values are compared bit for bit, as raw bytes.  The torch, JAX and
+ml_dtypes tests skip without those packages; the MPI test runs under
+``mpiexec -n 2`` with ``--with-mpi``."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import struct
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+import bufferext
+from bufferext import BufferFlags
+from bufferext._check import check
+from bufferext._dtypes import LOWP
+from _helpers import run_child
+from test_dlpack_exchange import P_MANAGED, SET_ERROR, api_of, fill
+
+try:
+    from mpi4py import MPI
+    COMM = MPI.COMM_WORLD
+    SIZE = COMM.Get_size()
+except ImportError:
+    COMM, SIZE = None, 1
+
+#: DLPack 1.3's codes (dlpack.h, DLDataTypeCode) of the types with a format
+CODES = {"bfloat16": 4, "float8_e3m4": 7, "float8_e4m3": 8,
+         "float8_e4m3b11fnuz": 9, "float8_e4m3fn": 10, "float8_e4m3fnuz": 11,
+         "float8_e5m2": 12, "float8_e5m2fnuz": 13, "float8_e8m0fnu": 14}
+#: the ones torch has (torch's names are DLPack's)
+TORCH = ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+         "float8_e5m2fnuz", "float8_e8m0fnu"]
+
+
+def raw(obj: Any) -> bytes:
+    """The bytes of a C-contiguous buffer-protocol exporter."""
+    return memoryview(obj).cast("B").tobytes()
+
+
+def torch_bytes(t: Any) -> bytes:
+    import torch
+    return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def random_tensor(name: str, shape: tuple = (3, 5)) -> Any:
+    """Every bit pattern can occur (NaNs, infinities, subnormals)."""
+    torch = pytest.importorskip("torch", reason="torch round trips")
+    bits = torch.randint(0, 256, (*shape[:-1], shape[-1] * LOWP[name]),
+                         dtype=torch.uint8, generator=torch.Generator().manual_seed(7))
+    return bits.view(getattr(torch, name))
+
+
+def test_the_table_matches_dlpack() -> None:
+    assert set(CODES) == set(LOWP)
+    for name, code in CODES.items():
+        buf = bufferext.CPUBuffer(2, name)
+        out = fill(buf)
+        assert (out.dtype.code, out.dtype.bits, out.dtype.lanes) == (
+            code, 8 * LOWP[name], 1), name
+
+
+# ---- the format ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(LOWP))
+def test_struct_refuses_the_format(name: str) -> None:
+    for fmt in (f"[{name}]", f"<[{name}]", f"@[{name}]"):
+        with pytest.raises(struct.error):
+            struct.calcsize(fmt)
+        with pytest.raises(struct.error):
+            struct.unpack(fmt, b"\0" * LOWP[name])
+
+
+@pytest.mark.parametrize("name", list(LOWP))
+def test_numpy_refuses_the_format(name: str) -> None:
+    buf = bufferext.CPUBuffer(4, name)
+    with pytest.raises(ValueError, match=r"not a valid PEP 3118"):
+        np.asarray(memoryview(buf))
+    with pytest.raises(ValueError, match=r"not a valid PEP 3118"):
+        np.array(buf)
+    # frombuffer reads bytes, as its dtype says, whatever the format
+    assert np.frombuffer(buf, np.uint8).size == 4 * LOWP[name]
+
+
+@pytest.mark.parametrize("name", list(LOWP))
+def test_memoryview_refuses_the_items(name: str) -> None:
+    m = memoryview(bufferext.CPUBuffer(4, name))
+    assert (m.format, m.itemsize, m.shape, m.nbytes) == (
+        f"[{name}]", LOWP[name], (4,), 4 * LOWP[name])
+    with pytest.raises(NotImplementedError, match="unsupported format"):
+        m.tolist()
+    with pytest.raises(NotImplementedError, match="unsupported format"):
+        m[0]
+    with pytest.raises(ValueError, match="destination format"):
+        m.cast("B").cast(f"[{name}]")
+    assert m.cast("B").nbytes == m.nbytes       # its bytes are readable
+
+
+def test_array_interface_consumers_refuse_the_typestr() -> None:
+    buf = bufferext.CPUBuffer(3, "bfloat16")
+    typestr = buf.__array_interface__["typestr"]
+    assert typestr == ("<" if sys.byteorder == "little" else ">") + "[bfloat16]"
+
+    class Described:
+        __array_interface__ = buf.__array_interface__
+
+    with pytest.raises(TypeError, match=r"data type '.\[bfloat16\]' not understood"):
+        np.asarray(Described())
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_pickle_keeps_the_type_and_bits(protocol: int) -> None:
+    import pickle
+    buf = bufferext.CPUBuffer((2, 2), "float8_e5m2")
+    buf.copy_from_host(np.array([1, 0x7F, 0x80, 0xFF], np.uint8))
+    back = pickle.loads(pickle.dumps(buf, protocol=protocol))
+    assert back.format == "[float8_e5m2]" and raw(back) == raw(buf)
+
+
+def test_views_and_check_name_the_type() -> None:
+    buf = bufferext.CPUBuffer((2, 3), "bfloat16")
+    assert bufferext.check_buffer_supports(buf, BufferFlags.FULL_RO)
+    with bufferext.get_buffer(buf, BufferFlags.FULL_RO) as view:
+        assert (view.format, view.itemsize, view.nbytes) == ("[bfloat16]", 2, 12)
+    found = [f.message for f in check(buf).findings if f.subject == "element type"]
+    assert found == ["format '[bfloat16]': bfloat16, 2-byte items (a "
+                     "low-precision float: struct, numpy and "
+                     "memoryview.tolist() refuse them, DLPack keeps them)"]
+
+
+def test_gate_refuses_a_wrong_itemsize_naming_the_format(c99: Any) -> None:
+    good = c99.Configurable(8, 8, 2, 1, "[bfloat16]", shape=(4,))
+    with bufferext.get_buffer(good, BufferFlags.FULL_RO) as view:
+        assert view.format == "[bfloat16]"
+    bad = c99.Configurable(16, 16, 4, 1, "[bfloat16]", shape=(4,))
+    with pytest.raises(BufferError, match=r"format '\[bfloat16\]' does not "
+                                          r"describe items of itemsize = 4"):
+        bufferext.get_buffer(bad, BufferFlags.FULL_RO)
+
+
+# ---- dtypes of the producers --------------------------------------------------
+
+def test_dtype_spellings() -> None:
+    native = "<" if sys.byteorder == "little" else ">"
+    spellings: list = ["bfloat16", "[bfloat16]", "@[bfloat16]", "=[bfloat16]",
+                       f"{native}[bfloat16]"]
+    try:
+        import ml_dtypes
+        spellings += [ml_dtypes.bfloat16, np.dtype(ml_dtypes.bfloat16)]
+    except ImportError:
+        pass
+    try:
+        import torch
+        spellings.append(torch.bfloat16)
+    except ImportError:
+        pass
+    for dtype in spellings:
+        buf = bufferext.CPUBuffer(3, dtype)
+        assert (buf.format, buf.itemsize, buf.nbytes) == ("[bfloat16]", 2, 6), dtype
+
+
+@pytest.mark.parametrize("dtype, words", [
+    (">[bfloat16]" if sys.byteorder == "little" else "<[bfloat16]",
+     "a byte-swapped bfloat16 is not supported"),
+    ("[float4_e2m1fn]", "float4_e2m1fn packs items into less than a byte"),
+    ("float6_e3m2fn", "float6_e3m2fn packs items into less than a byte"),
+    ("[bfloat17]", "'bfloat17' is not a low-precision float (expected one of "
+                   "bfloat16, float8_e3m4"),
+])
+def test_bad_spellings_are_refused_by_name(dtype: str, words: str) -> None:
+    with pytest.raises(TypeError) as info:
+        bufferext.CPUBuffer(3, dtype)
+    assert f"dtype {dtype!r}: {words}" in str(info.value)
+
+
+def test_cudabuffer_takes_the_dtype_and_fills_it(tmp_path: Any) -> None:
+    pytest.importorskip("ml_dtypes", reason="fill converts through ml_dtypes")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
+    import standin_harness as harness
+    driver = harness.build(str(tmp_path))
+    harness.check(driver, """
+        import numpy as np
+        b = CUDABuffer((2, 3), "float8_e4m3fn")
+        assert (b.format, b.itemsize, b.nbytes) == ("[float8_e4m3fn]", 1, 6)
+        assert b.__dlpack__(max_version=(1, 3)) is not None
+        bits = np.arange(6, dtype=np.uint8) * 37
+        b.copy_from_host(bits)
+        host = b.to_host()
+        assert host.shape == (2, 3) and host.dtype.itemsize == 1
+        assert host.tobytes() == bits.tobytes(), host
+        assert b.__cuda_array_interface__["typestr"] == "[float8_e4m3fn]"
+        b.close()
+        b16 = CUDABuffer(3, "bfloat16")
+        b16.fill(1.5)                   # numpy converts through ml_dtypes
+        assert b16.to_host().view(np.uint16).tolist() == [0x3FC0] * 3
+        b16.close()
+        import sys
+        sys.modules["ml_dtypes"] = None     # as if not installed
+        raw = CUDABuffer(2, "bfloat16")
+        assert raw.dtype == np.dtype("V2")
+        try:
+            raw.fill(1.5)
+        except ValueError as e:
+            assert "converting 1.5 to [bfloat16] needs ml_dtypes" in str(e), e
+        else:
+            raise AssertionError("fill(1.5) without ml_dtypes")
+        raw.close()
+    """)
+
+
+# ---- to_host: ml_dtypes when installed, raw bytes otherwise -------------------
+
+@pytest.mark.parametrize("name", list(LOWP))
+def test_ml_dtypes_arrays_in_and_out_bit_for_bit(name: str) -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes arrays")
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    bits = np.random.default_rng(5).integers(0, 256, 12 * LOWP[name], np.uint8)
+    arr = bits.view(dtype).reshape(3, 4)
+    with pytest.raises((BufferError, ValueError, TypeError)):
+        memoryview(arr)             # numpy cannot export them: bytes come in
+    buf = bufferext.CPUBuffer(arr.shape, arr.dtype)
+    buf.copy_from_host(arr.reshape(-1).view(np.uint8))
+    copy = buf.copy()
+    host = copy.to_host()
+    assert host.dtype == dtype and host.shape == (3, 4)
+    assert host.tobytes() == arr.tobytes() == raw(buf)
+
+
+def test_to_host_without_ml_dtypes_is_bytes_typed() -> None:
+    out = run_child(
+        "import sys\n"
+        "sys.modules['ml_dtypes'] = None       # as if not installed\n"
+        "import numpy as np, bufferext\n"
+        "b = bufferext.CPUBuffer((2, 2), 'bfloat16')\n"
+        "b.copy_from_host(np.arange(8, dtype=np.uint8))\n"
+        "h = b.to_host()\n"
+        "print(h.dtype, h.shape, h.tobytes() == bytes(range(8)), b.dtype)\n")
+    assert out.split() == ["|V2", "(2,", "2)", "True", "|V2"]
+
+
+# ---- DLPack: torch, JAX --------------------------------------------------------
+
+@pytest.mark.parametrize("name", TORCH)
+def test_torch_in_and_out_bit_for_bit(name: str) -> None:
+    torch = pytest.importorskip("torch", reason="torch round trips")
+    t = random_tensor(name)
+    expect = torch_bytes(t)
+    adapter = bufferext.as_buffer(t)
+    assert adapter.format == f"[{name}]" and raw(adapter) == expect
+    for back in (torch.from_dlpack(adapter),
+                 torch.utils.dlpack.from_dlpack(adapter.__dlpack__()),
+                 torch.utils.dlpack.from_dlpack(
+                     adapter.__dlpack__(max_version=(1, 3)))):
+        assert back.dtype == t.dtype and back.shape == t.shape
+        assert torch_bytes(back) == expect
+    buf = bufferext.CPUBuffer(tuple(t.shape), t.dtype)
+    buf.copy_from_host(adapter)     # typed source of the same type
+    assert raw(buf) == expect
+    assert torch_bytes(torch.from_dlpack(buf)) == expect
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        return
+    host = buf.to_host()
+    assert host.dtype.name == name and host.tobytes() == expect
+
+
+def test_torch_strided_and_offset_views_keep_their_layout() -> None:
+    torch = pytest.importorskip("torch", reason="torch round trips")
+    t = random_tensor("bfloat16", (6, 8))[1:5:2, ::3]
+    adapter = bufferext.as_buffer(t)
+    assert adapter.shape == (2, 3) and adapter.strides == (32, 6)
+    assert torch_bytes(torch.from_dlpack(adapter)) == torch_bytes(t)
+
+
+def test_c_exchange_api_keeps_the_type() -> None:
+    torch = pytest.importorskip("torch", reason="torch round trips")
+    buf = bufferext.CPUBuffer(4, "float8_e5m2")
+    api = api_of(bufferext.CPUBuffer)
+    out = P_MANAGED()
+    assert api.managed_tensor_from_py_object_no_sync(buf, ctypes.byref(out)) == 0
+    assert (out.contents.dl_tensor.dtype.code, out.contents.dl_tensor.dtype.bits) == (12, 8)
+    obj = ctypes.c_void_p()
+    assert api.managed_tensor_to_py_object_no_sync(out, ctypes.byref(obj)) == 0
+    adapter = ctypes.cast(obj, ctypes.py_object).value
+    ctypes.pythonapi.Py_DecRef(ctypes.py_object(adapter))
+    assert adapter.format == "[float8_e5m2]" and adapter.ptr == buf.ptr
+    assert torch.from_dlpack(adapter).dtype == torch.float8_e5m2
+    del adapter
+    gc.collect()
+    assert buf.exports == 0
+
+
+def test_c_exchange_allocator_makes_the_type() -> None:
+    from _dlpack_ctypes import DLDataType, DLDevice, DLTensor
+    api = api_of(bufferext.CPUBuffer)
+    shape = (ctypes.c_int64 * 1)(3)
+    proto = DLTensor()
+    proto.device = DLDevice(1, 0)
+    proto.ndim = 1
+    proto.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    errors = []
+    set_error = SET_ERROR(lambda ctx, kind, msg: errors.append((kind, msg)))
+    for (code, bits), expect in {(4, 16): b"", (10, 8): b"",
+                                 (17, 4): b"unsupported dtype",
+                                 (4, 8): b"unsupported dtype"}.items():
+        proto.dtype = DLDataType(code, bits, 1)
+        out = P_MANAGED()
+        rc = api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out),
+                                          None, set_error)
+        if expect:
+            assert rc != 0 and errors.pop() == (b"BufferError", expect)
+            continue
+        assert rc == 0
+        dt = out.contents.dl_tensor.dtype
+        assert (dt.code, dt.bits) == (code, bits)
+        out.contents.deleter(out)
+
+
+def test_jax_bfloat16_bit_for_bit() -> None:
+    jax = pytest.importorskip("jax", reason="JAX round trips")
+    import jax.numpy as jnp
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="JAX's own dtypes")
+    bits = np.random.default_rng(9).integers(0, 2**16, 12, np.uint16)
+    bits[bits & 0x7F80 == 0x7F80] = 0           # JAX may canonicalise NaNs
+    x = jnp.asarray(bits.view(ml_dtypes.bfloat16).reshape(3, 4))
+    expect = np.asarray(x).tobytes()
+    adapter = bufferext.as_buffer(x)
+    assert adapter.format == "[bfloat16]" and raw(adapter) == expect
+    back = jax.dlpack.from_dlpack(adapter)
+    assert back.dtype == jnp.bfloat16 and np.asarray(back).tobytes() == expect
+    buf = bufferext.CPUBuffer((3, 4), jnp.bfloat16)
+    buf.copy_from_host(adapter)
+    assert np.asarray(jax.dlpack.from_dlpack(buf)).tobytes() == expect
+    assert buf.to_host().tobytes() == expect
+
+
+# ---- DistArray and MPI ---------------------------------------------------------
+
+def lowp_global(name: str, shape: tuple) -> np.ndarray:
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes arrays")
+    size = LOWP[name]
+    bits = np.random.default_rng(3).integers(0, 256, int(np.prod(shape)) * size,
+                                             np.uint8)
+    return bits.view(getattr(ml_dtypes, name)).reshape(shape)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_distarray_on_one_process(name: str) -> None:
+    from bufferext.distarray import DistArray
+    g = lowp_global(name, (6, 5))
+    d = DistArray.from_global(g, dist="bc", grid_shape=(2, 1), rank=1, block_size=2)
+    assert d.dtype == g.dtype and d.local.tobytes() == g[3:].tobytes()
+    again = DistArray.from_distarray(d.__distarray__())
+    assert again.dtype == g.dtype and again.local.tobytes() == g[3:].tobytes()
+    s = DistArray.scatter(g, dist="bb", padding=[(1, 1), None])
+    assert s.dtype == g.dtype and s.gather().tobytes() == g.tobytes()
+    r = s.redistribute(dist="cn", block_size=1)
+    assert r.dtype == g.dtype and r.allgather().tobytes() == g.tobytes()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
+@pytest.mark.parametrize("strategy", ["pack", "datatype"])
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn"])
+def test_distarray_over_mpi_bit_for_bit(name: str, strategy: str) -> None:
+    from bufferext.distarray import DistArray
+    g = lowp_global(name, (4 * SIZE, 6))
+    d = DistArray.scatter(g if COMM.Get_rank() == 0 else None, dist="bn",
+                          padding=[(1, 1), None], comm=COMM)
+    assert d.dtype == g.dtype
+    whole = d.gather(root=0)
+    assert (whole is None) == (COMM.Get_rank() != 0)
+    assert whole is None or whole.tobytes() == g.tobytes()
+    # the communication padding (inner edges) comes from the neighbours
+    fresh = DistArray.from_global(g, dist="bn", padding=[(1, 1), None], comm=COMM)
+    owned = d.owned.copy()
+    d.local[...] = np.zeros((), g.dtype)
+    d.owned[...] = owned
+    d.update_halos()
+    rank, rows = COMM.Get_rank(), d.local.shape[0]
+    inner = slice(0 if rank > 0 else 1, rows if rank < SIZE - 1 else rows - 1)
+    assert d.local[inner].tobytes() == fresh.local[inner].tobytes()
+    d._mpi.options = d._mpi.options._replace(strategy=strategy)
+    r = d.redistribute(dist="cc", block_size=[1, 2])
+    assert r.dtype == g.dtype and r.allgather().tobytes() == g.tobytes()
+    imported = DistArray.from_distarray(r, comm=COMM)
+    assert imported.dtype == g.dtype and imported.allgather().tobytes() == g.tobytes()
