@@ -57,12 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _world() -> Any:
-    """COMM_WORLD when running under mpiexec with mpi4py, else None."""
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return None
-    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+    """What ``comm=None`` means: COMM_WORLD under ``mpiexec -n N`` (N > 1),
+    else None (one process, mpi4py not imported)."""
+    from .distarray._comm import resolve
+    return resolve(None)
 
 
 def initial(size: int) -> np.ndarray:

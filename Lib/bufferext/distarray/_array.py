@@ -17,7 +17,7 @@ import numpy as np
 from .. import _dtypes
 from . import _halo, _redistribute
 from ._buffers import Kind, as_kind, kind_of, make_buffer
-from ._comm import agree
+from ._comm import agree, resolve, size
 from ._layout import Layout
 from ._maps import BlockMap, DimMap, map_from_dim_dict
 from ._protocol import EXPORT_VERSION, check
@@ -47,7 +47,7 @@ class DistArray:
         self._local: Optional[np.ndarray] = None
         self._dim_data: Optional[Tuple[Dict[str, Any], ...]] = None
         self._shape: Tuple[int, ...] = tuple(m.extent for m in self._maps)
-        self._mpi = MPIState(comm)
+        self._mpi = MPIState(resolve(comm))
 
     # -- construction ------------------------------------------------------
     @classmethod
@@ -73,15 +73,22 @@ class DistArray:
         array per grid rank.  ``split``: ``"balanced"`` or ``"ceil"``.
         ``device``: ``"cpu"``, ``"cuda"`` or ``"ve"``.
 
-        ``comm``: an mpi4py communicator.  Every process passes the same
-        global ``array``; ``rank`` is then the communicator's rank, the
-        grid must hold exactly the communicator's processes, and argument
-        errors are raised on every process alike.  ``None``: one process
-        (``rank`` picks the section).
+        ``comm``: an mpi4py communicator, or None: every process of the job
+        under an MPI launcher (``mpiexec -n N``, N > 1), else one process
+        (see :doc:`mpi`).  With a communicator, every process passes the
+        same global ``array``; ``rank`` is then the communicator's rank,
+        the grid must hold exactly the communicator's processes, and
+        argument errors are raised on every process alike.  On one process
+        (no launcher, or a communicator of one process such as
+        ``MPI.COMM_SELF``) ``rank`` picks the section of a grid of any size.
+
+            >>> DistArray.from_global(np.arange(6), dist="b", grid_shape=(2,), rank=1).local
+            array([3, 4, 5])
         """
-        if comm is None:
+        comm = resolve(comm)
+        if size(comm) == 1:
             return cls._from_global(array, dist, grid_shape, rank, block_size,
-                                    padding, periodic, indices, split, device, None)
+                                    padding, periodic, indices, split, device, comm)
         return agree(comm, lambda: cls._from_global(
             array, dist, grid_shape, comm.Get_rank(), block_size, padding,
             periodic, indices, split, device, comm))
@@ -91,9 +98,9 @@ class DistArray:
                      block_size: Any, padding: Any, periodic: Any, indices: Any,
                      split: str, device: str, comm: Any) -> "DistArray":
         arr = np.asarray(array)
-        nprocs = 1 if comm is None else comm.Get_size()
+        nprocs = size(comm)
         spec = DistSpec(arr.shape, dist, grid_shape, block_size, padding, periodic,
-                        indices, split, nprocs if comm is not None or grid_shape is None
+                        indices, split, nprocs if nprocs > 1 or grid_shape is None
                         else None)
         rank = operator.index(rank)
         if not 0 <= rank < spec.nprocs:
@@ -114,7 +121,8 @@ class DistArray:
         """Import any ``__distarray__`` exporter (or its dict), zero-copy.
 
         ``comm``: the mpi4py communicator the distributed array lives on
-        (None: one process).  With a communicator the import is collective:
+        (None: as in :meth:`from_global`).  With a communicator the import
+        is collective:
         a problem on any process is raised on every process, and the
         collective rules are checked (:func:`validate_collective`), after
         which the maps know every process's section.
@@ -125,11 +133,17 @@ class DistArray:
         memory becomes a numpy view (:attr:`local`) without copying; device
         memory stays in the producer object (:attr:`buffer`).
         """
+        comm = resolve(comm)
         if comm is not None:
-            imported: DistArray = agree(comm, lambda: cls.from_distarray(obj))
+            imported: DistArray = agree(comm, lambda: cls._import(obj))
             imported._mpi = MPIState(comm)
             imported._mpi_layout()          # checks the collective rules
             return imported
+        return cls._import(obj)
+
+    @classmethod
+    def _import(cls, obj: Any) -> "DistArray":
+        """``from_distarray`` on this process alone."""
         data = obj if type(obj) is dict else obj.__distarray__()
         _, shape, device, fmt, dims = check(data)
         self = cls.__new__(cls)
@@ -280,12 +294,12 @@ class DistArray:
 
         The other arguments are those of :meth:`from_global` and must be
         the same on every process (``indices`` included).  Collective over
-        ``comm`` (None: one process).
+        ``comm`` (None: as in :meth:`from_global`).
         """
         return _redistribute.scatter(
             cls, array, dist=dist, grid_shape=grid_shape, block_size=block_size,
             padding=padding, periodic=periodic, indices=indices, split=split,
-            device=device, comm=comm, root=root)
+            device=device, comm=resolve(comm), root=root)
 
     def gather(self, root: int = 0) -> Optional[np.ndarray]:
         """The global array (a numpy array) on process ``root``, None on the
