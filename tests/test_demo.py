@@ -109,3 +109,7 @@ def test_heat_example_without_comm_equals_serial(n: int, tmp_path) -> None:
     assert proc.stdout.splitlines() == [
         f"{grid} processes, 100 steps: mean temperature {_heat_serial()[1:-1, 1:-1].mean():.6f}"]
     assert np.allclose(np.load(saved), _heat_serial(), rtol=0, atol=1e-12)
+    page = os.path.join(os.path.dirname(os.path.dirname(HEAT)), "mpi.rst")
+    if n == 1 and os.path.exists(page):         # the output docs/mpi.rst shows
+        with open(page, encoding="utf-8") as f:
+            assert "   " + proc.stdout.splitlines()[0] + "\n" in f.read()

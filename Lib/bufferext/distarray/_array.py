@@ -196,7 +196,8 @@ class DistArray:
 
     @property
     def comm(self) -> Any:
-        """The mpi4py communicator of the MPI layer, or None (one process)."""
+        """The mpi4py communicator of the MPI layer, or None (one process,
+        started without an MPI launcher)."""
         return self._mpi.comm
 
     @property
