@@ -31,8 +31,15 @@ class DistArray:
     """One process's section of a distributed array (Distributed Array
     Protocol 0.10.0), over a CPU or device buffer.
 
-    Make one with :meth:`from_global` or :meth:`from_distarray`; export it
-    with :meth:`__distarray__`.
+    Make one with :meth:`from_global`, :meth:`scatter` or
+    :meth:`from_distarray`; export it with :meth:`__distarray__`.  The
+    constructor wraps a local ``buffer`` (any extended-buffer exporter of
+    ``device`` memory) laid out by one index map per dimension; ``comm`` as
+    in :meth:`from_global`.
+
+        >>> d = DistArray.from_global(np.arange(10), dist="c", grid_shape=(3,), rank=1)
+        >>> d.local.tolist(), d.owner(5), d.global_to_local(7)
+        ([1, 4, 7], 2, (2,))
     """
 
     def __init__(self, buffer: Any, maps: Sequence[DimMap], *, device: str = "cpu",
