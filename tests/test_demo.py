@@ -46,6 +46,19 @@ def test_bad_arguments() -> None:
     assert _demo.run(args("--size", "0")) == 2
 
 
+def test_under_a_launcher_without_mpi4py_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """mpiexec -n 2 without mpi4py: each process would solve the whole grid
+    alone; the demo stops and says what to install instead."""
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    assert _demo.run(args("--size", "8", "--steps", "1")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("demo: comm=None: ") and "(PMI_SIZE=2)" in err
+    assert "pip install mpi4py mpich" in err
+
+
 def _mpiexec() -> str:
     try:
         import mpi4py  # noqa: F401

@@ -213,7 +213,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"demo: --size must be >= 1 and --steps >= 0 (got {args.size}, "
               f"{args.steps})", file=sys.stderr)
         return 2
-    comm = _world()
+    try:
+        comm = _world()
+    except ImportError as exc:     # under mpiexec without mpi4py: no MPI to agree
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
     rank = 0 if comm is None else comm.Get_rank()
     try:
         result, d, per_step, halo = simulate(args.size, args.steps, args.device, comm)
