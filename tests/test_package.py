@@ -135,6 +135,10 @@ def test_every_public_name_has_an_api_entry():
     missing = [f"{m.__name__}.{n}" for m in (bufferext, bufferext.distarray)
                for n in m.__all__ if f"{m.__name__}.{n}" not in documented]
     assert not missing, f"no API entry in docs/*.rst for {missing}"
+    with open(os.path.join(docs, "api.rst"), encoding="utf-8") as f:
+        listed = set(re.findall(r"`~bufferext\.(\w+)`", f.read()))
+    unlisted = sorted(set(bufferext.__all__) - listed)
+    assert not unlisted, f"docs/api.rst's list of bufferext's names lacks {unlisted}"
 
 
 # ---- devices() ---------------------------------------------------------------
