@@ -46,6 +46,19 @@ def test_bad_arguments() -> None:
     assert _demo.run(args("--size", "0")) == 2
 
 
+def test_under_a_launcher_without_mpi4py_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """mpiexec -n 2 without mpi4py: each process would solve the whole grid
+    alone; the demo stops and says what to install instead."""
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    assert _demo.run(args("--size", "8", "--steps", "1")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("demo: comm=None: ") and "(PMI_SIZE=2)" in err
+    assert "pip install mpi4py mpich" in err
+
+
 def _mpiexec() -> str:
     try:
         import mpi4py  # noqa: F401
@@ -66,3 +79,50 @@ def test_demo_under_mpiexec(n: int) -> None:
     assert f"{n} rank(s)" in proc.stdout
     assert "(OK, tolerance" in proc.stdout
     assert proc.stdout.count(" cpu ") == n
+
+
+# ---- docs/examples/heat_mpi.py: the MPI example of docs/mpi.rst, no comm= --
+
+HEAT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    "docs", "examples", "heat_mpi.py")
+
+
+def _heat_serial(n: int = 64, steps: int = 100) -> np.ndarray:
+    """The example's computation on one numpy array, written out again."""
+    u = np.zeros((n + 2, n + 2))
+    u[0, :] = 1.0
+    for _ in range(steps):
+        u[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+    return u
+
+
+def _no_launcher() -> dict:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_"))}
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_heat_example_without_comm_equals_serial(n: int, tmp_path) -> None:
+    """The example, which passes no comm=, run as a newcomer runs it: on one
+    process with plain python, on two under mpiexec (where comm=None must
+    mean COMM_WORLD: each rank keeping the whole array would print a 1 x 1
+    grid, or two lines)."""
+    if not os.path.exists(HEAT):
+        pytest.skip(f"{HEAT} is not beside the tests")
+    if "PMI_RANK" in os.environ or "PMI_SIZE" in os.environ:
+        pytest.skip("already under mpiexec")
+    saved = tmp_path / "result.npy"
+    cmd = [sys.executable, HEAT, "--save", str(saved)]
+    if n > 1:
+        cmd = [_mpiexec(), "-n", str(n)] + cmd
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=_no_launcher())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    grid = {1: "1 x 1", 2: "2 x 1"}[n]
+    assert proc.stdout.splitlines() == [
+        f"{grid} processes, 100 steps: mean temperature {_heat_serial()[1:-1, 1:-1].mean():.6f}"]
+    assert np.allclose(np.load(saved), _heat_serial(), rtol=0, atol=1e-12)
+    page = os.path.join(os.path.dirname(os.path.dirname(HEAT)), "mpi.rst")
+    if n == 1 and os.path.exists(page):         # the output docs/mpi.rst shows
+        with open(page, encoding="utf-8") as f:
+            assert "   " + proc.stdout.splitlines()[0] + "\n" in f.read()

@@ -278,3 +278,95 @@ def test_staging_pieces_start_congruent_to_their_elements_modulo_a_page(
                 piece = staged.ctypes.data + d * 8
                 element = buf.ctypes.data + first(s, shape) * 8
                 assert (piece - element) % PAGE == 0, (s, offset)
+
+
+# ---- what comm=None means: the launcher's environment decides ---------------
+
+LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
+
+
+@pytest.fixture
+def no_launcher(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("name", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"])
+def test_launcher_size_is_read_from_its_variable(no_launcher: pytest.MonkeyPatch,
+                                                 name: str) -> None:
+    from bufferext.distarray._comm import launched
+    assert launched() == (1, None)
+    no_launcher.setenv(name, "3")
+    assert launched() == (3, name)
+    for bad in ("", "two", "0", "-1"):
+        no_launcher.setenv(name, bad)
+        with pytest.raises(RuntimeError, match=f"{name}={bad!r}: .*positive integer"):
+            launched()
+
+
+@pytest.mark.parametrize("name", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"])
+def test_comm_none_under_a_launcher_without_mpi4py_says_what_to_do(
+        no_launcher: pytest.MonkeyPatch, name: str) -> None:
+    """Under mpiexec -n 2 with no mpi4py, comm=None cannot mean both
+    processes: every entry point that takes comm refuses alike, naming the
+    variable that showed the launcher and what to install or pass, instead
+    of giving each process the whole array."""
+    import sys
+    no_launcher.setenv(name, "2")
+    no_launcher.setitem(sys.modules, "mpi4py", None)     # import mpi4py fails
+    d = DistArray.from_global(G, dist="bn", grid_shape=(2, 1), rank=1,
+                              comm=MPI_SELF_STANDIN)
+    calls = {
+        "from_global": lambda: DistArray.from_global(G, dist="bn"),
+        "scatter": lambda: DistArray.scatter(G, dist="bn"),
+        "from_distarray": lambda: DistArray.from_distarray(d.__distarray__()),
+        "DistArray": lambda: DistArray(d.buffer, d.maps),
+        "validate_collective": lambda: validate_collective(d),
+        "agree": lambda: agree(None, lambda: 1),
+    }
+    for what, call in calls.items():
+        with pytest.raises(ImportError) as info:
+            call()
+        message = str(info.value)
+        for part in (f"({name}=2)", "MPI.COMM_WORLD", "pip install mpi4py mpich",
+                     "comm=MPI.COMM_SELF"):
+            assert part in message, (what, message)
+
+
+class _OneProcess:
+    """A communicator of one process, as far as from_global asks."""
+
+    def Get_size(self) -> int:
+        return 1
+
+    def Get_rank(self) -> int:
+        return 0
+
+
+MPI_SELF_STANDIN = _OneProcess()
+
+
+@pytest.mark.parametrize("value", [None, "1"])
+def test_comm_none_without_a_launcher_is_one_process_without_mpi4py(
+        value: Any) -> None:
+    """No launcher, or one of one process (PMI_SIZE=1): comm=None is this
+    process alone, rank picks the section, and mpi4py is never imported."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    if value is not None:
+        env["PMI_SIZE"] = value
+    code = ("import sys, numpy as np; from bufferext.distarray import DistArray; "
+            "s = DistArray.from_global(np.arange(6), dist='b', grid_shape=(2,), rank=1); "
+            "d = DistArray.from_global(np.arange(6), dist='b', padding=[(1, 1)]); "
+            "imported = 'mpi4py' in sys.modules; "
+            "e = d.redistribute(dist='c'); d.update_halos(); "
+            "print(d.comm, s.local.tolist(), d.grid_shape, e.local.tolist(), "
+            "d.gather().tolist(), imported)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ("None [3, 4, 5] (1,) [0, 1, 2, 3, 4, 5] "
+                           "[0, 1, 2, 3, 4, 5] False\n")

@@ -279,14 +279,16 @@ def test_validate_collective_one_to_one_claim() -> None:
     if RANK == 0:
         idx = [i.copy() for i in idx]
         idx[0] = np.concatenate([idx[0][:-1], idx[1][:1]])   # one index twice, one lost
-    d = DistArray.from_global(G, dist="nu", grid_shape=(1, SIZE), indices=[None, idx])
+    d = DistArray.from_global(G, dist="nu", grid_shape=(1, SIZE), indices=[None, idx],
+                              comm=MPI.COMM_SELF)       # each rank's own data
     data = d.__distarray__()
     dd = list(data["dim_data"])
     dd[1] = dict(dd[1], proc_grid_rank=RANK, one_to_one=True)
     data = dict(data, dim_data=tuple(dd))
     if RANK != 0:
         data = DistArray.from_global(G, dist="nu", grid_shape=(1, SIZE), rank=RANK,
-                                     indices=[None, idx]).__distarray__()
+                                     indices=[None, idx], comm=MPI.COMM_SELF
+                                     ).__distarray__()
         dd = list(data["dim_data"])
         dd[1] = dict(dd[1], one_to_one=True)
         data = dict(data, dim_data=tuple(dd))

@@ -110,6 +110,37 @@ def test_public_api():
     assert issubclass(bufferext.DeviceUnavailableError, RuntimeError)
 
 
+def test_every_public_name_has_an_api_entry():
+    """Each name of ``bufferext.__all__`` and ``bufferext.distarray.__all__``
+    is described by an autodoc (or ``data``) directive of docs/*.rst under
+    its module, so the API reference lists it with its signature."""
+    import re
+
+    import bufferext.distarray
+    docs = os.path.join(SOURCE_ROOT, "docs")
+    if not os.path.isdir(docs):
+        pytest.skip("docs/ is not beside the tests")
+    directive = re.compile(r"^\.\. (?:auto)?(?:class|function|exception|data|module|"
+                           r"currentmodule):: +([\w.]+)", re.M)
+    documented = set()
+    for name in sorted(os.listdir(docs)):
+        if name.endswith(".rst"):
+            with open(os.path.join(docs, name), encoding="utf-8") as f:
+                module = "bufferext"
+                for target in directive.findall(f.read()):
+                    if target.startswith("bufferext"):
+                        module = target
+                    else:
+                        documented.add(f"{module}.{target}")
+    missing = [f"{m.__name__}.{n}" for m in (bufferext, bufferext.distarray)
+               for n in m.__all__ if f"{m.__name__}.{n}" not in documented]
+    assert not missing, f"no API entry in docs/*.rst for {missing}"
+    with open(os.path.join(docs, "api.rst"), encoding="utf-8") as f:
+        listed = set(re.findall(r"`~bufferext\.(\w+)`", f.read()))
+    unlisted = sorted(set(bufferext.__all__) - listed)
+    assert not unlisted, f"docs/api.rst's list of bufferext's names lacks {unlisted}"
+
+
 # ---- devices() ---------------------------------------------------------------
 
 def test_devices_structure():

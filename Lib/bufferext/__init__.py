@@ -78,7 +78,7 @@ def supported_flags(obj: Any) -> BufferFlags:
 
 def get_include() -> str:
     """The directory holding ``bufferext.h``, for ``-I`` when building C
-    extensions (like :func:`numpy.get_include`)."""
+    extensions (like ``numpy.get_include()``)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
 

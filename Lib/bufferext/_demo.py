@@ -57,12 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _world() -> Any:
-    """COMM_WORLD when running under mpiexec with mpi4py, else None."""
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return None
-    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+    """What ``comm=None`` means: COMM_WORLD under ``mpiexec -n N`` (N > 1),
+    else None (one process, mpi4py not imported)."""
+    from .distarray._comm import resolve
+    return resolve(None)
 
 
 def initial(size: int) -> np.ndarray:
@@ -215,7 +213,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"demo: --size must be >= 1 and --steps >= 0 (got {args.size}, "
               f"{args.steps})", file=sys.stderr)
         return 2
-    comm = _world()
+    try:
+        comm = _world()
+    except ImportError as exc:     # under mpiexec without mpi4py: no MPI to agree
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
     rank = 0 if comm is None else comm.Get_rank()
     try:
         result, d, per_step, halo = simulate(args.size, args.steps, args.device, comm)

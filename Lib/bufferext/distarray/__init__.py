@@ -8,8 +8,10 @@ translate indices with its per-dimension ``maps``.  ``validate`` checks
 
 Across processes (mpi4py, optional): ``comm=`` on ``from_global`` and
 ``from_distarray``, ``DistArray.scatter``, ``gather``, ``allgather``,
-``redistribute``, ``update_halos`` and ``validate_collective``; with
-``comm=None`` they run on one process.  The local
+``redistribute``, ``update_halos`` and ``validate_collective``.
+``comm=None`` (the default) means every process of the job when an MPI
+launcher started several (``mpiexec -n N``: mpi4py's ``COMM_WORLD``), else
+this process alone, without mpi4py.  The local
 buffer may be device memory: consumers use the extended buffer protocol
 (``bufferext.get_buffer``) on ``'buffer'`` to find out.
 

@@ -17,7 +17,7 @@ import numpy as np
 from .. import _dtypes
 from . import _halo, _redistribute
 from ._buffers import Kind, as_kind, kind_of, make_buffer
-from ._comm import agree
+from ._comm import agree, resolve, size
 from ._layout import Layout
 from ._maps import BlockMap, DimMap, map_from_dim_dict
 from ._protocol import EXPORT_VERSION, check
@@ -31,8 +31,15 @@ class DistArray:
     """One process's section of a distributed array (Distributed Array
     Protocol 0.10.0), over a CPU or device buffer.
 
-    Make one with :meth:`from_global` or :meth:`from_distarray`; export it
-    with :meth:`__distarray__`.
+    Make one with :meth:`from_global`, :meth:`scatter` or
+    :meth:`from_distarray`; export it with :meth:`__distarray__`.  The
+    constructor wraps a local ``buffer`` (any extended-buffer exporter of
+    ``device`` memory) laid out by one index map per dimension; ``comm`` as
+    in :meth:`from_global`.
+
+        >>> d = DistArray.from_global(np.arange(10), dist="c", grid_shape=(3,), rank=1)
+        >>> d.local.tolist(), d.owner(5), d.global_to_local(7)
+        ([1, 4, 7], 2, (2,))
     """
 
     def __init__(self, buffer: Any, maps: Sequence[DimMap], *, device: str = "cpu",
@@ -47,7 +54,7 @@ class DistArray:
         self._local: Optional[np.ndarray] = None
         self._dim_data: Optional[Tuple[Dict[str, Any], ...]] = None
         self._shape: Tuple[int, ...] = tuple(m.extent for m in self._maps)
-        self._mpi = MPIState(comm)
+        self._mpi = MPIState(resolve(comm))
 
     # -- construction ------------------------------------------------------
     @classmethod
@@ -73,15 +80,22 @@ class DistArray:
         array per grid rank.  ``split``: ``"balanced"`` or ``"ceil"``.
         ``device``: ``"cpu"``, ``"cuda"`` or ``"ve"``.
 
-        ``comm``: an mpi4py communicator.  Every process passes the same
-        global ``array``; ``rank`` is then the communicator's rank, the
-        grid must hold exactly the communicator's processes, and argument
-        errors are raised on every process alike.  ``None``: one process
-        (``rank`` picks the section).
+        ``comm``: an mpi4py communicator, or None: every process of the job
+        under an MPI launcher (``mpiexec -n N``, N > 1), else one process
+        (see :doc:`mpi`).  With a communicator, every process passes the
+        same global ``array``; ``rank`` is then the communicator's rank,
+        the grid must hold exactly the communicator's processes, and
+        argument errors are raised on every process alike.  On one process
+        (no launcher, or a communicator of one process such as
+        ``MPI.COMM_SELF``) ``rank`` picks the section of a grid of any size.
+
+            >>> DistArray.from_global(np.arange(6), dist="b", grid_shape=(2,), rank=1).local
+            array([3, 4, 5])
         """
-        if comm is None:
+        comm = resolve(comm)
+        if size(comm) == 1:
             return cls._from_global(array, dist, grid_shape, rank, block_size,
-                                    padding, periodic, indices, split, device, None)
+                                    padding, periodic, indices, split, device, comm)
         return agree(comm, lambda: cls._from_global(
             array, dist, grid_shape, comm.Get_rank(), block_size, padding,
             periodic, indices, split, device, comm))
@@ -91,9 +105,9 @@ class DistArray:
                      block_size: Any, padding: Any, periodic: Any, indices: Any,
                      split: str, device: str, comm: Any) -> "DistArray":
         arr = np.asarray(array)
-        nprocs = 1 if comm is None else comm.Get_size()
+        nprocs = size(comm)
         spec = DistSpec(arr.shape, dist, grid_shape, block_size, padding, periodic,
-                        indices, split, nprocs if comm is not None or grid_shape is None
+                        indices, split, nprocs if nprocs > 1 or grid_shape is None
                         else None)
         rank = operator.index(rank)
         if not 0 <= rank < spec.nprocs:
@@ -114,7 +128,8 @@ class DistArray:
         """Import any ``__distarray__`` exporter (or its dict), zero-copy.
 
         ``comm``: the mpi4py communicator the distributed array lives on
-        (None: one process).  With a communicator the import is collective:
+        (None: as in :meth:`from_global`).  With a communicator the import
+        is collective:
         a problem on any process is raised on every process, and the
         collective rules are checked (:func:`validate_collective`), after
         which the maps know every process's section.
@@ -125,11 +140,17 @@ class DistArray:
         memory becomes a numpy view (:attr:`local`) without copying; device
         memory stays in the producer object (:attr:`buffer`).
         """
+        comm = resolve(comm)
         if comm is not None:
-            imported: DistArray = agree(comm, lambda: cls.from_distarray(obj))
+            imported: DistArray = agree(comm, lambda: cls._import(obj))
             imported._mpi = MPIState(comm)
             imported._mpi_layout()          # checks the collective rules
             return imported
+        return cls._import(obj)
+
+    @classmethod
+    def _import(cls, obj: Any) -> "DistArray":
+        """``from_distarray`` on this process alone."""
         data = obj if type(obj) is dict else obj.__distarray__()
         _, shape, device, fmt, dims = check(data)
         self = cls.__new__(cls)
@@ -182,7 +203,8 @@ class DistArray:
 
     @property
     def comm(self) -> Any:
-        """The mpi4py communicator of the MPI layer, or None (one process)."""
+        """The mpi4py communicator of the MPI layer, or None (one process,
+        started without an MPI launcher)."""
         return self._mpi.comm
 
     @property
@@ -280,12 +302,12 @@ class DistArray:
 
         The other arguments are those of :meth:`from_global` and must be
         the same on every process (``indices`` included).  Collective over
-        ``comm`` (None: one process).
+        ``comm`` (None: as in :meth:`from_global`).
         """
         return _redistribute.scatter(
             cls, array, dist=dist, grid_shape=grid_shape, block_size=block_size,
             padding=padding, periodic=periodic, indices=indices, split=split,
-            device=device, comm=comm, root=root)
+            device=device, comm=resolve(comm), root=root)
 
     def gather(self, root: int = 0) -> Optional[np.ndarray]:
         """The global array (a numpy array) on process ``root``, None on the

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from ._comm import agree, size
+from ._comm import agree, resolve, size
 from ._layout import per_coord
 from ._maps import is_partition
 from ._protocol import ProtocolError, check, comm_padding
@@ -115,7 +115,8 @@ def collective_problems(all_dims: Sequence[Sequence[Dict[str, Any]]]) -> List[st
 def validate_collective(distbuffer: Any, comm: Any = None) -> None:
     """Check ``__distarray__`` data against the rules needing every process.
 
-    Collective over ``comm`` (None: one process): the local rules first
+    Collective over ``comm`` (None: every process of the job under an MPI
+    launcher, else one process; see :doc:`mpi`): the local rules first
     (as :func:`validate`), then the process grid holds exactly the
     communicator's processes, ranks sit at their C-order coordinates,
     processes at the same grid coordinate along an axis have identical
@@ -126,6 +127,7 @@ def validate_collective(distbuffer: Any, comm: Any = None) -> None:
     every process; nothing waits forever.  ``distbuffer`` may be an object
     with ``__distarray__``.
     """
+    comm = resolve(comm)
     data = distbuffer
     if type(data) is not dict and hasattr(data, "__distarray__"):
         data = data.__distarray__()

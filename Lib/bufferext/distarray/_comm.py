@@ -1,6 +1,7 @@
 """Communicators and agreement on errors: the one place that knows what
-``comm=None`` means (one process, no mpi4py needed) and how a failure on
-one process becomes the same exception on every process."""
+``comm=None`` means (``resolve``: every process of the job under an MPI
+launcher, else one process with no mpi4py needed) and how a failure on one
+process becomes the same exception on every process."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 from ._protocol import ProtocolError
 
 __all__ = ["agree", "any_rank", "call_keys", "content_key", "cuda_aware", "digest",
-           "mpi", "rank", "same_call", "size"]
+           "launched", "mpi", "rank", "resolve", "same_call", "size"]
 
 T = TypeVar("T")
 
@@ -41,6 +42,57 @@ _ERRORS: Dict[str, Callable[[str], Exception]] = {
                             MemoryError, RuntimeError, NotImplementedError)}
 
 
+#: The variables by which MPI launchers tell each process the job's process
+#: count, read without importing MPI: MPICH's hydra (PMI) and Open MPI.
+#: Batch systems' own variables (SLURM_NTASKS...) are not read: they are set
+#: for every step of a job, also for a plain ``python`` run inside it.
+LAUNCHER_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+
+
+def launched() -> Tuple[int, Optional[str]]:
+    """The process count an MPI launcher gave this job and the variable that
+    says so, or ``(1, None)`` when no launcher started this process."""
+    for name in LAUNCHER_VARIABLES:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        try:
+            count = int(value)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise RuntimeError(f"{name}={value!r}: an MPI launcher's process count "
+                               "must be a positive integer")
+        return count, name
+    return 1, None
+
+
+def resolve(comm: Any) -> Any:
+    """The communicator an operation given ``comm`` runs on.
+
+    A communicator is returned as it is.  ``None`` means every process of
+    the job: under an MPI launcher that started more than one process
+    (``launched``), mpi4py's ``COMM_WORLD``, importing mpi4py; otherwise
+    None, one process, and mpi4py is not imported.  Under such a launcher
+    without mpi4py this raises ImportError naming the variable that showed
+    the launcher and what to do.
+    """
+    if comm is not None:
+        return comm
+    count, name = launched()
+    if count == 1:
+        return None
+    try:
+        return mpi().COMM_WORLD
+    except ImportError as exc:
+        raise ImportError(
+            f"comm=None: an MPI launcher started this process as one of {count} "
+            f"({name}={count}), so comm=None means all of them (mpi4py's "
+            f"MPI.COMM_WORLD), but mpi4py cannot be imported ({exc}); install it "
+            "(pip install mpi4py mpich), pass comm=MPI.COMM_SELF for an array of "
+            "this process alone, or run without mpiexec") from exc
+
+
 def _rebuild(where_rank: int, nprocs: int,
              info: Tuple[str, str, Optional[List[str]]]) -> Exception:
     name, message, problems = info
@@ -63,12 +115,19 @@ def any_rank(comm: Any, flag: bool) -> bool:
 
 
 def agree(comm: Any, fn: Callable[[], T]) -> T:
-    """Run ``fn()`` on every process and agree on failure (collective).
+    """Run ``fn()`` on every process of ``comm`` and agree on failure
+    (collective; ``comm=None`` as in every other operation: see
+    :doc:`mpi`).
 
     If ``fn`` raises on any process, every process raises the same
     exception type with the same message (that of the lowest failing rank,
     prefixed with ``"rank R of N: "``); no process is left waiting.
+
+        >>> agree(None, lambda: 6 * 7)
+        42
     """
+    if comm is None:
+        comm = resolve(None)
     try:
         result, info = fn(), None
     except Exception as exc:       # noqa: BLE001 - re-raised on every rank below
