@@ -394,3 +394,29 @@ def test_distarray_over_mpi_bit_for_bit(name: str, strategy: str) -> None:
     assert r.dtype == g.dtype and r.allgather().tobytes() == g.tobytes()
     imported = DistArray.from_distarray(r, comm=COMM)
     assert imported.dtype == g.dtype and imported.allgather().tobytes() == g.tobytes()
+
+
+# ---- hostile spellings (review) ---------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["[bfloat16", "[]", "[bfloat16]x",
+                                   "2[bfloat16]", "[bfloat16\0]",
+                                   "[bfloat16]\n", "[[bfloat16]]",
+                                   "[" + "a" * 5000])
+def test_malformed_brackets_are_not_understood(dtype: str) -> None:
+    with pytest.raises(TypeError) as info:
+        bufferext.CPUBuffer(3, dtype)
+    assert str(info.value).startswith(f"dtype {dtype!r} is not understood")
+
+
+def test_byte_swapped_ml_dtypes_bfloat16_is_refused() -> None:
+    # numpy keeps the byte order of an ml_dtypes dtype; it was read as the
+    # native bfloat16 before (silently the other byte order)
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes' dtype")
+    swapped = np.dtype(ml_dtypes.bfloat16).newbyteorder("S")
+    with pytest.raises(TypeError, match="a byte-swapped bfloat16 is not "
+                                        "supported"):
+        bufferext.CPUBuffer(3, swapped)
+    # one byte has no order: a float8 stays accepted
+    one = np.dtype(ml_dtypes.float8_e4m3fn).newbyteorder("S")
+    assert bufferext.CPUBuffer(3, one).format == "[float8_e4m3fn]"
+

@@ -146,6 +146,9 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
             dt = _from_struct(dtype)
         _refuse_sub_byte(dtype, dt.name)
         lowp = dt.name if _is_lowp(dt) else None
+        if lowp is not None and dt.itemsize > 1 and not dt.isnative:
+            raise TypeError(f"dtype {dtype!r}: a byte-swapped {lowp} is not "
+                            "supported")
     if lowp is not None:
         dt = lowp_dtype(lowp)
         # no array-interface typestr names it: its format, byte order
