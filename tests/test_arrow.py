@@ -639,3 +639,28 @@ def test_many_round_trips_leak_nothing() -> None:
             bufferext.as_buffer(producer)
     gc.collect()
     assert b.exports == 0 and sys.getrefcount(b) == before
+
+
+def test_a_cuda_device_array_without_a_driver_is_a_clear_error(
+        tmp_path: Any) -> None:
+    from _helpers import run_child
+    missing = str(tmp_path / "no_libcuda.so")
+    out = run_child("""
+        import ctypes, numpy as np, bufferext
+        from test_arrow import ArrowDeviceArray, HandMade, _new_capsule
+        producer = HandMade(b"i", np.arange(5, dtype=np.int32))
+        device = ArrowDeviceArray(array=producer.array, device_id=0,
+                                  device_type=2)
+        class Device:
+            def __arrow_c_device_array__(self, requested_schema=None, **kw):
+                return (_new_capsule(ctypes.addressof(producer.schema),
+                                     b"arrow_schema", None),
+                        _new_capsule(ctypes.addressof(device),
+                                     b"arrow_device_array", None))
+        try:
+            bufferext.as_buffer(Device())
+        except bufferext.DeviceUnavailableError as exc:
+            print("refused:", exc)
+        assert device.array.release and producer.releases == 0
+    """, env={"BUFFEREXT_CUDA_DRIVER": missing})
+    assert f"refused: CUDA driver not found: looked for {missing}" in out
