@@ -420,3 +420,18 @@ def test_byte_swapped_ml_dtypes_bfloat16_is_refused() -> None:
     one = np.dtype(ml_dtypes.float8_e4m3fn).newbyteorder("S")
     assert bufferext.CPUBuffer(3, one).format == "[float8_e4m3fn]"
 
+
+
+@pytest.mark.parametrize("fmt, itemsize, words", [
+    ("=l", 4, "int32"),                 # struct's standard size, not C long
+    ("bfloat16", 2, "a type bufferext does not name"),   # a name, no format
+    ("float32", 4, "a type bufferext does not name"),
+    (">[bfloat16]" if sys.byteorder == "little" else "<[bfloat16]", 2,
+     "a byte-swapped bfloat16, which bufferext does not read"),
+    ("[bfloat16", 2, "a type bufferext does not name"),
+])
+def test_check_describes_a_format_as_a_buffer_format(
+        fmt: str, itemsize: int, words: str) -> None:
+    from bufferext._dtypes import describe
+    assert describe(fmt, itemsize) == \
+        f"format {fmt!r}: {words}, {itemsize}-byte items"

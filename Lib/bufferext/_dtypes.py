@@ -172,11 +172,16 @@ def describe(fmt: Optional[str], itemsize: int) -> str:
     fmt = "B" if fmt is None else fmt
     match = _LOWP_FORMAT.fullmatch(fmt)
     if match is not None and match.group(2) in LOWP:
+        if match.group(1) not in ("", "@", "=", _NATIVE):
+            return (f"format {fmt!r}: a byte-swapped {match.group(2)}, which "
+                    f"bufferext does not read, {itemsize}-byte items")
         return (f"format {fmt!r}: {match.group(2)}, {itemsize}-byte items (a "
                 "low-precision float: struct, numpy and memoryview.tolist() "
                 "refuse them, DLPack keeps them)")
+    # read as a buffer format (struct's sizes: '=l' is 4 bytes), never as a
+    # numpy spelling ('float32' is no buffer format)
     try:
-        name = str(resolve(fmt)[2])
+        name = str(_from_struct(fmt))
     except TypeError:
         name = "a type bufferext does not name"
     return f"format {fmt!r}: {name}, {itemsize}-byte items"
