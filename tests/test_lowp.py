@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import re
 import struct
 import sys
 from typing import Any
@@ -435,3 +436,15 @@ def test_check_describes_a_format_as_a_buffer_format(
     from bufferext._dtypes import describe
     assert describe(fmt, itemsize) == \
         f"format {fmt!r}: {words}, {itemsize}-byte items"
+
+
+@pytest.mark.parametrize("text", ["bfloat16", "x", "torch.[bfloat16]"])
+def test_a_torch_dtype_lookalike_with_another_name_is_refused(
+        text: str) -> None:
+    # read by its name, 'torch.<name>' (the prefix was cut blindly: 'dtype
+    # '16' is not understood' for 'bfloat16'; a format was accepted)
+    lookalike = type("dtype", (), {"__module__": "torch",
+                                   "__str__": lambda self: text})()
+    with pytest.raises(TypeError, match=re.escape(
+            f"a torch dtype is named 'torch.<name>', not {text!r}")):
+        bufferext.CPUBuffer(3, lookalike)

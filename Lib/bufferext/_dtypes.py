@@ -133,7 +133,11 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
     fixed-size numeric type.
     """
     if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":
-        dtype = str(dtype)[len("torch."):]
+        text = str(dtype)
+        if not text.startswith("torch.") or "[" in text:
+            raise TypeError(f"dtype {dtype!r}: a torch dtype is named "
+                            f"'torch.<name>', not {text!r}")
+        dtype = text[len("torch."):]
     lowp = _lowp_name(dtype) if isinstance(dtype, str) else None
     if lowp is None:
         try:
