@@ -510,9 +510,12 @@ bufferext_arrow_read(PyObject *schema, PyObject *array, int device,
         const BxArrowDeviceArray *d = a;
         out->device_type = d->device_type;
         out->device_id = d->device_id;
-        /* CUDA: sync_event points at a CUevent (the spec's cudaEvent_t *,
-         * the same handle), alive until the array is released */
-        if (d->device_type == BX_kDLCUDA && d->sync_event != NULL) {
+        /* CUDA, CUDA host and managed memory: sync_event points at a
+         * CUevent (the spec's cudaEvent_t *, the same handle), alive until
+         * the array is released */
+        if ((d->device_type == BX_kDLCUDA ||
+             d->device_type == BX_kDLCUDAHost ||
+             d->device_type == BX_kDLCUDAManaged) && d->sync_event != NULL) {
             out->event = *(void **)d->sync_event;
         }
     }

@@ -665,3 +665,36 @@ def test_a_cuda_device_array_without_a_driver_is_a_clear_error(
         assert device.array.release and producer.releases == 0
     """, env={"BUFFEREXT_CUDA_DRIVER": missing})
     assert f"refused: CUDA driver not found: looked for {missing}" in out
+
+
+def test_cuda_host_memory_waits_for_the_sync_event(driver: str) -> None:
+    # writes land 300 ms late unless waited for (the stand-in's LATE mode);
+    # CUDA host memory is read by the CPU at once, so the import waits on
+    # the producer's sync_event (it was ignored: the old bytes were read)
+    harness.check(driver, """
+import sys
+sys.path.insert(0, %r)
+from test_arrow import ArrowDeviceArray, HandMade, _new_capsule
+b = CUDABuffer(4, "int32")
+b.fill(7)                                      # pending: lands late
+event = ctypes.c_void_p(bufferext.get_buffer(b).device_info.event)
+assert event.value
+values = np.frombuffer(ctypes.string_at(b.ptr, 16), np.int32)
+producer = HandMade(b"i", values)
+producer.buffers[1] = b.ptr
+device = ArrowDeviceArray(array=producer.array, device_id=0, device_type=3,
+                          sync_event=ctypes.addressof(event))
+class Host:
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        return (_new_capsule(ctypes.addressof(producer.schema),
+                             b"arrow_schema", None),
+                _new_capsule(ctypes.addressof(device),
+                             b"arrow_device_array", None))
+ad = bufferext.as_buffer(Host())
+assert ad.device is None and ad.ptr == b.ptr
+assert np.asarray(ad).tolist() == [7, 7, 7, 7]
+del ad
+assert producer.releases == 1
+b.close()
+""" % os.path.dirname(os.path.abspath(__file__)),
+        env={"STANDIN_CUDA_LATE_MS": "300", "STANDIN_CUDA_HOST_VISIBLE": "1"})
