@@ -539,7 +539,7 @@ b.close()
 """)
 
 
-# ---- hostile producers and consumers (review) ----------------------------------
+# ---- hostile producers and consumers (review) ------------------------------
 
 def test_a_schema_with_a_null_format_is_refused_by_name() -> None:
     producer = HandMade(b"i", np.arange(5, dtype=np.int32))
