@@ -457,8 +457,20 @@ adapter_from_arrow(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
      * allocation) comes before the capsules are read. */
     self = adapter_new(st, args[0]);
     if (self == NULL || bufferext_arrow_read(args[1], args[2], device,
-                                             &in) < 0 ||
-        adapter_set_dims(self, device ? "arrow_device" : "arrow", 1) < 0 ||
+                                             &in) < 0) {
+        goto error;
+    }
+    if (in.device_type != BX_kDLCUDA && in.event != NULL) {
+        /* memory the CPU reads at once (CUDA host or managed): the
+         * producer's pending work is waited for here, without the GIL, so
+         * the capsules are read again after (another thread may have
+         * taken the array meanwhile) */
+        if (bufferext_cuda_event_wait(st, "arrow", in.event) < 0 ||
+            bufferext_arrow_read(args[1], args[2], device, &in) < 0) {
+            goto error;
+        }
+    }
+    if (adapter_set_dims(self, device ? "arrow_device" : "arrow", 1) < 0 ||
         adapter_set_format(self, in.format) < 0) {
         goto error;
     }
@@ -488,6 +500,7 @@ adapter_from_arrow(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         self->info.cuda.event = in.event;
     }
+
     /* Taken: from here on the adapter releases the array. */
     if ((self->arrow = bufferext_arrow_take(&in)) == NULL) {
         goto error;

@@ -123,12 +123,19 @@ array_capsule_destructor(PyObject *capsule)
     PyMem_RawFree(array);
 }
 
+/* The longest requested format kept (ours are one character). */
+#define REQUEST_MAX 16
+
 /* requested_schema (None, or a capsule of the same format) and, for the
- * device method, keyword arguments that are all None.  0 or -1. */
+ * device method, keyword arguments that are all None.  0 or -1.  The
+ * requested format is copied into requested (empty: none): the consumer's
+ * string may be released by Python code that runs before it is compared
+ * (a GC finalizer), and is read no further than REQUEST_MAX bytes. */
 static int
 parse_request(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-              int device, const char **requested)
+              int device, char requested[REQUEST_MAX])
 {
+    const char *end;
     Py_ssize_t i, nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     const char *fname = device ? "__arrow_c_device_array__"
                                : "__arrow_c_array__";
@@ -163,7 +170,7 @@ parse_request(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
             return -1;
         }
     }
-    *requested = NULL;
+    requested[0] = '\0';
     if (schema != Py_None) {
         BxArrowSchema *s = PyCapsule_IsValid(schema, BX_ARROW_SCHEMA_CAPSULE)
             ? PyCapsule_GetPointer(schema, BX_ARROW_SCHEMA_CAPSULE) : NULL;
@@ -174,7 +181,14 @@ parse_request(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                          schema);
             return -1;
         }
-        *requested = s->format;
+        end = memchr(s->format, '\0', REQUEST_MAX);
+        if (end == NULL || end == s->format) {
+            PyErr_Format(PyExc_BufferError, "%s: requested_schema has format "
+                         "'%.16s%s', which names no fixed-width primitive "
+                         "type", fname, s->format, end == NULL ? "..." : "");
+            return -1;
+        }
+        memcpy(requested, s->format, (size_t)(end - s->format) + 1);
     }
     return 0;
 }
@@ -249,13 +263,14 @@ static PyObject *
 arrow_export(PyObject *exporter, PyObject *const *args, Py_ssize_t nargs,
              PyObject *kwnames, int device)
 {
-    const char *requested, *format;
+    char requested[REQUEST_MAX];
+    const char *format;
     BxArrowSchema *schema;
     BxArrowDeviceArray *array;
     arrow_holder *holder;
     PyObject *schema_capsule = NULL, *array_capsule = NULL;
 
-    if (parse_request(args, nargs, kwnames, device, &requested) < 0) {
+    if (parse_request(args, nargs, kwnames, device, requested) < 0) {
         return NULL;
     }
     /* the capsules first, empty (released): any failure below frees all */
@@ -300,7 +315,7 @@ arrow_export(PyObject *exporter, PyObject *const *args, Py_ssize_t nargs,
         BufferExt_Release(&holder->ext);
         goto error;
     }
-    if (requested != NULL && strcmp(requested, format) != 0) {
+    if (requested[0] != '\0' && strcmp(requested, format) != 0) {
         PyErr_Format(PyExc_BufferError, "%.200s: requested_schema has "
                      "format '%s' but the buffer holds '%s' (%s): bufferext "
                      "exports only the type it holds, zero-copy",
@@ -368,19 +383,24 @@ read_schema(const BxArrowSchema *s, bufferext_arrow_import *out)
 {
     size_t i;
 
-    if (s->release == NULL || s->format == NULL) {
+    if (s->release == NULL) {
         PyErr_SetString(PyExc_BufferError,
                         "arrow: the schema capsule holds a released schema");
         return -1;
     }
+    if (s->format == NULL) {
+        PyErr_SetString(PyExc_BufferError,
+                        "arrow: the schema's format is NULL");
+        return -1;
+    }
     if (s->dictionary != NULL) {
         PyErr_Format(PyExc_BufferError, "arrow: the array is "
-                     "dictionary-encoded (indices '%s'); decode it first",
+                     "dictionary-encoded (indices '%.64s'); decode it first",
                      s->format);
         return -1;
     }
     if (s->n_children != 0) {
-        PyErr_Format(PyExc_BufferError, "arrow: type '%s' (%s) has %lld "
+        PyErr_Format(PyExc_BufferError, "arrow: type '%.64s' (%s) has %lld "
                      "children; only flat arrays of fixed-width numbers "
                      "come in", s->format, arrow_type_name(s->format),
                      (long long)s->n_children);
@@ -394,7 +414,7 @@ read_schema(const BxArrowSchema *s, bufferext_arrow_import *out)
             return 0;
         }
     }
-    PyErr_Format(PyExc_BufferError, "arrow: type '%s' (%s) is not a "
+    PyErr_Format(PyExc_BufferError, "arrow: type '%.64s' (%s) is not a "
                  "fixed-width primitive number (int8..int64, uint8..uint64, "
                  "float16/32/64)%s", s->format, arrow_type_name(s->format),
                  s->format[0] == 't' ? "; view it as its integer storage "
@@ -410,11 +430,25 @@ read_array(const BxArrowArray *a, bufferext_arrow_import *out)
                         "a released array (a capsule can be imported once)");
         return -1;
     }
-    if (a->n_buffers != 2 || a->buffers == NULL || a->n_children != 0 ||
-        a->dictionary != NULL) {
+    if (a->null_count < -1) {
+        PyErr_Format(PyExc_BufferError, "arrow: null_count = %lld (a count, "
+                     "or -1: not counted)", (long long)a->null_count);
+        return -1;
+    }
+    if (a->dictionary != NULL) {
+        PyErr_SetString(PyExc_BufferError, "arrow: the array has a "
+                        "dictionary although its schema has none");
+        return -1;
+    }
+    if (a->n_buffers != 2 || a->n_children != 0) {
         PyErr_Format(PyExc_BufferError, "arrow: the array has %lld buffers "
                      "and %lld children; a fixed-width array has 2 and 0",
                      (long long)a->n_buffers, (long long)a->n_children);
+        return -1;
+    }
+    if (a->buffers == NULL) {
+        PyErr_SetString(PyExc_BufferError, "arrow: the array's buffers "
+                        "pointer is NULL");
         return -1;
     }
     if (a->null_count > 0 || (a->null_count < 0 && a->buffers[0] != NULL)) {
@@ -476,9 +510,12 @@ bufferext_arrow_read(PyObject *schema, PyObject *array, int device,
         const BxArrowDeviceArray *d = a;
         out->device_type = d->device_type;
         out->device_id = d->device_id;
-        /* CUDA: sync_event points at a CUevent (the spec's cudaEvent_t *,
-         * the same handle), alive until the array is released */
-        if (d->device_type == BX_kDLCUDA && d->sync_event != NULL) {
+        /* CUDA, CUDA host and managed memory: sync_event points at a
+         * CUevent (the spec's cudaEvent_t *, the same handle), alive until
+         * the array is released */
+        if ((d->device_type == BX_kDLCUDA ||
+             d->device_type == BX_kDLCUDAHost ||
+             d->device_type == BX_kDLCUDAManaged) && d->sync_event != NULL) {
             out->event = *(void **)d->sync_event;
         }
     }

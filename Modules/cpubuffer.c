@@ -143,7 +143,7 @@ cpubuffer_free_memory(PyObject *op)
 }
 
 static const bufferext_producer_kind cpubuffer_kind = {
-    "CPUBuffer", "release the views and DLPack capsules first",
+    "CPUBuffer", "release the views, DLPack capsules and Arrow arrays first",
     cpubuffer_free_memory, bufferext_producer_close,
 };
 

@@ -356,6 +356,21 @@ bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info)
     info->event = NULL;
 }
 
+int
+bufferext_cuda_event_wait(bufferext_state *st, const char *who, void *event)
+{
+    CUresult rc;
+
+    if (bufferext_cuda_ready(st) < 0) {
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = bufferext_cuda.cuEventSynchronize((CUevent)event);
+    Py_END_ALLOW_THREADS
+    return rc == CUDA_SUCCESS ? 0
+                              : bufferext_cuda_error(rc, who, "cuEventSynchronize");
+}
+
 /* ---- host staging (BufferView, view.c) --------------------------------- */
 
 /* The driver calls of bufferext_cuda_stage, run without the GIL on values

@@ -106,6 +106,11 @@ PyObject *bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal);
  * BufferError / DeviceUnavailableError. */
 int bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
                           int ordinal, BufferExt_CUDADeviceInfo *info);
+/* Wait on the host for a producer's CUevent (the Arrow sync_event of
+ * memory the CPU reads directly).  0, or -1 with DeviceUnavailableError or
+ * the driver's error. */
+int bufferext_cuda_event_wait(bufferext_state *st, const char *who,
+                              void *event);
 /* Destroy an event made by bufferext_cuda_import (safe if there is none). */
 void bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info);
 

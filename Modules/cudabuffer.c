@@ -41,7 +41,7 @@ cudabuffer_free_memory(PyObject *op)
 }
 
 static const bufferext_producer_kind cudabuffer_kind = {
-    "CUDABuffer", "release the views and DLPack capsules first",
+    "CUDABuffer", "release the views, DLPack capsules and Arrow arrays first",
     cudabuffer_free_memory, cudabuffer_close,
 };
 

@@ -12,9 +12,11 @@ consumes it:
 * :class:`DtypeLike` -- the ``dtype`` attribute numpy's dtype resolution
   reads;
 * :class:`BufferHook` -- a ``__buffer__`` method (PEP 688, 3.12+);
-* :class:`ArrayInterfaceHook`, :class:`DLPackHook`, :class:`CAIHook` -- the
-  ``__array_interface__`` / ``__cuda_array_interface__`` properties and the
-  ``__dlpack__`` / ``__dlpack_device__`` methods ``as_buffer`` calls.
+* :class:`ArrayInterfaceHook`, :class:`DLPackHook`, :class:`CAIHook`,
+  :class:`ArrowHook` -- the ``__array_interface__`` /
+  ``__cuda_array_interface__`` properties and the ``__dlpack__`` /
+  ``__dlpack_device__`` / ``__arrow_c_device_array__`` methods
+  ``as_buffer`` calls.
 
 An action's own exceptions are recorded in :attr:`Fired.errors`, never
 raised into the operation (a finalizer's would be unraisable anyway).
@@ -161,6 +163,23 @@ class BufferHook:
     def __release_buffer__(self, view: memoryview) -> None:
         self.fired.run(self.action)
         view.release()
+
+
+class ArrowHook:
+    """``__arrow_c_device_array__`` runs ``action`` before and after asking
+    ``target`` for its capsules (the action may close or resize the object
+    the capsules came from, or drop them)."""
+
+    def __init__(self, target: Any, action: Action) -> None:
+        self.target, self.action = target, action
+        self.fired = Fired()
+
+    def __arrow_c_device_array__(self, requested_schema: Any = None,
+                                 **kwargs: Any) -> Any:
+        self.fired.run(self.action)
+        capsules = self.target.__arrow_c_device_array__(requested_schema)
+        self.fired.run(self.action)
+        return capsules
 
 
 class ArrayInterfaceHook:

@@ -14,6 +14,7 @@ import gc
 import os
 import sys
 import threading
+import weakref
 from typing import Any, Tuple
 
 import numpy as np
@@ -279,7 +280,14 @@ def test_a_foreign_array_is_released_exactly_once() -> None:
     ({"offset": 2**62}, "out of range"),
     ({"buffers": (ctypes.c_void_p * 2)(None, None)},
      "values buffer is NULL for length = 5"),
-], ids=["nulls", "uncounted", "buffers", "length", "offset", "null-values"])
+    ({"null_count": -5}, r"null_count = -5 \(a count, or -1: not counted\)"),
+    ({"buffers": None}, "the array's buffers pointer is NULL"),
+    ({"dictionary": 8}, "has a dictionary although its schema has none"),
+    ({"offset": 2**63 - 1, "length": 1}, "out of range"),
+    ({"length": 2**62}, "out of range"),
+], ids=["nulls", "uncounted", "buffers", "length", "offset", "null-values",
+        "negative-null-count", "null-buffers", "dictionary", "offset-overflow",
+        "length-times-itemsize"])
 def test_malformed_arrays_are_refused_and_stay_the_producers(
         fields: Any, message: str) -> None:
     producer = HandMade(b"i", np.arange(5, dtype=np.int32), **fields)
@@ -529,3 +537,164 @@ gc.collect()
 assert b.exports == 0
 b.close()
 """)
+
+
+# ---- hostile producers and consumers (review) ------------------------------
+
+def test_a_schema_with_a_null_format_is_refused_by_name() -> None:
+    producer = HandMade(b"i", np.arange(5, dtype=np.int32))
+    producer.schema.format = None
+    with pytest.raises(BufferError, match="the schema's format is NULL"):
+        bufferext.as_buffer(producer)
+    assert producer.releases == 0 and producer.array.release
+
+
+def test_a_long_foreign_format_is_cut_in_the_message() -> None:
+    producer = HandMade(b"x" * 10000, np.arange(5, dtype=np.int32))
+    with pytest.raises(BufferError) as info:
+        bufferext.as_buffer(producer)
+    assert "type '" + "x" * 64 + "' (unknown)" in str(info.value)
+
+
+@pytest.mark.parametrize("device_type", [0, 4, 99, -1, 2**31 - 1])
+def test_unknown_device_types_are_refused_and_stay_the_producers(
+        device_type: int) -> None:
+    producer = HandMade(b"i", np.arange(5, dtype=np.int32))
+    device = ArrowDeviceArray(array=producer.array, device_id=0,
+                              device_type=device_type)
+
+    class Device:
+        def __arrow_c_device_array__(self, requested_schema: Any = None,
+                                     **kwargs: Any) -> Any:
+            return (_new_capsule(ctypes.addressof(producer.schema),
+                                 b"arrow_schema", None),
+                    _new_capsule(ctypes.addressof(device),
+                                 b"arrow_device_array", None))
+    with pytest.raises(BufferError, match=f"arrow: device type {device_type} "
+                                          "is not supported"):
+        bufferext.as_buffer(Device())
+    assert device.array.release and producer.releases == 0
+
+
+def _requested(fmt: bytes) -> Tuple[Any, Any]:
+    schema = ArrowSchema(format=fmt, name=b"")
+    schema.release = type(schema.release)(lambda s: None)
+    keep = (schema, schema.release)
+    return keep, _new_capsule(ctypes.addressof(schema), b"arrow_schema", None)
+
+
+def test_requested_format_is_read_once_and_bounded() -> None:
+    keep, capsule = _requested(b"i" * 40)
+    with pytest.raises(BufferError, match=r"requested_schema has format "
+                                          r"'i{16}\.\.\.', which names no"):
+        bufferext.CPUBuffer((2,), "int32").__arrow_c_array__(capsule)
+    keep, capsule = _requested(b"")
+    with pytest.raises(BufferError, match="format '', which names no"):
+        bufferext.CPUBuffer((2,), "int32").__arrow_c_array__(capsule)
+    keep, capsule = _requested(b"i")
+    b = bufferext.CPUBuffer((2,), "int32")
+    schema, array = b.__arrow_c_array__(capsule)
+    assert b.exports == 1
+    del schema, array
+    assert b.exports == 0
+
+
+def test_a_stranger_copying_the_method_gets_cpythons_owner_check() -> None:
+    class Evil:
+        __arrow_c_array__ = bufferext.CPUBuffer.__dict__["__arrow_c_array__"]
+        __arrow_c_device_array__ = bufferext.CPUBuffer.__dict__[
+            "__arrow_c_device_array__"]
+    for name in ("__arrow_c_array__", "__arrow_c_device_array__"):
+        with pytest.raises(TypeError, match=f"descriptor '{name}' for "
+                                            "'bufferext.CPUBuffer' objects "
+                                            "doesn't apply to a 'Evil'"):
+            getattr(Evil(), name)()
+
+
+def test_exported_buffer_refuses_close_and_resize_until_released() -> None:
+    b = bufferext.CPUBuffer((4,), "float32")
+    schema, array = b.__arrow_c_device_array__()
+    with pytest.raises(BufferError, match="cannot close while 1 export.*"
+                                          "DLPack capsules and Arrow arrays"):
+        b.close()
+    with pytest.raises(BufferError, match="cannot resize while 1 export"):
+        b.resize((8,))
+    ref = weakref.ref(b)
+    del b                           # the capsules outlive the buffer's name
+    gc.collect()
+    assert ref() is not None        # the export holds it
+    del schema, array
+    gc.collect()
+    assert ref() is None
+
+
+def test_many_round_trips_leak_nothing() -> None:
+    b = bufferext.CPUBuffer((1000,), "int64")
+    before = sys.getrefcount(b)
+    for _ in range(3000):
+        ad = bufferext.as_buffer(OnlyCData(b))
+        assert ad.ptr == b.ptr
+        del ad
+        producer = HandMade(b"i", np.arange(5, dtype=np.int32), null_count=-5)
+        with pytest.raises(BufferError):
+            bufferext.as_buffer(producer)
+    gc.collect()
+    assert b.exports == 0 and sys.getrefcount(b) == before
+
+
+def test_a_cuda_device_array_without_a_driver_is_a_clear_error(
+        tmp_path: Any) -> None:
+    from _helpers import run_child
+    missing = str(tmp_path / "no_libcuda.so")
+    out = run_child("""
+        import ctypes, numpy as np, bufferext
+        from test_arrow import ArrowDeviceArray, HandMade, _new_capsule
+        producer = HandMade(b"i", np.arange(5, dtype=np.int32))
+        device = ArrowDeviceArray(array=producer.array, device_id=0,
+                                  device_type=2)
+        class Device:
+            def __arrow_c_device_array__(self, requested_schema=None, **kw):
+                return (_new_capsule(ctypes.addressof(producer.schema),
+                                     b"arrow_schema", None),
+                        _new_capsule(ctypes.addressof(device),
+                                     b"arrow_device_array", None))
+        try:
+            bufferext.as_buffer(Device())
+        except bufferext.DeviceUnavailableError as exc:
+            print("refused:", exc)
+        assert device.array.release and producer.releases == 0
+    """, env={"BUFFEREXT_CUDA_DRIVER": missing})
+    assert f"refused: CUDA driver not found: looked for {missing}" in out
+
+
+def test_cuda_host_memory_waits_for_the_sync_event(driver: str) -> None:
+    # writes land 300 ms late unless waited for (the stand-in's LATE mode);
+    # CUDA host memory is read by the CPU at once, so the import waits on
+    # the producer's sync_event (it was ignored: the old bytes were read)
+    harness.check(driver, """
+import sys
+sys.path.insert(0, %r)
+from test_arrow import ArrowDeviceArray, HandMade, _new_capsule
+b = CUDABuffer(4, "int32")
+b.fill(7)                                      # pending: lands late
+event = ctypes.c_void_p(bufferext.get_buffer(b).device_info.event)
+assert event.value
+values = np.frombuffer(ctypes.string_at(b.ptr, 16), np.int32)
+producer = HandMade(b"i", values)
+producer.buffers[1] = b.ptr
+device = ArrowDeviceArray(array=producer.array, device_id=0, device_type=3,
+                          sync_event=ctypes.addressof(event))
+class Host:
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        return (_new_capsule(ctypes.addressof(producer.schema),
+                             b"arrow_schema", None),
+                _new_capsule(ctypes.addressof(device),
+                             b"arrow_device_array", None))
+ad = bufferext.as_buffer(Host())
+assert ad.device is None and ad.ptr == b.ptr
+assert np.asarray(ad).tolist() == [7, 7, 7, 7]
+del ad
+assert producer.releases == 1
+b.close()
+""" % os.path.dirname(os.path.abspath(__file__)),
+        env={"STANDIN_CUDA_LATE_MS": "300", "STANDIN_CUDA_HOST_VISIBLE": "1"})

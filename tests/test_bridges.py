@@ -203,6 +203,10 @@ def test_not_a_capsule() -> None:
     (dict(code=17, bits=4), r"float4_e2m1fn \(code=17, bits=4\) packs items "
                             "into less than a byte"),
     (dict(lanes=4), "lanes = 4"),
+    (dict(code=4, bits=16, lanes=2), "lanes = 2"),
+    (dict(code=10, bits=16), r"dtype float8_e4m3fn \(code=10, bits=16\) has "
+                             "no buffer-protocol format"),
+    (dict(code=14, bits=0), r"float8_e8m0fnu \(code=14, bits=0\)"),
     (dict(bits=12), "bits=12"),
     (dict(device=(7, 0)), "device type 7"),
     (dict(data=0, shape=(8,)), "NULL"),

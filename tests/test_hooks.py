@@ -363,6 +363,40 @@ def e_distarray(w: World, i: int, act: Callable[[], None], kind: str) -> Any:
     return out
 
 
+def e_arrow_export_in_gc(w: World, i: int, act: Callable[[], None],
+                        kind: str) -> Any:
+    b = w.pick(i)
+    export = getattr(b, "__arrow_c_device_array__", None)   # not VEBuffer
+    capsules: List[Any] = []
+    if export is None:
+        return capsules
+    with _gc(act, kind):
+        for _ in range(3):      # the collector runs between the exports
+            capsules.append(export())
+    assert b.exports >= len(capsules)
+    return capsules
+
+
+def e_as_buffer_arrow(w: World, i: int, act: Callable[[], None],
+                      kind: str) -> Any:
+    b = w.pick(i)
+    source = b if isinstance(b, CPUBuffer) and b.ndim == 1 and not b.closed \
+        else CPUBuffer((4,), "i2")
+    with _gc(act, kind):
+        a = bufferext.as_buffer(hooks.ArrowHook(source, act))
+        with get_buffer(a) as v:
+            assert len(v.tobytes()) == v.nbytes
+    return a
+
+
+def e_new_lowp_dtype(w: World, i: int, act: Callable[[], None],
+                     kind: str) -> Any:
+    from bufferext._dtypes import lowp_dtype
+    with _gc(act, kind):
+        b = CPUBuffer((4, 2), hooks.DtypeLike(lowp_dtype("bfloat16"), act))
+        return b, CPUBuffer((3,), "[float8_e4m3fn]").to_host()
+
+
 ENTRIES = {name[2:]: fn for name, fn in globals().items()
            if name.startswith("e_")}
 HOOK_KINDS = ["gc", "gc_callback"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import re
 import struct
 import sys
 from typing import Any
@@ -394,3 +395,56 @@ def test_distarray_over_mpi_bit_for_bit(name: str, strategy: str) -> None:
     assert r.dtype == g.dtype and r.allgather().tobytes() == g.tobytes()
     imported = DistArray.from_distarray(r, comm=COMM)
     assert imported.dtype == g.dtype and imported.allgather().tobytes() == g.tobytes()
+
+
+# ---- hostile spellings (review) ---------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["[bfloat16", "[]", "[bfloat16]x",
+                                   "2[bfloat16]", "[bfloat16\0]",
+                                   "[bfloat16]\n", "[[bfloat16]]",
+                                   "[" + "a" * 5000])
+def test_malformed_brackets_are_not_understood(dtype: str) -> None:
+    with pytest.raises(TypeError) as info:
+        bufferext.CPUBuffer(3, dtype)
+    assert str(info.value).startswith(f"dtype {dtype!r} is not understood")
+
+
+def test_byte_swapped_ml_dtypes_bfloat16_is_refused() -> None:
+    # numpy keeps the byte order of an ml_dtypes dtype; it was read as the
+    # native bfloat16 before (silently the other byte order)
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes' dtype")
+    swapped = np.dtype(ml_dtypes.bfloat16).newbyteorder("S")
+    with pytest.raises(TypeError, match="a byte-swapped bfloat16 is not "
+                                        "supported"):
+        bufferext.CPUBuffer(3, swapped)
+    # one byte has no order: a float8 stays accepted
+    one = np.dtype(ml_dtypes.float8_e4m3fn).newbyteorder("S")
+    assert bufferext.CPUBuffer(3, one).format == "[float8_e4m3fn]"
+
+
+
+@pytest.mark.parametrize("fmt, itemsize, words", [
+    ("=l", 4, "int32"),                 # struct's standard size, not C long
+    ("bfloat16", 2, "a type bufferext does not name"),   # a name, no format
+    ("float32", 4, "a type bufferext does not name"),
+    (">[bfloat16]" if sys.byteorder == "little" else "<[bfloat16]", 2,
+     "a byte-swapped bfloat16, which bufferext does not read"),
+    ("[bfloat16", 2, "a type bufferext does not name"),
+])
+def test_check_describes_a_format_as_a_buffer_format(
+        fmt: str, itemsize: int, words: str) -> None:
+    from bufferext._dtypes import describe
+    assert describe(fmt, itemsize) == \
+        f"format {fmt!r}: {words}, {itemsize}-byte items"
+
+
+@pytest.mark.parametrize("text", ["bfloat16", "x", "torch.[bfloat16]"])
+def test_a_torch_dtype_lookalike_with_another_name_is_refused(
+        text: str) -> None:
+    # read by its name, 'torch.<name>' (the prefix was cut blindly: 'dtype
+    # '16' is not understood' for 'bfloat16'; a format was accepted)
+    lookalike = type("dtype", (), {"__module__": "torch",
+                                   "__str__": lambda self: text})()
+    with pytest.raises(TypeError, match=re.escape(
+            f"a torch dtype is named 'torch.<name>', not {text!r}")):
+        bufferext.CPUBuffer(3, lookalike)

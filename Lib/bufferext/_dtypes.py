@@ -133,7 +133,11 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
     fixed-size numeric type.
     """
     if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":
-        dtype = str(dtype)[len("torch."):]
+        text = str(dtype)
+        if not text.startswith("torch.") or "[" in text:
+            raise TypeError(f"dtype {dtype!r}: a torch dtype is named "
+                            f"'torch.<name>', not {text!r}")
+        dtype = text[len("torch."):]
     lowp = _lowp_name(dtype) if isinstance(dtype, str) else None
     if lowp is None:
         try:
@@ -146,6 +150,9 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
             dt = _from_struct(dtype)
         _refuse_sub_byte(dtype, dt.name)
         lowp = dt.name if _is_lowp(dt) else None
+        if lowp is not None and dt.itemsize > 1 and not dt.isnative:
+            raise TypeError(f"dtype {dtype!r}: a byte-swapped {lowp} is not "
+                            "supported")
     if lowp is not None:
         dt = lowp_dtype(lowp)
         # no array-interface typestr names it: its format, byte order
@@ -169,11 +176,16 @@ def describe(fmt: Optional[str], itemsize: int) -> str:
     fmt = "B" if fmt is None else fmt
     match = _LOWP_FORMAT.fullmatch(fmt)
     if match is not None and match.group(2) in LOWP:
+        if match.group(1) not in ("", "@", "=", _NATIVE):
+            return (f"format {fmt!r}: a byte-swapped {match.group(2)}, which "
+                    f"bufferext does not read, {itemsize}-byte items")
         return (f"format {fmt!r}: {match.group(2)}, {itemsize}-byte items (a "
                 "low-precision float: struct, numpy and memoryview.tolist() "
                 "refuse them, DLPack keeps them)")
+    # read as a buffer format (struct's sizes: '=l' is 4 bytes), never as a
+    # numpy spelling ('float32' is no buffer format)
     try:
-        name = str(resolve(fmt)[2])
+        name = str(_from_struct(fmt))
     except TypeError:
         name = "a type bufferext does not name"
     return f"format {fmt!r}: {name}, {itemsize}-byte items"
