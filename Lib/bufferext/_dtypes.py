@@ -213,7 +213,7 @@ def wire(value: Any) -> Any:
     return value
 
 
-def host_view(obj: Any) -> np.ndarray:
+def host_view(obj: Any) -> "np.ndarray[Any, np.dtype[Any]]":
     """A numpy view (no copy) of a CPU buffer-protocol exporter; the items
     of a low-precision float format (which numpy cannot parse) are read as
     their dtype.  The view must be C-contiguous for those."""
@@ -221,4 +221,5 @@ def host_view(obj: Any) -> np.ndarray:
     match = _LOWP_FORMAT.fullmatch(view.format)
     if match is None or match.group(2) not in LOWP:
         return np.asarray(view)
-    return np.frombuffer(view, lowp_dtype(match.group(2))).reshape(view.shape)
+    return np.frombuffer(view, lowp_dtype(match.group(2))).reshape(
+        view.shape or ())
