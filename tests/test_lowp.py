@@ -69,6 +69,21 @@ def test_the_table_matches_dlpack() -> None:
             code, 8 * LOWP[name], 1), name
 
 
+
+def test_the_c_table_names_the_same_floats() -> None:
+    # Modules/export.c's lowp_floats and _dtypes.LOWP are one list written
+    # twice (C and Python): the same whole-byte floats, the same sizes.
+    source = os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "Modules", "export.c")
+    if not os.path.isfile(source):
+        pytest.skip("Modules/ is not beside the tests (an installed copy)")
+    with open(source) as f:
+        text = f.read()
+    table = text[text.index("lowp_floats[] = {"):]
+    rows = re.findall(r'\{BX_\w+, (\d+), "(\w+)"\}', table[:table.index("};")])
+    assert {name: int(bits) // 8 for bits, name in rows
+            if int(bits) % 8 == 0} == LOWP
+
 # ---- the format ---------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(LOWP))
