@@ -8,7 +8,9 @@ The recipe tests build docs/examples/recipes/shape.c (a consumer of
 bufferext.h) with each recipe, each in a fresh virtual environment, and run
 check_shape.py against bufferext.CPUBuffer.  They need a package index (or
 pip's configured mirrors) for setuptools, meson-python, scikit-build-core
-and friends, and a directory holding a bufferext wheel for this interpreter,
+and friends, and a directory holding a bufferext wheel for this interpreter
+and a bufferext-headers wheel (the recipes' build requirement, headers/ of
+the checkout; isolated builds must install neither numpy nor bufferext),
 so they run only with BUFFEREXT_RECIPES_WHEELHOUSE=DIR (.ci/run's
 ``recipes`` step sets it).
 
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Optional, Sequence
 
 import pytest
 
@@ -111,7 +113,8 @@ def test_pkgconfig_file() -> None:
 
 needs_wheelhouse = pytest.mark.skipif(
     not WHEELHOUSE, reason="set BUFFEREXT_RECIPES_WHEELHOUSE=DIR (a bufferext "
-                           "wheel for this Python) to build the recipes")
+                           "wheel for this Python and a bufferext-headers "
+                           "wheel) to build the recipes")
 
 
 class Venv:
@@ -157,48 +160,85 @@ def _project(tmp_path: Path, recipe: str, source: str = "shape.c") -> Path:
     return dest
 
 
-def _wheel() -> str:
-    tag = "cp%d%d" % sys.version_info[:2]
-    found: List[str] = sorted(glob.glob(os.path.join(
-        WHEELHOUSE, f"bufferext-*-{tag}-{tag}*-*.whl")))
-    assert found, f"no bufferext wheel for {tag} in {WHEELHOUSE}"
+def _headers_wheel() -> str:
+    found = sorted(glob.glob(os.path.join(
+        WHEELHOUSE, "bufferext_headers-*-py3-none-any.whl")))
+    assert found, f"no bufferext-headers wheel in {WHEELHOUSE}"
     return found[-1]
+
+
+def _forbid_runtime(tmp_path: Path,
+                    names: Sequence[str] = ("numpy", "bufferext")
+                    ) -> Dict[str, str]:
+    """pip's environment for an isolated build that must not install
+    numpy, nor bufferext itself: a constraint no version meets (pip hands
+    PIP_CONSTRAINT to the build environment's pip; PIP_BUILD_CONSTRAINT is
+    newer pips' name for the same).  Were one a build requirement, or a
+    requirement's dependency, the build would fail to resolve."""
+    constraints = tmp_path / "forbidden.txt"
+    constraints.write_text("".join(f"{name}<0\n" for name in names))
+    return {"PIP_CONSTRAINT": str(constraints),
+            "PIP_BUILD_CONSTRAINT": str(constraints)}
+
+
+@needs_wheelhouse
+def test_isolated_build_installs_no_numpy(tmp_path: Path) -> None:
+    """The constraint of :func:`_forbid_runtime` holds: the recipe as it
+    was, requiring bufferext (which depends on numpy), fails under a
+    constraint on numpy alone, naming it; the recipes below build under
+    it."""
+    project = _project(tmp_path, "setuptools")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(
+        '"bufferext-headers"]', '"bufferext-headers", "bufferext"]'))
+    venv = Venv(tmp_path / "venv")
+    done = subprocess.run(
+        [venv.python, "-m", "pip", "install", "--find-links", WHEELHOUSE, "."],
+        cwd=project, env={**venv.env, **_forbid_runtime(tmp_path, ["numpy"])},
+        capture_output=True, text=True, timeout=540)
+    assert done.returncode != 0
+    assert "numpy<0" in done.stdout + done.stderr, \
+        (done.stdout + done.stderr)[-3000:]
 
 
 @needs_wheelhouse
 def test_setuptools_isolated_find_links(tmp_path: Path) -> None:
-    """``pip install --find-links DIR .``: bufferext from a local wheelhouse
-    into the isolated build environment (PIP_FIND_LINKS works the same)."""
+    """``pip install --find-links DIR .``: bufferext-headers from a local
+    wheelhouse into the isolated build environment (PIP_FIND_LINKS works
+    the same), and nothing of bufferext's runtime."""
     project = _project(tmp_path, "setuptools")
     venv = Venv(tmp_path / "venv")
-    venv.pip(".", cwd=project)
+    venv.pip(".", cwd=project, env=_forbid_runtime(tmp_path))
     venv.pip("bufferext")                 # at run time, for the check only
     venv.check(tmp_path)
 
 
 @needs_wheelhouse
 def test_setuptools_isolated_file_url(tmp_path: Path) -> None:
-    """``requires = [..., "bufferext @ file:///.../bufferext-....whl"]``."""
+    """``requires = [..., "bufferext-headers @ file:///...whl"]``."""
     project = _project(tmp_path, "setuptools")
     pyproject = project / "pyproject.toml"
-    url = Path(_wheel()).as_uri()
+    url = Path(_headers_wheel()).as_uri()
     pyproject.write_text(pyproject.read_text().replace(
-        '"bufferext"]', f'"bufferext @ {url}"]'))
+        '"bufferext-headers"]', f'"bufferext-headers @ {url}"]'))
     venv = Venv(tmp_path / "venv")
-    venv.run(venv.python, "-m", "pip", "install", "-q", ".", cwd=project)
-    venv.run(venv.python, "-m", "pip", "install", "-q", _wheel())
+    venv.run(venv.python, "-m", "pip", "install", "-q", ".", cwd=project,
+             env=_forbid_runtime(tmp_path))
+    venv.pip("bufferext")
     venv.check(tmp_path)
 
 
 @needs_wheelhouse
 def test_setuptools_no_isolation(tmp_path: Path) -> None:
-    """``pip install "setuptools>=64" wheel bufferext`` then
+    """``pip install "setuptools>=64" wheel bufferext-headers`` then
     ``pip install --no-build-isolation .`` (a fresh venv's setuptools may
     predate bdist_wheel in setuptools itself: upgrade it first)."""
     project = _project(tmp_path, "setuptools")
     venv = Venv(tmp_path / "venv")
-    venv.pip("--upgrade", "setuptools>=64", "wheel", "bufferext")
+    venv.pip("--upgrade", "setuptools>=64", "wheel", "bufferext-headers",
+             env=_forbid_runtime(tmp_path))
     venv.pip("--no-build-isolation", ".", cwd=project)
+    venv.pip("bufferext")
     venv.check(tmp_path)
 
 
@@ -208,7 +248,8 @@ def test_meson_python(tmp_path: Path) -> None:
     bufferext.pc, found by the `pkgconf` build requirement."""
     project = _project(tmp_path, "meson")
     venv = Venv(tmp_path / "venv")
-    venv.pip(".", cwd=project, env={"FORCE_PKGCONF_PYPI": "1"})
+    venv.pip(".", cwd=project, env={"FORCE_PKGCONF_PYPI": "1",
+                                    **_forbid_runtime(tmp_path)})
     venv.pip("bufferext")
     venv.check(tmp_path)
 
@@ -216,34 +257,35 @@ def test_meson_python(tmp_path: Path) -> None:
 @needs_wheelhouse
 def test_scikit_build_core(tmp_path: Path) -> None:
     """scikit-build-core, isolated: ``find_package(bufferext CONFIG)`` with
-    bufferext_DIR from ``python -m bufferext --cmakedir``."""
+    bufferext_DIR from ``python -m bufferext_headers --cmakedir``."""
     project = _project(tmp_path, "cmake")
     venv = Venv(tmp_path / "venv")
-    venv.pip(".", cwd=project)
+    venv.pip(".", cwd=project, env=_forbid_runtime(tmp_path))
     venv.pip("bufferext")
     venv.check(tmp_path)
 
 
 @needs_wheelhouse
 def test_makefile(tmp_path: Path) -> None:
-    """``make PYTHON=python``: ``python -m bufferext --includes``."""
+    """``make PYTHON=python``: ``python -m bufferext_headers --includes``."""
     if shutil.which("make") is None:
         pytest.skip("no make")
     project = _project(tmp_path, "make")
     venv = Venv(tmp_path / "venv")
-    venv.pip("bufferext")
+    venv.pip("bufferext-headers", env=_forbid_runtime(tmp_path))
     venv.run("make", f"PYTHON={venv.python}", cwd=project)
+    venv.pip("bufferext")
     venv.check(tmp_path, pythonpath=project)
 
 
 @needs_wheelhouse
 def test_pybind11_setuptools(tmp_path: Path) -> None:
     """pybind11's setup helpers, isolated: ``requires = ["setuptools>=64",
-    "pybind11>=2.10", "bufferext"]``; describe.cpp holds the buffer in the
-    RAII ExtendedBuffer of extended_buffer.hpp."""
+    "pybind11>=2.13", "bufferext-headers"]``; describe.cpp holds the buffer
+    in the RAII ExtendedBuffer of extended_buffer.hpp."""
     project = _project(tmp_path, "pybind11", "extended_buffer.hpp")
     venv = Venv(tmp_path / "venv")
-    venv.pip(".", cwd=project)
+    venv.pip(".", cwd=project, env=_forbid_runtime(tmp_path))
     venv.pip("bufferext")
     out = venv.run(venv.python, str(RECIPES / "check_describe.py"),
                    "bufferext_pybind11", cwd=tmp_path)

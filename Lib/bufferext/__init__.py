@@ -14,7 +14,6 @@ every CPython from 3.9, with a capability query before every request.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List
 
 try:
@@ -43,6 +42,7 @@ from ._bufferext import (
     get_buffer,
 )
 from ._flags import BufferFlags
+from ._paths import get_include
 
 __version__ = "0.1.0"
 
@@ -74,12 +74,6 @@ def supported_flags(obj: Any) -> BufferFlags:
     TypeError if ``obj`` does not export buffers or declares a bad value.
     """
     return BufferFlags(_bufferext.supported_flags(obj))
-
-
-def get_include() -> str:
-    """The directory holding ``bufferext.h``, for ``-I`` when building C
-    extensions (like ``numpy.get_include()``)."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
 
 def devices() -> List[Dict[str, Any]]:

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, TextIO
 
 import numpy
 
-from . import _demo
+from . import _demo, _paths
 
 __all__ = ["collect_info", "format_info", "main"]
 
@@ -170,47 +170,6 @@ def _prog() -> str:
     return "bufferext" if name in ("bufferext", "bufferext.exe") else "python -m bufferext"
 
 
-# ---- build options: where the headers and package files are -------------
-
-
-def _build_paths() -> Dict[str, str]:
-    """What each build option prints (see :func:`_add_build_options`)."""
-    import sysconfig
-
-    from . import get_include
-    package = os.path.dirname(os.path.abspath(__file__))
-    python = [sysconfig.get_path("include"), sysconfig.get_path("platinclude")]
-    dirs = [get_include()] + [d for i, d in enumerate(python)
-                              if d and d not in python[:i]]
-    return {
-        "includes": " ".join(f"-I{d}" for d in dirs),
-        "cflags": f"-I{get_include()}",
-        "cmakedir": os.path.join(package, "share", "cmake", "bufferext"),
-        "pkgconfigdir": os.path.join(package, "lib", "pkgconfig"),
-    }
-
-
-class _PrintPath(argparse.Action):
-    """A flag that prints one of :func:`_build_paths` and exits 0."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: Any,
-                 values: Any, option_string: Optional[str] = None) -> None:
-        print(_build_paths()[self.dest])
-        parser.exit(0)
-
-
-def _add_build_options(parser: argparse.ArgumentParser) -> None:
-    """``--includes``, ``--cflags``, ``--cmakedir``, ``--pkgconfigdir``:
-    for Makefiles, CMake and pkg-config (docs/guide.rst, "Building")."""
-    group = parser.add_argument_group("building C extensions")
-    for flag, text in (
-            ("--includes", "print -I flags for bufferext.h and Python.h"),
-            ("--cflags", "print the -I flag for bufferext.h"),
-            ("--cmakedir", "print the directory of bufferextConfig.cmake"),
-            ("--pkgconfigdir", "print the directory of bufferext.pc")):
-        group.add_argument(flag, nargs=0, action=_PrintPath, help=text)
-
-
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
     parser = argparse.ArgumentParser(
@@ -220,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"bufferext {__version__}")
     parser.set_defaults(handler=_cmd_info, json=False)
-    _add_build_options(parser)
+    _paths.add_build_options(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     info = commands.add_parser(
         "info", help="version, header path, flag values, device libraries "

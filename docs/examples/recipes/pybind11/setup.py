@@ -1,10 +1,10 @@
-import bufferext
+import bufferext_headers
 from pybind11.setup_helpers import Pybind11Extension
 from setuptools import setup
 
 setup(
     ext_modules=[
         Pybind11Extension("bufferext_pybind11", sources=["describe.cpp"],
-                          include_dirs=[bufferext.get_include()]),
+                          include_dirs=[bufferext_headers.get_include()]),
     ],
 )
