@@ -332,51 +332,39 @@ cpubuffer_copy_from_host(PyObject *op, PyObject *source)
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
-/* numpy cannot read the format of a low-precision float ("[bfloat16]"):
- * it takes the bytes as the buffer's dtype, and the export its array holds
- * keeps the shape read after it from changing. */
-static PyObject *
-lowp_to_host(CPUBufferObject *self, PyObject *numpy)
-{
-    bufferext_producer_snapshot now;
-    PyObject *flat, *shape, *array = NULL;
-
-    flat = PyObject_CallMethod(numpy, "frombuffer", "OO", (PyObject *)self,
-                               self->head.dt.dtype);
-    if (flat == NULL) {
-        return NULL;
-    }
-    bufferext_producer_read(&self->head, &now);
-    shape = bufferext_tuple_from_ssize(now.ndim, now.shape);
-    if (shape != NULL) {
-        array = PyObject_CallMethod(flat, "reshape", "O", shape);
-        Py_DECREF(shape);
-    }
-    Py_DECREF(flat);
-    if (array != NULL) {
-        Py_SETREF(array, PyObject_CallMethod(array, "copy", NULL));
-    }
-    return array;
-}
-
 static PyObject *
 cpubuffer_to_host(PyObject *op, PyObject *unused)
 {
-    PyObject *numpy, *array;
+    PyObject *module, *view, *array;
     (void)unused;
 
     if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
         return NULL;
     }
-    numpy = PyImport_ImportModule("numpy");
-    if (numpy == NULL) {
+    if (CPUBuffer_CAST(op)->head.dt.format[0] != '[') {
+        /* numpy.array copies; it reads through our buffer export. */
+        module = PyImport_ImportModule("numpy");
+        if (module == NULL) {
+            return NULL;
+        }
+        array = PyObject_CallMethod(module, "array", "O", op);
+        Py_DECREF(module);
+        return array;
+    }
+    /* numpy cannot read the format of a low-precision float ("[bfloat16]"):
+     * _dtypes.host_view reads the items as their dtype, through one export
+     * (which keeps the shape it reads from changing); then a copy. */
+    module = PyImport_ImportModule("bufferext._dtypes");
+    if (module == NULL) {
         return NULL;
     }
-    /* numpy.array copies; it reads through our buffer export. */
-    array = CPUBuffer_CAST(op)->head.dt.format[0] == '['
-          ? lowp_to_host(CPUBuffer_CAST(op), numpy)
-          : PyObject_CallMethod(numpy, "array", "O", op);
-    Py_DECREF(numpy);
+    view = PyObject_CallMethod(module, "host_view", "O", op);
+    Py_DECREF(module);
+    if (view == NULL) {
+        return NULL;
+    }
+    array = PyObject_CallMethod(view, "copy", NULL);
+    Py_DECREF(view);
     return array;
 }
 

@@ -13,7 +13,9 @@ import gc
 import os
 import re
 import struct
+import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -230,6 +232,50 @@ def test_cudabuffer_takes_the_dtype_and_fills_it(tmp_path: Any) -> None:
             raise AssertionError("fill(1.5) without ml_dtypes")
         raw.close()
     """)
+
+
+def test_vebuffer_takes_the_dtype_and_moves_it_bit_for_bit(tmp_path: Any) -> None:
+    """VEBuffer resolves the same names (through the VEO stand-in, a test
+    double built here): the format, VAI typestr, host round trip bit for
+    bit, raw bytes without ml_dtypes, and the sub-byte kinds refused."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "ve_standin"))
+    import standin
+    library = standin.build(str(tmp_path))
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from bufferext import VEBuffer
+        b = VEBuffer((2, 3), "float8_e5m2")
+        assert (b.format, b.itemsize, b.nbytes) == ("[float8_e5m2]", 1, 6)
+        assert b.__ve_array_interface__["typestr"] == "[float8_e5m2]"
+        bits = np.arange(6, dtype=np.uint8) * 41
+        b.copy_from_host(bits)
+        host = b.to_host()
+        assert host.shape == (2, 3) and host.dtype.itemsize == 1, host.dtype
+        assert host.tobytes() == bits.tobytes(), host
+        b.close()
+        try:
+            VEBuffer(2, "float4_e2m1fn")
+        except TypeError as e:
+            assert "packs items into less than a byte" in str(e), e
+        else:
+            raise AssertionError("float4 accepted")
+        sys.modules["ml_dtypes"] = None     # as if not installed
+        raw = VEBuffer(3, "[bfloat16]")
+        assert (raw.format, raw.dtype) == ("[bfloat16]", np.dtype("V2"))
+        words = np.array([0x3FC0, 0x0001, 0xFF80], dtype=np.uint16)
+        raw.copy_from_host(words.view(np.uint8))     # raw bytes copy as they are
+        assert raw.to_host().tobytes() == words.tobytes()
+        raw.close()
+        print("ve lowp: ok")
+        """)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("STANDIN_VEO_", "BUFFEREXT_VEO_"))}
+    env["BUFFEREXT_VEO_LIBRARY"] = library
+    done = subprocess.run([sys.executable, "-c", code], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ve lowp: ok" in done.stdout
 
 
 # ---- to_host: ml_dtypes when installed, raw bytes otherwise -------------------
