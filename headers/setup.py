@@ -1,8 +1,9 @@
 """bufferext-headers: copies its files from the bufferext checkout around it.
 
 Run from headers/ of a checkout (``pip wheel headers/``, ``python -m build
-headers/``), this copies Include/, bufferext's _paths.py, bufferext.pc, the
-CMake package files and the LICENSE into this directory (git-ignored), so
+headers/``), this copies Include/, the Cython declarations, bufferext's
+_paths.py, bufferext.pc, the CMake package files and the LICENSE into this
+directory (git-ignored), so
 the headers are kept in one place, Include/.  From an unpacked sdist of
 bufferext-headers there is no checkout around it: the copies are already
 inside, and are used as they are.
@@ -20,6 +21,9 @@ PACKAGE = os.path.join(HERE, "bufferext_headers")
 #: (in the checkout, in this directory): the files bufferext-headers ships
 COPIES = (
     ("Include", "bufferext_headers/include"),
+    # Cython's declarations, where `cimport bufferext` finds them with
+    # include_path=[get_include()] (a package directory of .pxd files)
+    ("Lib/bufferext/__init__.pxd", "bufferext_headers/include/bufferext/__init__.pxd"),
     ("Lib/bufferext/_paths.py", "bufferext_headers/_paths.py"),
     ("Lib/bufferext/lib/pkgconfig", "bufferext_headers/lib/pkgconfig"),
     ("Lib/bufferext/share/cmake", "bufferext_headers/share/cmake"),

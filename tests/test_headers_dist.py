@@ -92,6 +92,9 @@ def test_wheel_holds_bufferexts_own_files(headers_wheel: Path) -> None:
     expected: Dict[str, bytes] = {
         f"bufferext_headers/include/{p.relative_to(ROOT / 'Include').as_posix()}":
             p.read_bytes() for p in _files_under(ROOT / "Include")}
+    # Cython's declarations, where include_path=[get_include()] finds them
+    expected["bufferext_headers/include/bufferext/__init__.pxd"] = \
+        (package / "__init__.pxd").read_bytes()
     for rel in ("_paths.py", "lib/pkgconfig/bufferext.pc",
                 "share/cmake/bufferext/bufferextConfig.cmake",
                 "share/cmake/bufferext/bufferextConfigVersion.cmake"):
@@ -182,3 +185,36 @@ def test_cli_usage_errors(installed: Path) -> None:
     done = _headers_cli(installed, "--version")
     assert (done.returncode, done.stdout.strip()) == \
         (0, f"bufferext-headers {bufferext.__version__}")
+
+
+def test_cython_cimports_from_its_include_directory(installed: Path,
+                                                    tmp_path: Path) -> None:
+    """``cimport bufferext`` with include_path=[get_include()] alone: a
+    decoy bufferext/__init__.pxd that is not Cython sits on sys.path
+    (PYTHONPATH, before the installed bufferext), so the build passes only
+    if Cython takes the declarations from the headers' include directory."""
+    pytest.importorskip("Cython", reason="Cython is not installed (the "
+                                         "'test' extra has it)")
+    decoy = tmp_path / "decoy" / "bufferext"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.pxd").write_text("this is not Cython\n")
+    include = installed / "bufferext_headers" / "include"
+    consumer = ROOT / "tests" / "cython" / "consumer.pyx"
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "decoy"))
+
+    def cythonize(*options: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(
+            [sys.executable, "-m", "cython", "-3", *options,
+             "-o", str(tmp_path / "consumer.c"), str(consumer)],
+            env=env, capture_output=True, text=True, timeout=300)
+
+    assert cythonize().returncode != 0          # the decoy is in the way
+    done = cythonize("-I", str(include))
+    assert done.returncode == 0, done.stdout + done.stderr
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is not None:                          # and the C compiles with it
+        flags = _headers_cli(installed, "--includes").stdout.split()
+        compiled = subprocess.run(
+            [cc, "-fsyntax-only", *flags, str(tmp_path / "consumer.c")],
+            capture_output=True, text=True, timeout=300)
+        assert compiled.returncode == 0, compiled.stderr[-3000:]
