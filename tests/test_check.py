@@ -135,6 +135,17 @@ def test_load_target_calls_factories_and_rejects_bad_specs(tmp_path,
         load_target("no_such_module_xyz.thing")
 
 
+def test_import_alias_gets_a_hint() -> None:
+    # a newcomer writes np.zeros(3): the names are module names
+    with pytest.raises(NameError) as info:
+        load_target("np.zeros(3)")
+    assert str(info.value) == ("name 'np' is not defined (nor a module); "
+                               "write 'numpy': names are module names")
+    with pytest.raises(NameError) as info:
+        load_target("zz_not_a_module.zeros(3)")
+    assert "write" not in str(info.value)
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bufferext", "check", *args],
                           capture_output=True, text=True, timeout=120)

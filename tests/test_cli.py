@@ -191,3 +191,16 @@ def test_usage_error_prints_once_under_mpiexec():
                            "bogus"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert (proc.stdout + proc.stderr).count("invalid choice: 'bogus'") == 1
+
+
+def test_closed_output_pipe_ends_quietly() -> None:
+    # `python -m bufferext info --json | head -c 300`: the reader is gone
+    # before the report is written (closed at once; the child is still
+    # importing): no BrokenPipeError traceback, exit status 1
+    proc = subprocess.Popen([sys.executable, "-m", "bufferext", "info", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1, err
+    assert err == "", err

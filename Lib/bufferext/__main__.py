@@ -212,7 +212,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``).
 
     Returns the exit status: 0 on success, 2 for a usage error (argparse's
-    convention; the SystemExit it raises is turned into the return value).
+    convention; the SystemExit it raises is turned into the return value),
+    1 when the output's reader closed it early (no traceback).
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
@@ -223,7 +224,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args = parser.parse_args(args_list)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    return int(args.handler(args, sys.stdout))
+    try:
+        status = int(args.handler(args, sys.stdout))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (`... | head`): end quietly, as a shell tool
+        # does; stdout now points at devnull, so the flush at exit is silent
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+    return status
 
 
 #: Where launchers put a process's rank (MPICH/Hydra, Open MPI, PMIx, Slurm).

@@ -93,6 +93,11 @@ class Report:
         return out
 
 
+#: Import aliases a target might use; the hint names the module instead.
+_ALIASES = {"np": "numpy", "cp": "cupy", "jnp": "jax.numpy", "pa": "pyarrow",
+            "pd": "pandas"}
+
+
 class _Modules(Dict[str, Any]):
     """The namespace of a target expression: a free name is a builtin, else
     the module of that name, imported on first use."""
@@ -104,8 +109,10 @@ class _Modules(Dict[str, Any]):
         try:
             module = importlib.import_module(name)
         except ImportError:
+            alias = _ALIASES.get(name)
+            hint = f"; write {alias!r}: names are module names" if alias else ""
             raise NameError(f"name {name!r} is not defined (nor a module)"
-                            ) from None
+                            f"{hint}") from None
         self[name] = module
         return module
 
