@@ -34,7 +34,13 @@ def use(d: DistArray, **options: object) -> DistArray:
     return d
 
 
-G = np.arange(7 * 9, dtype=np.float64).reshape(7, 9) * 1.5 - 3
+# as tests/test_mpi_ops.py: one row per rank at least (row padding)
+ROWS = max(7, SIZE)
+# rows whose "bn" -> "cn" redistribution moves 2 strided rows between every
+# pair of ranks (with 8 * SIZE rows, 8 ranks move single rows: nothing to
+# pack, so no choice of path to test)
+STRIDED_ROWS = 2 * SIZE * SIZE
+G = np.arange(ROWS * 9, dtype=np.float64).reshape(ROWS, 9) * 1.5 - 3
 
 
 def dists() -> List[dict]:
@@ -98,7 +104,7 @@ def test_ranks_choosing_different_paths(dtype: type) -> None:
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
 def test_auto_needs_no_timing_where_one_path_is_possible() -> None:
-    g = np.zeros((8 * SIZE, 6))
+    g = np.zeros((STRIDED_ROWS, 6))
     d = DistArray.from_global(g, dist="bn", comm=COMM)
     assert d._mpi.options.strategy == "auto"
     d.redistribute(dist="cn")                 # strided rows: timed
@@ -121,7 +127,7 @@ def test_auto_needs_no_timing_where_one_path_is_possible() -> None:
 def test_auto_keeps_the_path_it_timed_faster(slow: str) -> None:
     from bufferext.distarray import _redistribute
 
-    g = np.arange(8 * SIZE * 6, dtype=np.float64).reshape(8 * SIZE, 6)
+    g = np.arange(STRIDED_ROWS * 6, dtype=np.float64).reshape(STRIDED_ROWS, 6)
     d = DistArray.from_global(g, dist="bn", comm=COMM)
     ref = DistArray.from_global(g, dist="cn", comm=COMM).local
     e = d.redistribute(dist="cn")
