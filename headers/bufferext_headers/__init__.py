@@ -1,5 +1,6 @@
 """The C headers of bufferext, alone: ``bufferext.h`` and its parts, the
-pkg-config file and the CMake package files, with no dependencies.
+Cython declarations, the pkg-config file and the CMake package files, with
+no dependencies.
 
 For building C extensions that produce or consume extended buffers (name
 ``bufferext-headers`` in ``[build-system] requires``); the header is
