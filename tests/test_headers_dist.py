@@ -189,27 +189,28 @@ def test_cli_usage_errors(installed: Path) -> None:
 
 def test_cython_cimports_from_its_include_directory(installed: Path,
                                                     tmp_path: Path) -> None:
-    """``cimport bufferext`` with include_path=[get_include()] alone: a
-    decoy bufferext/__init__.pxd that is not Cython sits on sys.path
-    (PYTHONPATH, before the installed bufferext), so the build passes only
-    if Cython takes the declarations from the headers' include directory."""
+    """``cimport bufferext`` with include_path=[get_include()]: a decoy
+    bufferext/__init__.pxd that is not Cython sits in the next include
+    directory (a control shows Cython reads it when it comes first), so the
+    build passes only if Cython takes the declarations from the headers'
+    include directory."""
     pytest.importorskip("Cython", reason="Cython is not installed (the "
                                          "'test' extra has it)")
-    decoy = tmp_path / "decoy" / "bufferext"
-    decoy.mkdir(parents=True)
-    (decoy / "__init__.pxd").write_text("this is not Cython\n")
+    decoy = tmp_path / "decoy"
+    (decoy / "bufferext").mkdir(parents=True)
+    (decoy / "bufferext" / "__init__.pxd").write_text("this is not Cython\n")
     include = installed / "bufferext_headers" / "include"
     consumer = ROOT / "tests" / "cython" / "consumer.pyx"
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "decoy"))
 
-    def cythonize(*options: str) -> "subprocess.CompletedProcess[str]":
+    def cythonize(*include_path: Path) -> "subprocess.CompletedProcess[str]":
+        options = [arg for d in include_path for arg in ("-I", str(d))]
         return subprocess.run(
             [sys.executable, "-m", "cython", "-3", *options,
              "-o", str(tmp_path / "consumer.c"), str(consumer)],
-            env=env, capture_output=True, text=True, timeout=300)
+            capture_output=True, text=True, timeout=300)
 
-    assert cythonize().returncode != 0          # the decoy is in the way
-    done = cythonize("-I", str(include))
+    assert cythonize(decoy).returncode != 0     # the decoy, when it is read
+    done = cythonize(include, decoy)
     assert done.returncode == 0, done.stdout + done.stderr
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is not None:                          # and the C compiles with it
