@@ -279,6 +279,27 @@ def test_makefile(tmp_path: Path) -> None:
 
 
 @needs_wheelhouse
+@pytest.mark.skipif(not README.is_file(), reason="README.md is not beside "
+                    "the tests (a copy of tests/ outside the checkout)")
+def test_readme_compiler_command(tmp_path: Path) -> None:
+    """README's one-command build (``cc ... $(python -m bufferext_headers
+    --includes) shape.c``), run as shown in a folder holding shape.c."""
+    if shutil.which("cc") is None:
+        pytest.skip("no cc")
+    blocks = re.findall(r"<!-- recipe-command: shape\.c -->\n```sh\n(.*?)```",
+                        README.read_text(encoding="utf-8"), re.S)
+    assert len(blocks) == 1, blocks
+    project = tmp_path / "cc"
+    project.mkdir()
+    shutil.copy(RECIPES / "shape.c", project)
+    venv = Venv(tmp_path / "venv")
+    venv.pip("bufferext-headers", env=_forbid_runtime(tmp_path))
+    venv.run("bash", "-e", "-o", "pipefail", "-c", blocks[0], cwd=project)
+    venv.pip("bufferext")
+    venv.check(tmp_path, pythonpath=project)
+
+
+@needs_wheelhouse
 def test_pybind11_setuptools(tmp_path: Path) -> None:
     """pybind11's setup helpers, isolated: ``requires = ["setuptools>=64",
     "pybind11>=2.13", "bufferext-headers"]``; describe.cpp holds the buffer
