@@ -46,7 +46,9 @@ def test_paths_module_needs_only_the_standard_library() -> None:
 @pytest.fixture(scope="module")
 def headers_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bufferext-headers wheel, built (no isolation) from a copy of
-    headers/ beside links to this checkout's Include/, Lib/, LICENSE."""
+    headers/ beside links to this checkout's Include/ and LICENSE and to the
+    installed package as Lib/bufferext (a test copy may lack Lib/: the
+    sanitizer runs remove it so the tests import the installed package)."""
     if not (HEADERS / "setup.py").is_file():
         pytest.skip("headers/ is not beside the tests (a copy of tests/ "
                     "outside the checkout)")
@@ -54,8 +56,10 @@ def headers_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(HEADERS, work / "headers", ignore=shutil.ignore_patterns(
         "build", "*.egg-info", "include", "lib", "share", "_paths.py",
         "LICENSE"))
-    for name in ("Include", "Lib", "LICENSE"):
+    for name in ("Include", "LICENSE"):
         (work / name).symlink_to(ROOT / name)
+    (work / "Lib").mkdir()
+    (work / "Lib" / "bufferext").symlink_to(Path(bufferext.__file__).parent)
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
          "--no-build-isolation", "--no-index", "-w", str(work / "out"),

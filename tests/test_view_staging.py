@@ -210,7 +210,7 @@ def test_release_during_a_copy_is_refused() -> None:
     source = np.full(64 << 20, 3, np.uint8)
     target = np.zeros_like(source)
     refusals = []
-    for attempt in range(100):
+    for _ in range(100):
         view = get_buffer(source)
         started, outcome = threading.Event(), []
 
@@ -222,12 +222,18 @@ def test_release_during_a_copy_is_refused() -> None:
             except ValueError:                  # released before the pin
                 outcome.append("released first")
 
+        target[0] = target[-1] = 0
         thread = threading.Thread(target=copy)
         thread.start()
         started.wait()
-        # 0 to 2 ms for the copy to reach its pin: a release that always
-        # wins the race proves nothing (the copy then says "released first")
-        time.sleep(0.001 * (attempt % 3))
+        # release once the copy has written its first bytes (it holds its
+        # pin then): a release that always wins the race proves nothing (the
+        # copy then says "released first"), and a fixed sleep lost the race
+        # every time on a loaded free-threaded build
+        deadline = time.monotonic() + 5
+        while (thread.is_alive() and not (target[0] or target[-1])
+               and time.monotonic() < deadline):
+            pass
         while thread.is_alive():
             try:
                 view.release()
