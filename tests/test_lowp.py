@@ -13,9 +13,7 @@ import gc
 import os
 import re
 import struct
-import subprocess
 import sys
-import textwrap
 from typing import Any
 
 import numpy as np
@@ -238,10 +236,9 @@ def test_vebuffer_takes_the_dtype_and_moves_it_bit_for_bit(tmp_path: Any) -> Non
     """VEBuffer resolves the same names (through the VEO stand-in, a test
     double built here): the format, VAI typestr, host round trip bit for
     bit, raw bytes without ml_dtypes, and the sub-byte kinds refused."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "ve_standin"))
-    import standin
+    from test_ve import run_python, standin
     library = standin.build(str(tmp_path))
-    code = textwrap.dedent("""
+    done = run_python("""
         import sys
         import numpy as np
         from bufferext import VEBuffer
@@ -268,12 +265,7 @@ def test_vebuffer_takes_the_dtype_and_moves_it_bit_for_bit(tmp_path: Any) -> Non
         assert raw.to_host().tobytes() == words.tobytes()
         raw.close()
         print("ve lowp: ok")
-        """)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("STANDIN_VEO_", "BUFFEREXT_VEO_"))}
-    env["BUFFEREXT_VEO_LIBRARY"] = library
-    done = subprocess.run([sys.executable, "-c", code], env=env,
-                          capture_output=True, text=True, timeout=300)
+        """, library)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ve lowp: ok" in done.stdout
 
