@@ -1,7 +1,7 @@
 /* module.c -- the _bufferext module assembled: its definition, the init
  * of every file (parts.h lists them), traverse and clear of its state, and
- * the module-level functions check_buffer_supports(), supported_flags()
- * and _device_libraries().  Nothing calls back into this file. */
+ * the module-level functions check_buffer_supports(), supported_flags(),
+ * _device_of() and _device_libraries().  Nothing calls back into this file. */
 #include "cuda_driver.h"
 #include "fastmethod.h"
 #include "state.h"
@@ -69,6 +69,41 @@ supported_flags(PyObject *module, PyObject *obj)
     return mask < 0 ? NULL : PyLong_FromLong(mask);
 }
 
+/* _device_of(obj): where the memory of obj's getbuffer is, asked directly
+ * (its slot called with an extended view and FULL_RO | DEVICE, whatever its
+ * type declares): the device name, or None for CPU memory.  For the
+ * checker: BufferExt_GetBuffer passes PyBUF_DEVICE only to types that
+ * declare it, so an exporter of device memory that does not is refused by
+ * every consumer, and only this call shows why. */
+static PyObject *
+device_of(PyObject *module, PyObject *obj)
+{
+    PyBufferProcs *procs = Py_TYPE(obj)->tp_as_buffer;
+    Py_buffer_extended ext;
+    const int flags = PyBUF_FULL_RO | PyBUF_DEVICE;
+    PyObject *result;
+    int rc;
+    (void)module;
+
+    if (procs == NULL || procs->bf_getbuffer == NULL) {
+        PyErr_Format(PyExc_TypeError, "a buffer exporter is required, not "
+                     "'%.200s'", Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    BufferExtInternal_ClearExtension(&ext);
+    BufferExtInternal_SetMark(&ext, flags);
+    rc = procs->bf_getbuffer(obj, &ext.view, flags);
+    BufferExtInternal_ClearMark(&ext);
+    if (rc < 0) {
+        BufferExtInternal_ClearExtension(&ext);
+        return NULL;
+    }
+    result = BufferExt_IsDevice(&ext) ? PyUnicode_FromString(ext.device)
+                                      : Py_NewRef(Py_None);
+    BufferExt_Release(&ext);
+    return result;
+}
+
 static PyObject *
 device_libraries(PyObject *module, PyObject *unused)
 {
@@ -109,6 +144,10 @@ static PyMethodDef module_methods[] = {
      "flags defaults to BufferFlags.FULL_RO | BufferFlags.DEVICE (0x1011C):\n"
      "any layout, read-only, CPU or device memory.  BufferError when obj\n"
      "cannot honour the request."},
+    {"_device_of", device_of, METH_O,
+     "_device_of($module, obj, /)\n--\n\n"
+     "The device of the memory obj's getbuffer exports when asked directly\n"
+     "with FULL_RO | DEVICE, or None for CPU memory (for the checker)."},
     {"_device_libraries", device_libraries, METH_NOARGS,
      "_device_libraries($module, /)\n--\n\n"
      "One dict per device library: what was looked for and found."},
@@ -140,7 +179,12 @@ module_exec(PyObject *module)
         add_int(module, "PyBUF_REQUIRED_FLAGS", PyBUF_REQUIRED_FLAGS) < 0 ||
         add_int(module, "LEGACY_FLAGS", BUFFEREXT_LEGACY_FLAGS) < 0 ||
         add_int(module, "ABI_VERSION", BUFFEREXT_ABI_VERSION) < 0 ||
-        add_int(module, "VERSION_HEX", BUFFEREXT_VERSION_HEX) < 0) {
+        add_int(module, "VERSION_HEX", BUFFEREXT_VERSION_HEX) < 0 ||
+#ifdef BUFFEREXT_NATIVE
+        add_int(module, "NATIVE", 1) < 0) {
+#else
+        add_int(module, "NATIVE", 0) < 0) {
+#endif
         return -1;
     }
     if (bufferext_init_view(module) < 0 ||

@@ -33,6 +33,43 @@ import bufferext
 
 F = bufferext.BufferFlags
 
+# ---- which implementation of the draft runs ------------------------------------
+
+def _native_interpreter() -> bool:
+    import inspect
+    flags = getattr(inspect, "BufferFlags", None)
+    return flags is not None and "DEVICE" in flags.__members__
+
+
+#: The interpreter implements the draft itself (the patched CPython of
+#: cpython/): bf_supported_flags, PyObject_GetBuffer's checks, and the doors
+#: where a flags int chosen in Python meets a bare Py_buffer refusing
+#: extended requests (inspect.BufferFlags.DEVICE is the sign).
+NATIVE_INTERPRETER = _native_interpreter()
+#: bufferext's own module was built in native mode (header deferring to it).
+MODULE_NATIVE = bool(bufferext._bufferext.NATIVE)
+#: How CPython itself refuses an extended request at a door (obj.__buffer__,
+#: memoryview._from_flags, PickleBuffer.__buffer__) where it implements the
+#: draft; elsewhere the header's guard and mark answer.
+NATIVE_DOOR_REFUSAL = "a memoryview cannot be made for a request with extended flags"
+
+
+def refuses_invalid_declaration(value: Any) -> None:
+    """Where the interpreter implements the draft, an invalid
+    ``__buffer_supported_flags__`` is refused when the class is made and when
+    it is assigned (TypeError for a non-int, ValueError for an int out of
+    range), naming the class, the attribute and the value; the class keeps
+    the declaration it had."""
+    error = (TypeError if not isinstance(value, int) or isinstance(value, bool)
+             else ValueError)
+    with pytest.raises(error, match=r"Bad\.__buffer_supported_flags__ must"):
+        type("Bad", (bytearray,), {"__buffer_supported_flags__": value})
+    Bad = type("Bad", (bytearray,), {"__buffer_supported_flags__": -1})
+    with pytest.raises(error, match=r"Bad\.__buffer_supported_flags__ must"):
+        Bad.__buffer_supported_flags__ = value
+    assert Bad.__buffer_supported_flags__ == -1
+    assert not bufferext.check_buffer_supports(Bad(b"ab"), F.ND)
+
 # ---- how the package is installed ---------------------------------------------
 
 def editable_source() -> Optional[str]:
@@ -135,6 +172,20 @@ class Py_buffer(ctypes.Structure):
     ]
 
 
+class Py_buffer_extended(ctypes.Structure):
+    """``Py_buffer_extended``: what a request with PyBUF_DEVICE must point
+    at (where CPython implements the draft, PyObject_GetBuffer zeroes the
+    extension of such a request)."""
+
+    _fields_ = [
+        ("view", Py_buffer),
+        ("flags", ctypes.c_int),
+        ("ext_flags", ctypes.c_int),
+        ("device", ctypes.c_char_p),
+        ("device_info", ctypes.c_void_p),
+    ]
+
+
 _GetBuffer = ctypes.pythonapi.PyObject_GetBuffer
 _GetBuffer.argtypes = [ctypes.py_object, ctypes.POINTER(Py_buffer),
                        ctypes.c_int]
@@ -156,7 +207,8 @@ def plain_get_buffer(obj: Any, flags: int) -> Dict[str, Any]:
     Raises whatever the exporter raised (ctypes.pythonapi re-raises the
     Python exception when the call fails).
     """
-    view = Py_buffer()
+    ext = Py_buffer_extended()      # room for the extension, whatever flags
+    view = ext.view
     rc = _GetBuffer(obj, ctypes.byref(view), int(flags))
     assert rc == 0
     try:

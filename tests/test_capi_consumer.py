@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+from _helpers import NATIVE_INTERPRETER, refuses_invalid_declaration
+
 LEGACY = 0x1FD
 DEVICE = 0x10000
 REQUIRED_BITS = {            # the flag that carries each required bit
@@ -211,6 +213,10 @@ def test_pep688_class(capi):
 @pytest.mark.parametrize("value", ["x", True, False, 2**40, 2**31, -5, -2,
                                    1.5, None, (1,)])
 def test_invalid_declaration(capi, value):
+    if NATIVE_INTERPRETER:   # CPython refuses it when the class is made
+        refuses_invalid_declaration(value)
+        return
+
     class Bad(bytearray):
         __buffer_supported_flags__ = value
 

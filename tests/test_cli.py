@@ -28,6 +28,9 @@ def check_report(text: str) -> None:
     assert "LEGACY" in text and "0x001fd" in text
     assert "FULL_RO" in text
     assert f"python:           {sys.version.split()[0]}" in text
+    from bufferext._bufferext import NATIVE
+    assert (f"protocol:         {'native' if NATIVE else 'backport'} ("
+            in text)
     import numpy
     assert numpy.__version__ in text
     assert "device libraries:" in text
@@ -53,6 +56,8 @@ def test_info_json(args):
     assert info["version"] == bufferext.__version__
     assert info["include"] == bufferext.get_include()
     assert info["abi_version"] == 2
+    from bufferext._bufferext import NATIVE
+    assert info["mode"] == ("native" if NATIVE else "backport")
     assert info["flags"]["DEVICE"] == 0x10000
     assert info["flags"]["REQUIRED"] == 0xFD
     assert info["flags"]["LEGACY"] == 0x1FD

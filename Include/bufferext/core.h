@@ -25,6 +25,11 @@
  *                 the stable ABI only (internal/limited.h instead of the
  *                 accelerator; PEP 688 decided at run time from Py_Version;
  *                 docs/capi.rst, "Limited API").  Below 3.11: #error.
+ *   native mode   a CPython that implements the draft itself (the patched
+ *                 interpreter of cpython/; BUFFEREXT_NATIVE, below): the
+ *                 declaration is the slot bf_supported_flags, the functions
+ *                 here call CPython's, and the accelerator, its cache and
+ *                 the PEP 688 guard are not compiled (internal/native.h).
  *
  * Every function here is static inline: an extension that includes this
  * header needs nothing from the bufferext package at run time, and two
@@ -50,6 +55,27 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* ---- mode ------------------------------------------------------------- */
+
+/* BUFFEREXT_NATIVE: the running CPython implements the draft itself.  Its
+ * headers define the type slot Py_bf_supported_flags and
+ * PyBUF_EXTENDED_FLAGS, which no released CPython does (a version test
+ * cannot tell: the patched 3.13 of cpython/ still says 3.13).  There the
+ * header maps onto CPython: BufferExt_SetSupportedFlags writes the slot,
+ * BufferExt_GetBuffer/BufferExt_Release call PyObject_GetBuffer and
+ * PyBuffer_Release, which refuse undeclared required flags and check the
+ * extension themselves, and an exporter trusts PyBUF_DEVICE (CPython's
+ * __buffer__, memoryview._from_flags and Python __buffer__ paths never pass
+ * it into a bare Py_buffer).  With Py_LIMITED_API the slot is visible only
+ * to a limited version that has it, so an abi3 build for older releases
+ * stays in backport mode, as it must to load there.  Define
+ * BUFFEREXT_FORCE_BACKPORT to build backport mode on such a CPython (the
+ * parity suite builds both and loads them into one process). */
+#if !defined(BUFFEREXT_FORCE_BACKPORT) && defined(Py_bf_supported_flags) && \
+    defined(PyBUF_EXTENDED_FLAGS)
+#  define BUFFEREXT_NATIVE 1
 #endif
 
 /* ---- compat shims ----------------------------------------------------- */
@@ -86,7 +112,8 @@ static inline PyObject *BufferExtCompat_TypeGetDict(PyTypeObject *type)
  * caller chose, and made a Python class with __buffer__ an exporter.  Where
  * it exists, the header keeps PyBUF_DEVICE off both paths (see
  * BufferExt_SetSupportedFlags and BufferExt_GetBuffer). */
-#if PY_VERSION_HEX >= 0x030C0000 || defined(Py_LIMITED_API)
+#if (PY_VERSION_HEX >= 0x030C0000 || defined(Py_LIMITED_API)) && \
+    !defined(BUFFEREXT_NATIVE)
 #  define BUFFEREXT_INTERNAL_PEP688 1   /* limited API: decided at run time */
 #endif
 
@@ -144,13 +171,21 @@ BufferExtInternal_TypeName(PyTypeObject *type, char *buf, size_t size)
 
 /* PyBUF_REQUIRED_FLAGS: the flags an exporter must not ignore: WRITABLE,
  * FORMAT, ND, STRIDES and the three contiguity requests (0xFD).  The bit of
- * PyBUF_INDIRECT that is its own (0x100) and PyBUF_DEVICE are soft.
- * A CPython that defines this symbol also has PyObject_CheckBufferSupports. */
+ * PyBUF_INDIRECT that is its own (0x100) and PyBUF_DEVICE are soft. */
 #ifndef PyBUF_REQUIRED_FLAGS
 #  define PyBUF_REQUIRED_FLAGS                                         \
     (PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_ND | PyBUF_STRIDES |         \
      PyBUF_C_CONTIGUOUS | PyBUF_F_CONTIGUOUS | PyBUF_ANY_CONTIGUOUS)
+#endif
+
+/* The header supplies PyObject_CheckBufferSupports, except in native mode,
+ * where CPython's is the one.  Where CPython declares it but backport mode
+ * is forced, the header's takes that name in this translation unit. */
+#ifndef BUFFEREXT_NATIVE
 #  define BUFFEREXT_BACKPORT_CHECK_SUPPORTS 1
+#  ifdef PyBUF_EXTENDED_FLAGS
+#    define PyObject_CheckBufferSupports BufferExtBackport_CheckBufferSupports
+#  endif
 #endif
 
 /* Every request bit that existed before the draft (0x1FD): what a declared
@@ -174,7 +209,10 @@ BufferExtInternal_TypeName(PyTypeObject *type, char *buf, size_t size)
  * It wraps Py_buffer (frozen in the stable ABI), so &ext.view is a valid
  * Py_buffer * and an exporter may cast its Py_buffer * back to this struct,
  * but only when PyBUF_DEVICE was requested.  The tag lets other headers
- * forward-declare it: `struct Py_buffer_extended;`.  Layout: ABI 1. */
+ * forward-declare it: `struct Py_buffer_extended;`.  Layout: ABI 1.  A
+ * CPython whose headers define PyBUF_EXTENDED_FLAGS defines it, with the
+ * same layout and tag (tests/capi/layout.c asserts both). */
+#ifndef PyBUF_EXTENDED_FLAGS
 typedef struct Py_buffer_extended {
     Py_buffer view;       /* the PEP 3118 buffer, unchanged */
     int flags;            /* extended flags the exporter honoured; 0 = none.
@@ -187,6 +225,7 @@ typedef struct Py_buffer_extended {
                              the specification of `device`; owned by the
                              exporter, valid until the buffer is released. */
 } Py_buffer_extended;
+#endif
 
 /* The mark of an extended view.  A request flag is no proof of the struct
  * behind it: PyBUF_DEVICE reaches a getbuffer with a bare Py_buffer
@@ -280,7 +319,9 @@ static inline Py_ssize_t *BufferExtAccel_CacheStats(void)
 #endif
 
 #define BUFFEREXT_ACCEL_INSIDE
-#ifdef Py_LIMITED_API
+#if defined(BUFFEREXT_NATIVE)
+#  include "internal/native.h"
+#elif defined(Py_LIMITED_API)
 #  include "internal/limited.h"
 #else
 #  include "internal/accel.h"
@@ -316,7 +357,9 @@ static inline int PyObject_CheckBufferSupports(PyObject *obj, int flags)
  * TypeError naming the type and the value if its declaration is invalid. */
 static inline int BufferExt_SupportedFlags(PyObject *obj)
 {
+#ifndef BUFFEREXT_NATIVE
     BufferExtAccel_TypeInfo info;
+#endif
 
     if (!PyObject_CheckBuffer(obj)) {
         char name[BUFFEREXT_INTERNAL_NAME_SIZE];
@@ -326,6 +369,10 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
                                                 sizeof(name)));
         return -1;
     }
+#ifdef BUFFEREXT_NATIVE
+    /* CPython refuses an invalid declaration when it is made */
+    return BufferExtNative_Mask(obj);
+#else
     info = BufferExtAccel_Info(Py_TYPE(obj));
     if (info.declared == BUFFEREXT_ACCEL_INVALID_DECLARATION) {
         PyObject *value = BufferExtAccel_LookupMRO(
@@ -342,6 +389,7 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
         return -1;
     }
     return info.mask;
+#endif
 }
 
 /* BufferExt_SetSupportedFlags: declare the request flags instances of `type`
@@ -394,6 +442,11 @@ static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
                      BufferExtInternal_TypeName(type, name, sizeof(name)));
         return -1;
     }
+#  ifdef BUFFEREXT_NATIVE
+    /* the slot; the attribute below, which CPython reads into the slot
+     * (PyType_Modified), is for extensions in backport mode beside this */
+    BufferExtNative_SetSlot(type, flags);
+#  endif
     value = PyLong_FromLong(flags);
     rc = value == NULL ? -1 : PyDict_SetItemString(
         dict, BUFFEREXT_SUPPORTED_FLAGS_ATTR, value);
@@ -539,6 +592,31 @@ BufferExtInternal_RejectUnclean(PyObject *obj, Py_buffer_extended *view,
         obj, view, BufferExtInternal_ExtensionProblem(view, flags));
 }
 
+#ifdef BUFFEREXT_NATIVE
+/* BufferExt_GetBuffer (below), native mode: CPython zeroes the extension of
+ * an extended request, refuses undeclared required flags and checks what
+ * the exporter wrote; what it cannot see (the extension written for a
+ * request without an extended flag, whose struct may be a bare Py_buffer)
+ * is checked here.  The mark is for exporters built in backport mode. */
+BUFFEREXT_INTERNAL_HOT int
+BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
+{
+    int rc;
+
+    BufferExtInternal_ClearExtension(view);
+    BufferExtInternal_SetMark(view, flags);
+    rc = PyObject_GetBuffer(obj, &view->view, flags);
+    BufferExtInternal_ClearMark(view);
+    if (rc < 0) {
+        BufferExtInternal_ClearExtension(view);
+        return -1;
+    }
+    if (!BufferExtInternal_ExtensionClean(view, flags)) {
+        return BufferExtInternal_RejectUnclean(obj, view, flags);
+    }
+    return 0;
+}
+#else
 /* The whole of BufferExt_GetBuffer (below).  Where the header inlines the
  * common case (BUFFEREXT_ACCEL_FAST_GETBUFFER), this is the out-of-line
  * rest: a request that case does not cover starts over here. */
@@ -566,16 +644,20 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
             return BufferExtInternal_RaiseUnsupported(obj, unsupported,
                                                       info.declared);
         }
+        /* An extended flag goes only to a getbuffer whose type declares
+         * it (an exporter that never heard of it may forward its flags
+         * into a Py_buffer of its own), as PyObject_GetBuffer does where
+         * CPython implements the draft; the mask is without PyBUF_DEVICE
+         * where a device request cannot reach the getbuffer with this
+         * view (a Python __buffer__). */
+        if ((flags & PyBUF_DEVICE) && !(info.mask & PyBUF_DEVICE)) {
+            flags &= ~PyBUF_DEVICE;
+        }
 #ifdef BUFFEREXT_INTERNAL_PEP688
-        /* PyBUF_DEVICE goes only to a getbuffer that gets this view. */
-        if (flags & PyBUF_DEVICE) {
-            if (info.device_getbuffer == NULL) {
-                flags &= ~PyBUF_DEVICE;
-            }
-            else if (info.device_getbuffer !=
-                     BufferExtAccel_Slot(obj, &info, slot)) {
-                direct = info.device_getbuffer;
-            }
+        /* ... and to the getbuffer that gets this view */
+        if ((flags & PyBUF_DEVICE) &&
+            info.device_getbuffer != BufferExtAccel_Slot(obj, &info, slot)) {
+            direct = info.device_getbuffer;
         }
 #endif
     }
@@ -619,13 +701,17 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
     int general = slot == NULL;
 
     if (flags & (PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE)) {
-        general = general ||
-                  !BufferExtAccel_InfoCached(Py_TYPE(obj), &info) ||
-                  (flags & PyBUF_REQUIRED_FLAGS & ~info.mask)
+        general = general || !BufferExtAccel_InfoCached(Py_TYPE(obj), &info);
+        if (!general) {
+            /* an undeclared extended flag is not passed on */
+            flags &= ~(PyBUF_DEVICE & ~info.mask);
+            general = (flags & PyBUF_REQUIRED_FLAGS & ~info.mask)
 #  ifdef BUFFEREXT_INTERNAL_PEP688
-                  || ((flags & PyBUF_DEVICE) && info.device_getbuffer != slot)
+                      || ((flags & PyBUF_DEVICE) &&
+                          info.device_getbuffer != slot)
 #  endif
-            ;
+                ;
+        }
     }
 #  if PY_VERSION_HEX >= 0x030C0000
     else {
@@ -652,6 +738,7 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 #endif
     return BufferExtInternal_GetBuffer(obj, view, flags);
 }
+#endif /* BUFFEREXT_NATIVE */
 
 /* BufferExt_Release: PyBuffer_Release plus clearing the extension.  Safe to
  * call twice (the second call does nothing). */
@@ -680,9 +767,15 @@ static inline int BufferExt_IsDevice(const Py_buffer_extended *view)
 static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
                                                      int flags)
 {
+#ifdef BUFFEREXT_NATIVE
+    /* CPython passes PyBUF_DEVICE into no bare Py_buffer of its own: the
+     * flag is the proof, as the draft says */
+    return (flags & PyBUF_DEVICE) ? (Py_buffer_extended *)view : NULL;
+#else
     return (flags & PyBUF_DEVICE) &&
                    view->internal == BufferExtInternal_Mark(view)
                ? (Py_buffer_extended *)view : NULL;
+#endif
 }
 
 /* The refusal of BufferExt_SetDevice: device memory for a request without

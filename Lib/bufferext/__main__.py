@@ -39,20 +39,23 @@ _SHOWN_FLAGS = (
 def collect_info() -> Dict[str, Any]:
     """Everything ``info`` reports, as a JSON-serialisable dict.
 
-    Keys: ``version``, ``include``, ``abi_version``, ``flags`` (name ->
+    Keys: ``version``, ``include``, ``abi_version``, ``mode`` (``"native"``
+    where the interpreter implements the draft itself, else
+    ``"backport"``), ``flags`` (name ->
     int), ``python``, ``implementation``, ``numpy`` (its version),
     ``platform``, ``devices`` (:func:`bufferext.devices`), and the optional
     parts: ``mpi4py`` (its version), ``mpi`` (the MPI library's version
     line) and ``matplotlib`` (its version), each None when not installed.
     """
     import bufferext
-    from bufferext._bufferext import ABI_VERSION
+    from bufferext._bufferext import ABI_VERSION, NATIVE
 
     flags = {name: int(bufferext.BufferFlags[name]) for name in _SHOWN_FLAGS}
     return {
         "version": bufferext.__version__,
         "include": bufferext.get_include(),
         "abi_version": int(ABI_VERSION),
+        "mode": "native" if NATIVE else "backport",
         "flags": flags,
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -110,6 +113,11 @@ def format_info(info: Dict[str, Any]) -> str:
         f"{info['abi_version']})",
         f"header directory: {info['include']}",
         f"python:           {info['python']} ({info['implementation']})",
+        f"protocol:         {info['mode']} "
+        + ("(the interpreter implements the draft: bf_supported_flags)"
+           if info['mode'] == "native" else
+           "(backported: the declaration is the type attribute "
+           "__buffer_supported_flags__)"),
         f"numpy:            {info['numpy'] or 'not installed'}",
         f"mpi4py:           {info['mpi4py'] or 'not installed (pip install mpi4py mpich)'}",
         f"MPI library:      {info['mpi'] or '-'}",

@@ -37,6 +37,9 @@ LEGACY_FLAGS: Final = 0x1FD
 ABI_VERSION: Final = 2
 #: Version of the header, ``0xMMmmpp00``-style like ``PY_VERSION_HEX``.
 VERSION_HEX: Final[int]
+#: 1 when the module was built in native mode: the interpreter implements
+#: the draft itself (bf_supported_flags; see cpython/), else 0 (backport).
+NATIVE: Final[int]
 
 #: A shape: one length, or a sequence of lengths (at most 64).
 _Shape: TypeAlias = SupportsIndex | list[SupportsIndex] | tuple[SupportsIndex, ...]
@@ -581,6 +584,10 @@ def get_buffer(
     obj: object, /, flags: int = BufferFlags.FULL_RO | BufferFlags.DEVICE,
 ) -> BufferView:
     """Acquire an extended buffer of ``obj`` as a :class:`BufferView`."""
+
+def _device_of(obj: object, /) -> str | None:
+    """The device of the memory ``obj``'s getbuffer exports when asked
+    directly with ``FULL_RO | DEVICE``, or None for CPU memory."""
 
 def _device_libraries() -> list[dict[str, Any]]:
     """One dict per device library: what was looked for and found."""

@@ -244,6 +244,27 @@ def _where(obj: Any, report: Report) -> Optional[str]:
     return device
 
 
+def _undeclared_device(obj: Any, report: Report) -> Optional[str]:
+    """The device of an exporter that does not declare DEVICE: no consumer
+    passes it PyBUF_DEVICE (the header and a CPython that implements the
+    draft pass an extended flag only to a type that declares it), so its
+    device memory is refused to everyone; its getbuffer, asked directly,
+    tells.  None for CPU memory or a type that declares DEVICE."""
+    declared = report.protocols["declared_supported_flags"]
+    if isinstance(declared, int) and declared > 0 and declared & F.DEVICE:
+        return None
+    try:
+        device: Optional[str] = _bufferext._device_of(obj)
+    except Exception:        # refused outright: nothing to learn here
+        return None
+    if device is not None:
+        report.add("info", "extended request",
+                   f"asked directly with FULL_RO|DEVICE, its getbuffer "
+                   f"exports memory on device {device!r}; no consumer passes "
+                   f"it PyBUF_DEVICE, which its type does not declare")
+    return device
+
+
 def _device_safety(obj: Any, device: Optional[str], report: Report) -> None:
     dl = report.protocols.get("dlpack_device")
     on_device = device is not None or (dl is not None and dl[0] not in
@@ -360,6 +381,8 @@ def check(obj: Any, target: str = "") -> Report:
     device = _where(obj, report)
     if device is None and not report.conformant:
         return report          # the extension was written wrongly: said
+    if device is None:
+        device = _undeclared_device(obj, report)
     _device_safety(obj, device, report)
     _claims(obj, device, report)
     declared = report.protocols["declared_supported_flags"]

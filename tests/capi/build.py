@@ -133,14 +133,16 @@ def _base_command(standard: str) -> List[str]:
     return cmd
 
 
-def module_command(standard: str, outdir: str) -> BuildResult:
-    """How to build testcapi.c as the module ``testcapi_<standard>``."""
-    name = f"testcapi_{standard}"
+def module_command(standard: str, outdir: str, name: str = "",
+                   defines: Sequence[str] = ()) -> BuildResult:
+    """How to build testcapi.c as the module `name` (default
+    ``testcapi_<standard>``), with extra macros `defines`."""
+    name = name or f"testcapi_{standard}"
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     path = os.path.join(outdir, name + suffix)
     link = (["-bundle", "-undefined", "dynamic_lookup"]
             if sys.platform == "darwin" else ["-shared"])
-    cmd = (_base_command(standard)
+    cmd = (_base_command(standard) + [f"-D{d}" for d in defines]
            + [f"-DMODNAME={name}", "-DBUFFEREXT_ENABLE_CACHE_STATS",
               *_env_flags("CFLAGS"), os.path.join(HERE, "testcapi.c"),
               *link, *_env_flags("LDFLAGS"), "-o", path])

@@ -1259,6 +1259,11 @@ add_constants(PyObject *module)
     ADD_INT("MASK_NODEVICE", MASK_NODEVICE);
     ADD_INT("SIZEOF_PY_BUFFER", (int)sizeof(Py_buffer));
     ADD_INT("SIZEOF_PY_BUFFER_EXTENDED", (int)sizeof(Py_buffer_extended));
+#ifdef BUFFEREXT_NATIVE
+    ADD_INT("NATIVE", 1);     /* the header maps onto a native CPython */
+#else
+    ADD_INT("NATIVE", 0);
+#endif
 #undef ADD_INT
     if (PyModule_AddStringConstant(module, "DEVICE_CUDA",
                                    BUFFEREXT_DEVICE_CUDA) < 0 ||
