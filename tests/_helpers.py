@@ -54,6 +54,14 @@ MODULE_NATIVE = bool(bufferext._bufferext.NATIVE)
 NATIVE_DOOR_REFUSAL = "a memoryview cannot be made for a request with extended flags"
 
 
+def build_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the test's own C builds be native: the suite may run with
+    ``CFLAGS=-DBUFFEREXT_FORCE_BACKPORT`` (the backport forced on an
+    interpreter that implements the draft), which would force them too."""
+    monkeypatch.setenv("CFLAGS", os.environ.get("CFLAGS", "").replace(
+        "-DBUFFEREXT_FORCE_BACKPORT", ""))
+
+
 def refuses_invalid_declaration(value: Any) -> None:
     """Where the interpreter implements the draft, an invalid
     ``__buffer_supported_flags__`` is refused when the class is made and when

@@ -23,7 +23,7 @@ from typing import Dict
 import pytest
 
 import bufferext
-from _helpers import NATIVE_DOOR_REFUSAL, NATIVE_INTERPRETER
+from _helpers import NATIVE_DOOR_REFUSAL, NATIVE_INTERPRETER, build_native
 from bufferext import BufferFlags
 
 pytestmark = [
@@ -50,17 +50,20 @@ STRIDED_RO_DEVICE = int(BufferFlags.STRIDED_RO | BufferFlags.FORMAT
 PEP688 = sys.version_info >= (3, 12)
 
 
-def limited_build(capi_build: ModuleType, standard: str, outdir: str):
+def limited_build(capi_build: ModuleType, standard: str, outdir: str,
+                  limited: str = LIMITED):
     """How to build testlimited.c as ``testlimited_<standard>.abi3.so``
-    (``CFLAGS`` and ``LDFLAGS`` appended, as tests/capi/build.py does)."""
+    (``CFLAGS`` and ``LDFLAGS`` appended, as tests/capi/build.py does), for
+    the limited API of version `limited`."""
     language, std = STANDARDS[standard]
-    name = f"testlimited_{standard}"
+    name = f"testlimited_{standard}" + ("" if limited == LIMITED else
+                                        f"_{limited[2:6]}")
     path = os.path.join(outdir, name + ".abi3.so")
     link = (["-bundle", "-undefined", "dynamic_lookup"]
             if sys.platform == "darwin" else ["-shared"])
     command = (capi_build.compilers()[language]
                + ["-x", language, std, "-Wall", "-Wextra", "-Werror", "-O1",
-                  "-fPIC", f"-DPy_LIMITED_API={LIMITED}", f"-DMODNAME={name}",
+                  "-fPIC", f"-DPy_LIMITED_API={limited}", f"-DMODNAME={name}",
                   "-DBUFFEREXT_ENABLE_CACHE_STATS",
                   *("-I" + d for d in capi_build.include_dirs()),
                   *shlex.split(os.environ.get("CFLAGS", "")),
@@ -109,6 +112,7 @@ def test_builds_without_any_warning(builds, standard) -> None:
 def test_module_is_the_limited_build(modules) -> None:
     for standard, module in modules.items():
         assert module.LIMITED_API == 0x030B0000
+        assert module.NATIVE == 0      # the slot is not in 3.11's limited API
         assert module.__file__.endswith(".abi3.so")
         assert module.DECLARED == (BufferFlags.FORMAT | BufferFlags.ND
                                    | BufferFlags.STRIDES | DEVICE)
@@ -359,4 +363,32 @@ def test_producer_device_memory(lim) -> None:
                            if NATIVE_INTERPRETER
                            else "not one marked as extended"):
             exporter.__buffer__(DEVICE)
+    assert exporter.exports == 0
+
+
+@pytest.mark.skipif(not NATIVE_INTERPRETER,
+                    reason="needs a CPython that implements the draft "
+                           "(cpython/ patches it into 3.13)")
+def test_limited_build_for_the_native_release_is_native(
+        capi_build: ModuleType, tmp_path, monkeypatch) -> None:
+    """Built for the limited API of the release that has the slot (3.16 in
+    the patch series), the header is in native mode with the stable ABI
+    alone: the declaration is set as the type attribute, which CPython reads
+    into bf_supported_flags, and device memory is served to every consumer
+    that passes PyBUF_DEVICE, CPython's own PyObject_GetBuffer included."""
+    build_native(monkeypatch)
+    result = capi_build.build([limited_build(capi_build, "c11", str(tmp_path),
+                                             "0x03100000")])[0]
+    assert result.ok, result.output
+    lim = capi_build.load_module(result)
+    assert (lim.LIMITED_API, lim.NATIVE) == (0x03100000, 1)
+    exporter = lim.LimitedExporter(b"abcd", device="bufferext.cuda")
+    assert lim.check_supports(exporter, DEVICE) == 1
+    assert bufferext.check_buffer_supports(exporter, DEVICE | 0x1C)
+    with bufferext.get_buffer(exporter) as view:
+        assert view.device == "bufferext.cuda"
+    with pytest.raises(BufferError, match=NATIVE_DOOR_REFUSAL):
+        exporter.__buffer__(DEVICE)
+    with pytest.raises(BufferError, match="bufferext.cuda"):
+        memoryview(exporter)
     assert exporter.exports == 0

@@ -54,6 +54,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 
 import bufferext
+from _helpers import NATIVE_INTERPRETER, build_native
 
 DEVICE = 0x10000
 CUDA = "bufferext.cuda"
@@ -66,20 +67,6 @@ REQUESTS: List[Tuple[str, int]] = [
     (name + suffix, flags | extra)
     for name, flags in NAMED_FLAGS
     for suffix, extra in (("", 0), ("|DEVICE", DEVICE))]
-
-
-def _native_interpreter() -> bool:
-    """Whether the running CPython implements the draft (the patched
-    interpreter of cpython/): inspect.BufferFlags has DEVICE there."""
-    try:
-        import inspect
-        return bool(getattr(inspect, "BufferFlags", None)
-                    and "DEVICE" in inspect.BufferFlags.__members__)
-    except ImportError:       # pragma: no cover
-        return False
-
-
-NATIVE_INTERPRETER = _native_interpreter()
 
 
 def _outcome(call: Callable[[], Any], counter: Any = None) -> Dict[str, Any]:
@@ -360,9 +347,7 @@ def test_mixed_builds_interoperate(capi_build: ModuleType, tmp_path: Any,
     """A native build and a backport build of the same extension in one
     process: each one's exporters serve the other's consumers, declarations
     and refusals included."""
-    # the suite's own builds may be forced into backport mode (CFLAGS)
-    monkeypatch.setenv("CFLAGS", os.environ.get("CFLAGS", "").replace(
-        "-DBUFFEREXT_FORCE_BACKPORT", ""))
+    build_native(monkeypatch)
     commands = [
         capi_build.module_command("c11", str(tmp_path), "testcapi_native"),
         capi_build.module_command("c11", str(tmp_path), "testcapi_backport",

@@ -311,6 +311,11 @@ exec_module(PyObject *module)
     }
     if (PyModule_AddIntConstant(module, "DECLARED", DECLARED) < 0 ||
         PyModule_AddIntConstant(module, "LIMITED_API", Py_LIMITED_API) < 0 ||
+#ifdef BUFFEREXT_NATIVE
+        PyModule_AddIntConstant(module, "NATIVE", 1) < 0 ||
+#else
+        PyModule_AddIntConstant(module, "NATIVE", 0) < 0 ||
+#endif
 #ifdef __cplusplus
         PyModule_AddIntConstant(module, "STANDARD", (long)__cplusplus) < 0
 #else
