@@ -383,3 +383,33 @@ def test_mixed_builds_interoperate(capi_build: ModuleType, tmp_path: Any,
         assert (got["flags"], got["device"], got["shape"]) == (DEVICE, None, (4,))
         with bufferext.get_buffer(build.ExporterFull(device=CUDA)) as view:
             assert view.device == CUDA
+
+
+def test_parity_diff_flags_unexplained_and_stale_rows(tmp_path: Any) -> None:
+    """tests/parity_diff.py: a difference no entry explains fails, and so
+    does an entry that explains nothing; CPython's own rows (plain/) of a
+    native table are held to the backport's request/ rows."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import parity_diff
+    base = {"meta": {"header": "backport", "native_interpreter": False},
+            "rows": {"request/A/ND": {"flags": 0}, "plain/A/ND": {"raises": "X"},
+                     "door/d/A": {"memoryview": 1}, "value/v": 1}}
+    other = {"meta": {"header": "native", "native_interpreter": True},
+             "rows": {"request/A/ND": {"flags": 0}, "plain/A/ND": {"flags": 0},
+                      "door/d/A": {"raises": "BufferError"}, "value/v": 2}}
+    paths = []
+    for name, table in (("base", base), ("other", other)):
+        paths.append(str(tmp_path / f"{name}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(table, f)
+    allow = tmp_path / "allow.txt"
+    allow.write_text("native door/d/*  # refused\nnative value/v  # new\n")
+    assert parity_diff.main([*paths, "--allow", str(allow)]) == 0
+    allow.write_text("native door/d/*  # refused\n")           # value/v
+    assert parity_diff.main([*paths, "--allow", str(allow)]) == 1
+    allow.write_text("native door/d/*  # refused\nnative value/v  # new\n"
+                     "native door/e/*  # nothing\n")            # stale
+    assert parity_diff.main([*paths, "--allow", str(allow)]) == 1
+    allow.write_text("native door/d/*\n")                       # no reason
+    with pytest.raises(SystemExit, match="needs its reason"):
+        parity_diff.main([*paths, "--allow", str(allow)])
