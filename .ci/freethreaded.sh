@@ -40,11 +40,6 @@ CACHE=${BUFFEREXT_CI_CACHE:-/var/cache/bufferext-ci}
 # it; a chroot reused between clones keeps the compiler the cached builds
 # are keyed by)
 CHROOT=${FT_CHROOT:-$CACHE/ft-root}
-PREFIX_ROOT=/opt/bufferext-py          # the cache, as the chroot sees it
-SOURCE_SUITE=trixie                    # the suite whose python3.13 source is served
-BUILD_DEPS=(build-essential pkg-config libffi-dev zlib1g-dev libssl-dev libbz2-dev
-            liblzma-dev libsqlite3-dev libreadline-dev uuid-dev xz-utils dpkg-dev
-            ca-certificates python3-minimal)
 FLAVOURS=(ft tsan)
 declare -A CONFIGURE=(
     [ft]="--disable-gil"
@@ -53,58 +48,8 @@ declare -A CONFIGURE=(
 
 # shellcheck source=chroot.sh
 source "$CI_DIR/chroot.sh"
-
-open_root() {
-    mkdir -p "$CACHE/src"
-    chroot_open "${BUILD_DEPS[@]}"
-    chroot_bind "$CACHE" "$PREFIX_ROOT"
-    local list=$CHROOT/etc/apt/sources.list.d/bufferext-src.list
-    if [[ ! -f $list ]]; then
-        echo "deb-src $CHROOT_MIRROR $SOURCE_SUITE main" >"$list"
-        apt_in_root update
-    fi
-}
-
-# The served source, downloaded once into the cache (apt skips a file it has).
-fetch_source() {
-    in_root sh -c "cd $PREFIX_ROOT/src && apt-get -o Acquire::Check-Valid-Until=false -qq \
-        source --download-only python3.13/$SOURCE_SUITE >/dev/null"
-    ls "$CACHE"/src/python3.13_*.dsc | sort -V | tail -1
-}
-
-key_of() {       # flavour dsc -> cache key
-    local version hash
-    version=$(basename "$2" .dsc | sed 's/^python3.13_//')
-    hash=$( { echo "${CONFIGURE[$1]}"; in_root gcc -dumpfullversion; } | sha256sum | cut -c1-12)
-    echo "cpython-$version-$1-$hash"
-}
-
-build_one() {    # flavour dsc -> prints the interpreter's path (in the chroot)
-    local flavour=$1 dsc=$2 key prefix orig start
-    key=$(key_of "$flavour" "$dsc")
-    prefix=$PREFIX_ROOT/$key
-    if [[ -f $CACHE/$key/.complete ]]; then
-        say "$flavour: cached $key" >&2
-        echo "$prefix/bin/python3.13t"
-        return
-    fi
-    orig=$(ls "$CACHE"/src/python3.13_*.orig.tar.xz | sort -V | tail -1)
-    say "$flavour: building $key from $(basename "$orig") (${CONFIGURE[$flavour]})" >&2
-    start=$(date +%s)
-    rm -rf "$CACHE/$key" "$CHROOT/build-$flavour"
-    mkdir -p "$CHROOT/build-$flavour"
-    tar xf "$orig" -C "$CHROOT/build-$flavour" --strip-components=1
-    in_root sh -c "cd /build-$flavour && ./configure -q ${CONFIGURE[$flavour]} \
-        --prefix=$prefix >/build-$flavour/configure.log 2>&1 &&
-        make -j$(nproc) >/build-$flavour/make.log 2>&1 &&
-        make install >/build-$flavour/install.log 2>&1" >&2 || {
-        tail -30 "$CHROOT"/build-"$flavour"/*.log >&2; return 1; }
-    rm -rf "$CHROOT/build-$flavour"
-    echo "$(( $(date +%s) - start ))" >"$CACHE/$key/.build-seconds"
-    touch "$CACHE/$key/.complete"
-    say "$flavour: built in $(cat "$CACHE/$key/.build-seconds") s" >&2
-    echo "$prefix/bin/python3.13t"
-}
+# shellcheck source=cpython313.sh
+source "$CI_DIR/cpython313.sh"
 
 build_all() {
     local dsc flavour
@@ -112,7 +57,7 @@ build_all() {
     dsc=$(fetch_source)
     say "source: $(basename "$dsc") (python3.13/$SOURCE_SUITE)"
     for flavour in "${FLAVOURS[@]}"; do
-        PY[$flavour]=$(build_one "$flavour" "$dsc")
+        PY[$flavour]=$(build_cpython "$flavour" "${CONFIGURE[$flavour]}" python3.13t)
         say "$flavour: $(in_root env TSAN_OPTIONS=report_bugs=0 "${PY[$flavour]}" -VV)"
     done
 }
