@@ -42,9 +42,9 @@ fetch_source() {
 }
 
 cpython_key() {  # dsc name flags patches... -> cache key
-    local version=$(basename "$2" .dsc | sed 's/^python3.13_//') name=$3 flags=$4
-    shift 4
-    local hash
+    local version name=$2 flags=$3 hash
+    version=$(basename "$1" .dsc | sed 's/^python3.13_//')
+    shift 3
     hash=$( { echo "$flags"; in_root gcc -dumpfullversion; cat "$@" </dev/null; } |
             sha256sum | cut -c1-12)
     echo "cpython-$version-$name-$hash"

@@ -27,7 +27,7 @@ import tempfile
 import timeit
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 # numpy's OpenBLAS threads can spin on this small machine: keep them out.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -108,14 +108,16 @@ QUICK = Settings(c_iterations=50_000, c_get_iterations=20_000, c_repeats=15,
 
 # ---- building the C loops ----------------------------------------------
 
-def build_bench(workdir: str, include: Optional[str] = None) -> ModuleType:
+def build_bench(workdir: str, include: Optional[str] = None,
+                defines: Sequence[str] = ()) -> ModuleType:
     """Compile _bench.c with the interpreter's compiler against the installed
-    bufferext headers (or `include`, to try a header change) at -O2 and
-    import it."""
+    bufferext headers (or `include`, to try a header change) at -O2, with
+    the macros `defines`, and import it."""
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    os.makedirs(workdir, exist_ok=True)
     target = os.path.join(workdir, "_bench" + suffix)
-    cmd = cc + [
+    cmd = cc + [f"-D{d}" for d in defines] + [
         "-O2", "-fPIC", "-shared", "-Wall", "-Wextra",
         "-I", sysconfig.get_paths()["include"],
         "-I", include or bufferext.get_include(),
@@ -215,6 +217,52 @@ def bench_get_buffer(bench: ModuleType, s: Settings,
                       note="context: the consumer helper on a legacy type"))
     s.rows.append(Row("C GetBuffer+Release(ndarray, FULL_RO)", nd,
                       note="context"))
+
+
+def native_interpreter() -> bool:
+    """Whether the running CPython implements the draft itself (the patched
+    interpreter of cpython/): inspect.BufferFlags has DEVICE there."""
+    import inspect
+    flags = getattr(inspect, "BufferFlags", None)
+    return flags is not None and "DEVICE" in flags.__members__
+
+
+def bench_native(bench: ModuleType, s: Settings, objs: Dict[str, Any],
+                 workdir: str, include: Optional[str]) -> None:
+    """Where CPython implements the draft: the header in native mode (the
+    run's own C loops, which defer to CPython) and the same loops built
+    with -DBUFFEREXT_FORCE_BACKPORT, on one interpreter, interleaved."""
+    backport = build_bench(os.path.join(workdir, "backport"), include,
+                           ["BUFFEREXT_FORCE_BACKPORT"])
+    cpu, data = objs["CPUBuffer"], objs["bytes"]
+    ext_flags = PyBUF_FULL_RO | PyBUF_DEVICE
+    n, m = s.c_iterations, s.c_get_iterations
+    backport.time_loop(backport.OP_CHECK_SUPPORTS, cpu, ext_flags, 10)
+    check, native_check, backport_check, plain, native_get, backport_get = \
+        interleaved([
+            c_timer(bench, bench.OP_CHECK_BUFFER, cpu, 0, n),
+            c_timer(bench, bench.OP_CHECK_SUPPORTS, cpu, ext_flags, n),
+            c_timer(backport, backport.OP_CHECK_SUPPORTS, cpu, ext_flags, n),
+            c_timer(bench, bench.OP_GET_PLAIN, data, PyBUF_FULL_RO, m),
+            c_timer(bench, bench.OP_GET_EXTENDED, cpu, ext_flags, m),
+            c_timer(backport, backport.OP_GET_EXTENDED, cpu, ext_flags, m),
+        ], s.c_repeats)
+    native_get_name = "native C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"
+    s.rows.append(Row(
+        "native C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)",
+        native_check, "PyObject_CheckBuffer(CPUBuffer)", check, target=1.0,
+        note="CPython's own function"))
+    s.rows.append(Row(
+        "backport C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)",
+        backport_check, "PyObject_CheckBuffer(CPUBuffer)", check,
+        note="context: the header's cache, forced"))
+    s.rows.append(Row(native_get_name, native_get,
+                      "GetBuffer+Release(bytes, FULL_RO)", plain, target=1.1,
+                      note="PyObject_GetBuffer's own checks"))
+    s.rows.append(Row(
+        "backport C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)",
+        backport_get, native_get_name, native_get, target=1.1,
+        note="the backport within 10 % of native"))
 
 
 def bench_allocations(bench: ModuleType, s: Settings,
@@ -416,6 +464,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         bench = build_bench(workdir, args.include)
         bench_check_supports(bench, s, objs)
         bench_get_buffer(bench, s, objs)
+        if native_interpreter():
+            bench_native(bench, s, objs, workdir, args.include)
         bench_allocations(bench, s, objs)
     bench_python(s, objs)
     bench_bridges(bench, s, objs)

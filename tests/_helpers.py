@@ -48,6 +48,11 @@ def _native_interpreter() -> bool:
 NATIVE_INTERPRETER = _native_interpreter()
 #: bufferext's own module was built in native mode (header deferring to it).
 MODULE_NATIVE = bool(bufferext._bufferext.NATIVE)
+#: The extensions the tests build (tests/capi, tests/cython) are in native
+#: mode: the interpreter implements the draft, and CFLAGS do not force the
+#: backport.
+HEADER_NATIVE = NATIVE_INTERPRETER and "-DBUFFEREXT_FORCE_BACKPORT" not in \
+    os.environ.get("CFLAGS", "")
 #: How CPython itself refuses an extended request at a door (obj.__buffer__,
 #: memoryview._from_flags, PickleBuffer.__buffer__) where it implements the
 #: draft; elsewhere the header's guard and mark answer.

@@ -74,8 +74,18 @@ def refs(row: Row) -> List[Tuple[str, str]]:
 
 
 def test_table_has_the_expected_columns(rows: List[Row]) -> None:
-    assert list(rows[0]) == ["ID", "Spec", "Normative statement", "Tests",
+    assert list(rows[0]) == ["ID", "Spec", "Normative statement",
+                             "Enforced in", "Tests",
                              "Not applicable / partly because"]
+
+
+def test_every_row_says_where_it_is_enforced(rows: List[Row]) -> None:
+    for row in rows:
+        allowed = ({"header", "CPython", "both"} if row["Spec"] == "PEP"
+                   else {"bufferext"})
+        assert row["Enforced in"] in allowed, (row["ID"], row["Enforced in"])
+    # the slot itself exists only where CPython implements the draft
+    assert {r["ID"]: r["Enforced in"] for r in rows}["PEP-21"] == "CPython"
 
 
 def rows_without_test_or_reason(rows: List[Row]) -> List[str]:

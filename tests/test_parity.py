@@ -54,7 +54,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 
 import bufferext
-from _helpers import NATIVE_INTERPRETER, build_native
+from _helpers import HEADER_NATIVE, NATIVE_INTERPRETER, build_native
 
 DEVICE = 0x10000
 CUDA = "bufferext.cuda"
@@ -335,8 +335,7 @@ def test_parity_table(tc: ModuleType) -> None:
 def test_mode_is_the_interpreters(tc: ModuleType) -> None:
     """The header is native exactly where the interpreter implements the
     draft, unless the build forced the backport."""
-    forced = "BUFFEREXT_FORCE_BACKPORT" in os.environ.get("CFLAGS", "")
-    assert tc.NATIVE == (NATIVE_INTERPRETER and not forced)
+    assert tc.NATIVE == HEADER_NATIVE
 
 
 @pytest.mark.skipif(not NATIVE_INTERPRETER,
@@ -413,3 +412,47 @@ def test_parity_diff_flags_unexplained_and_stale_rows(tmp_path: Any) -> None:
     allow.write_text("native door/d/*\n")                       # no reason
     with pytest.raises(SystemExit, match="needs its reason"):
         parity_diff.main([*paths, "--allow", str(allow)])
+
+
+@pytest.mark.skipif(not NATIVE_INTERPRETER,
+                    reason="needs a CPython that implements the draft "
+                           "(cpython/ patches it into 3.13)")
+def test_the_declaration_is_the_native_slot(tc: ModuleType) -> None:
+    """Where CPython implements the draft, a type's declaration is its slot
+    bf_supported_flags, whichever way it was made: by the header (native
+    mode writes the slot; backport mode writes the type attribute and calls
+    PyType_Modified, which CPython reads into the slot), by a class
+    attribute, by inheritance with the getbuffer."""
+    get_slot = ctypes.pythonapi.PyType_GetSlot
+    get_slot.argtypes = [ctypes.py_object, ctypes.c_int]
+    get_slot.restype = ctypes.c_ssize_t          # an int in the pointer
+    slot = 84                                    # Py_bf_supported_flags
+
+    def declared(tp: type) -> int:
+        return int(get_slot(tp, slot))
+
+    assert declared(tc.ExporterUndeclared) == 0
+    assert declared(tc.ExporterSimpleOnly) == -1
+    assert declared(tc.ExporterFull) == 0x1FD | DEVICE
+    assert declared(tc.ExporterNoDevice) == 0x1C
+    assert declared(bufferext.CPUBuffer) == 0x1FD | DEVICE
+    assert declared(bytes) == 0
+
+    class Sub(tc.ExporterSimpleOnly):    # the getbuffer, the declaration
+        pass
+
+    class Own(bytearray):
+        __buffer_supported_flags__ = -1
+
+    class OwnSub(Own):
+        pass
+
+    assert (declared(Sub), declared(Own), declared(OwnSub)) == (-1, -1, -1)
+    Own.__buffer_supported_flags__ = 0x8
+    assert (declared(Own), declared(OwnSub)) == (0x8, 0x8)
+    del Own.__buffer_supported_flags__
+    assert (declared(Own), declared(OwnSub)) == (0, 0)
+    late = tc.make_exporter_type("Late", None)
+    tc.set_supported_flags(late, 0x1C | DEVICE)
+    assert declared(late) == 0x1C | DEVICE
+    assert bufferext.check_buffer_supports(late(), DEVICE | 0x1C)

@@ -603,7 +603,10 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 {
     int rc;
 
-    BufferExtInternal_ClearExtension(view);
+    if (!(flags & BUFFEREXT_EXTENDED_FLAGS)) {
+        /* CPython zeroes the extension of an extended request only */
+        BufferExtInternal_ClearExtension(view);
+    }
     BufferExtInternal_SetMark(view, flags);
     rc = PyObject_GetBuffer(obj, &view->view, flags);
     BufferExtInternal_ClearMark(view);
