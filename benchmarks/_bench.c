@@ -88,6 +88,7 @@ loop_check_buffer(PyObject *obj, int flags, Py_ssize_t n)
     Py_ssize_t i, acc = 0;
     (void)flags;
     for (i = 0; i < n; i++) {
+        KEEP(obj);              /* as in loop_check_supports */
         acc += PyObject_CheckBuffer(obj);
     }
     sink = acc;
@@ -99,6 +100,9 @@ loop_check_supports(PyObject *obj, int flags, Py_ssize_t n)
 {
     Py_ssize_t i, acc = 0;
     for (i = 0; i < n; i++) {
+        /* an opaque pointer each time: an inline query (CPython's, where
+         * it implements the draft) cannot be hoisted out of the loop */
+        KEEP(obj);
         acc += PyObject_CheckBufferSupports(obj, flags);
     }
     sink = acc;
@@ -421,6 +425,7 @@ static PyObject *
 cache_state(PyObject *module, PyObject *obj)
 {
     (void)module;
+    (void)obj;
 #ifdef BUFFEREXT_ACCEL_HAVE_CACHE
     {
         PyTypeObject *type = Py_TYPE(obj);

@@ -184,6 +184,7 @@ BufferExtInternal_TypeName(PyTypeObject *type, char *buf, size_t size)
 #ifndef BUFFEREXT_NATIVE
 #  define BUFFEREXT_BACKPORT_CHECK_SUPPORTS 1
 #  ifdef PyBUF_EXTENDED_FLAGS
+#    undef PyObject_CheckBufferSupports   /* CPython's inline spelling */
 #    define PyObject_CheckBufferSupports BufferExtBackport_CheckBufferSupports
 #  endif
 #endif
@@ -614,7 +615,9 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
         BufferExtInternal_ClearExtension(view);
         return -1;
     }
-    if (!BufferExtInternal_ExtensionClean(view, flags)) {
+    /* CPython checked an extended request's answer itself */
+    if (!(flags & BUFFEREXT_EXTENDED_FLAGS) &&
+        !BufferExtInternal_ExtensionClean(view, flags)) {
         return BufferExtInternal_RejectUnclean(obj, view, flags);
     }
     return 0;
