@@ -13,20 +13,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 # wheels for cp313t: numpy 2.4.6 is the last release with them
 CONSTRAINTS=$W/constraints.txt
 echo "numpy<2.5" >"$CONSTRAINTS"
-fails=0
-
-job() {          # name command...: run, time and report one job
-    local name=$1 start rc
-    shift
-    # BUFFEREXT_FT_JOBS="wheel tsan" runs only those (by function name)
-    [[ " ${BUFFEREXT_FT_JOBS:-$1} " == *" $1 "* ]] || return 0
-    echo "-- $name [$(date +%H:%M:%S)]"
-    start=$(date +%s)
-    ( set -e; "$@" )
-    rc=$?
-    echo "-- $name: $( ((rc == 0)) && echo PASS || echo "FAIL (exit $rc)") in $(( $(date +%s) - start ))s"
-    ((rc == 0)) || fails=$((fails + 1))
-}
+# BUFFEREXT_FT_JOBS="wheel tsan" runs only those (by function name)
+JOBS=${BUFFEREXT_FT_JOBS:-}
+# shellcheck source=job.sh
+source "$W/dotci/job.sh"
 
 pytest_guarded() {   # report-file python args...: pytest with the CI guard
     local report=$1 py=$2

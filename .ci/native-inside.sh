@@ -16,20 +16,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 # pybind11) write PyHeapTypeObject fields at the offsets of stock 3.13, which
 # the patch moves (import segfaults); plot_distribution's tests skip here.
 TEST_DEPS=(pytest hypothesis "cython>=3" "setuptools>=77" "pybind11>=2.13" abi3audit)
-fails=0
-
-job() {          # name function: run, time and report one job
-    local name=$1 start rc
-    shift
-    # BUFFEREXT_NATIVE_JOBS="cpython native" runs only those (by function name)
-    [[ " ${BUFFEREXT_NATIVE_JOBS:-$1} " == *" $1 "* ]] || return 0
-    echo "-- $name [$(date +%H:%M:%S)]"
-    start=$(date +%s)
-    ( set -e; "$@" )
-    rc=$?
-    echo "-- $name: $( ((rc == 0)) && echo PASS || echo "FAIL (exit $rc)") in $(( $(date +%s) - start ))s"
-    ((rc == 0)) || fails=$((fails + 1))
-}
+# BUFFEREXT_NATIVE_JOBS="cpython native" runs only those (by function name)
+JOBS=${BUFFEREXT_NATIVE_JOBS:-}
+# shellcheck source=job.sh
+source "$W/dotci/job.sh"
 
 venv() {         # dir: a venv with the source-built NumPy and the test deps
     rm -rf "$1"

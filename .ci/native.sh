@@ -60,7 +60,7 @@ build_numpy() {  # the interpreter's NumPy wheel, built once per interpreter
     say "numpy: building $NUMPY from source (no BLAS, no SIMD dispatch, no optional kernels)"
     start=$(date +%s)
     in_root sh -c "rm -rf /np && $PY -m venv /np && /np/bin/python -m pip install -q --upgrade pip &&
-        /np/bin/python -m pip wheel -q --no-deps --no-binary numpy -w $dir.tmp '$NUMPY' \
+        /np/bin/python -m pip wheel -q --no-cache-dir --no-deps --no-binary numpy -w $dir.tmp '$NUMPY' \
         ${NUMPY_ARGS[*]} >/np.log 2>&1 && rm -rf $dir && mv $dir.tmp $dir && rm -rf /np" || {
         tail -30 "$CHROOT/np.log"; return 1; }
     echo "$(( $(date +%s) - start ))" >"$CACHE${dir#"$PREFIX_ROOT"}/.build-seconds"

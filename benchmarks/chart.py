@@ -5,7 +5,9 @@ writes
 
 * ``docs/_generated/*.rst``: the tables the pages include (the foundation
   targets and times in ``docs/performance.rst``, the bridges' figures in
-  ``docs/bridges.rst``), with nothing but the standard library;
+  ``docs/bridges.rst``, and from ``results/native-py*.json`` the draft in
+  CPython against the backport on the same interpreter), with nothing but
+  the standard library;
 * ``docs/_static/benchmarks.svg``: for every operation with a target, its
   ratio to its anchor divided by the target, per interpreter (below 1: the
   target holds); needs matplotlib.
@@ -92,6 +94,50 @@ BRIDGES = [
     ("``with get_buffer(as_buffer(ndarray)): pass`` (Python)",
      "py with get_buffer(as_buffer(ndarray)): pass", None),
 ]
+
+
+#: The rows of a run on a CPython that implements the draft (cpython/):
+#: the header in native mode against the backport forced, one interpreter.
+NATIVE = [
+    ("``PyObject_CheckBufferSupports(CPUBuffer)``, native (CPython's, inline)",
+     "native C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)"),
+    ("the same, the backport forced (the header's cache)",
+     "backport C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)"),
+    ("``BufferExt_GetBuffer`` + release, ``CPUBuffer``, ``FULL_RO|DEVICE``, "
+     "native (``PyObject_GetBuffer``'s checks)",
+     "native C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"),
+    ("the same, the backport forced",
+     "backport C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"),
+]
+
+
+def load_native(root: str = HERE) -> Dict[str, Rows]:
+    """``{python: rows}`` of every ``results/native-py*.json``."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(root, "results",
+                                              "native-py*.json"))):
+        minor = re.search(r"native-py(3\.\d+)\.json$", path)
+        if minor:
+            with open(path) as f:
+                runs[minor.group(1)] = json.load(f)["rows"]
+    return runs
+
+
+def native_table(runs: Dict[str, Rows]) -> str:
+    """The native run's rows: ns, the anchor, the ratio and the target."""
+    body = []
+    for py, rows in runs.items():
+        for label, name in NATIVE:
+            row = worst(rows, name)
+            target = f"<= {row['target']:g}x" if row.get("target") else ""
+            body.append([f"{label} (CPython {py})", fmt_ns(row["ns"]),
+                         f"``{row['anchor']}``", fmt_ns(row["anchor_ns"]),
+                         fmt_ratio(row["ratio"]), target])
+    return list_table(
+        "The draft in CPython (native) and the backport forced, one "
+        "interpreter, one run", ["operation", "ns", "anchor", "anchor ns",
+                                 "ratio", "target"],
+        body, [34, 8, 30, 8, 8, 8])
 
 
 def load(root: str = HERE) -> Dict[str, Rows]:
@@ -196,7 +242,7 @@ def tables(runs: Dict[str, Rows]) -> Dict[str, str]:
             counts = {worst(runs[py], allocs)["ns"] for py in pythons}
             cell += ", " + "/".join(f"{c:g}" for c in sorted(counts)) + " allocations"
         bridges.append([label, f"``{rows[0]['anchor']}``", target_text(rows[0]), cell])
-    return {
+    made = {
         "foundation_ratios.rst": note + verdict + "\n\n" + list_table(
             "Ratio to the anchor (target in brackets; worse of two anchors "
             "where a run has two)", ["operation"] + pythons, ratios,
@@ -209,6 +255,10 @@ def tables(runs: Dict[str, Rows]) -> Dict[str, str]:
             f"to {last}", ["measurement", "anchor", "target", "measured"],
             bridges, [34, 26, 12, 28]),
     }
+    native = load_native()
+    if native:
+        made["native.rst"] = note + native_table(native)
+    return made
 
 
 def write_tables(folder: str, runs: Optional[Dict[str, Rows]] = None) -> List[str]:

@@ -39,6 +39,13 @@ FREEZE((PyBUF_DEVICE & (PyBUF_READ | PyBUF_WRITE)) == 0);
 FREEZE(BUFFEREXT_SUPPORTS_LEGACY == 0);
 FREEZE(BUFFEREXT_SUPPORTS_SIMPLE_ONLY == -1);
 FREEZE(BUFFEREXT_ABI_VERSION == 2);
+#ifdef BUFFEREXT_NATIVE
+/* a CPython that implements the draft (cpython/): its values are ours, and
+ * Py_buffer_extended below is its struct, held to the backport's layout */
+FREEZE(PyBUF_EXTENDED_FLAGS == BUFFEREXT_EXTENDED_FLAGS);
+FREEZE(PyBUF_LEGACY_FLAGS == BUFFEREXT_LEGACY_FLAGS);
+FREEZE(Py_bf_supported_flags == 84);
+#endif
 
 /* ---- Py_buffer_extended: the Py_buffer, then the extension ------------ */
 FREEZE(offsetof(Py_buffer_extended, view) == 0);
