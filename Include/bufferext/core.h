@@ -593,6 +593,26 @@ BufferExtInternal_RejectUnclean(PyObject *obj, Py_buffer_extended *view,
         obj, view, BufferExtInternal_ExtensionProblem(view, flags));
 }
 
+/* The end of every BufferExt_GetBuffer, once the exporter returned `rc`
+ * for a request of `flags` made through `view` (marked before the call):
+ * the mark cleared; on failure the extension too (an exporter may have
+ * written it before failing), on success the extension checked.  0 or
+ * -1, as the request. */
+BUFFEREXT_INTERNAL_HOT int
+BufferExtInternal_Answered(PyObject *obj, Py_buffer_extended *view,
+                           int flags, int rc)
+{
+    BufferExtInternal_ClearMark(view);
+    if (rc < 0) {
+        BufferExtInternal_ClearExtension(view);
+        return -1;
+    }
+    if (BufferExtInternal_ExtensionClean(view, flags)) {
+        return 0;
+    }
+    return BufferExtInternal_RejectUnclean(obj, view, flags);
+}
+
 #ifdef BUFFEREXT_NATIVE
 /* BufferExt_GetBuffer (below), native mode: CPython zeroes the extension of
  * an extended request, refuses undeclared required flags and checks what
@@ -610,17 +630,7 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
     }
     BufferExtInternal_SetMark(view, flags);
     rc = PyObject_GetBuffer(obj, &view->view, flags);
-    BufferExtInternal_ClearMark(view);
-    if (rc < 0) {
-        BufferExtInternal_ClearExtension(view);
-        return -1;
-    }
-    /* CPython checked an extended request's answer itself */
-    if (!(flags & BUFFEREXT_EXTENDED_FLAGS) &&
-        !BufferExtInternal_ExtensionClean(view, flags)) {
-        return BufferExtInternal_RejectUnclean(obj, view, flags);
-    }
-    return 0;
+    return BufferExtInternal_Answered(obj, view, flags, rc);
 }
 #else
 /* The whole of BufferExt_GetBuffer (below).  Where the header inlines the
@@ -675,16 +685,7 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
 #else
     rc = BufferExtAccel_CallSlot(slot, obj, &view->view, flags);
 #endif
-    BufferExtInternal_ClearMark(view);
-    if (rc < 0) {
-        /* an exporter may have written the extension before failing */
-        BufferExtInternal_ClearExtension(view);
-        return -1;
-    }
-    if (!BufferExtInternal_ExtensionClean(view, flags)) {
-        return BufferExtInternal_RejectUnclean(obj, view, flags);
-    }
-    return 0;
+    return BufferExtInternal_Answered(obj, view, flags, rc);
 }
 
 /* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
@@ -725,21 +726,10 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
     }
 #  endif
     if (!general) {
-        int rc;
-
         BufferExtInternal_ClearExtension(view);
         BufferExtInternal_SetMark(view, flags);
-        rc = slot(obj, &view->view, flags);
-        BufferExtInternal_ClearMark(view);
-        if (rc < 0) {
-            /* an exporter may have written the extension before failing */
-            BufferExtInternal_ClearExtension(view);
-            return -1;
-        }
-        if (BufferExtInternal_ExtensionClean(view, flags)) {
-            return 0;
-        }
-        return BufferExtInternal_RejectUnclean(obj, view, flags);
+        return BufferExtInternal_Answered(obj, view, flags,
+                                          slot(obj, &view->view, flags));
     }
 #endif
     return BufferExtInternal_GetBuffer(obj, view, flags);
