@@ -87,6 +87,21 @@ def test_soft_flags_are_never_refused_up_front(capi, flags):
     assert d["len"] == 12
 
 
+@pytest.mark.parametrize("flags", [DEVICE | 0x100, DEVICE | 0x200])
+def test_an_undeclared_device_flag_dropped_leaves_a_request_served(capi, flags):
+    # PyBUF_DEVICE is not passed to a type that does not declare it; what is
+    # left (0x100, 0x200) equals PyBUF_READ or PyBUF_WRITE, which
+    # PyObject_GetBuffer refuses as a bad argument since 3.13: the request
+    # still reaches the exporter, on the type's first use (the header's
+    # general path) and after it (the inline one)
+    tp = capi.make_exporter_type("Fresh", -1)
+    for _ in range(2):
+        x = tp(3)
+        d = capi.get_buffer(x, flags)
+        assert (d["flags"], d["len"], x.getbuffer_calls, x.exports) == (
+            0, 12, 1, 0)
+
+
 def test_non_buffer_is_type_error(capi):
     for flags in (0, capi.PyBUF_ND, DEVICE):
         with pytest.raises(TypeError):

@@ -576,6 +576,7 @@ def test_empty_rejects_what_the_constructor_rejects(args, exc, words):
         CPUBuffer.empty(3, readonly=True)
 
 
+@pytest.mark.thread_unsafe(reason="it watches the process-wide CPU block cache")
 @linux_only
 def test_empty_reuses_a_freed_large_block():
     buf = CPUBuffer.empty(BIG, "u1")

@@ -645,11 +645,10 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
                             int flags)
 {
     int required = flags & PyBUF_REQUIRED_FLAGS, rc;
-    /* the exporter's getbuffer, read once (NULL: not known here) */
+    /* the exporter's getbuffer, read once (NULL: not known here), and the
+     * one to call instead of PyObject_GetBuffer (NULL: none) */
     BufferExtAccel_GetBufferProc slot = BufferExtAccel_BufferSlot(obj);
-#ifdef BUFFEREXT_INTERNAL_PEP688
     BufferExtAccel_GetBufferProc direct = NULL;
-#endif
 
     BufferExtInternal_ClearExtension(view);
     if ((required || (flags & PyBUF_DEVICE)) &&
@@ -668,6 +667,13 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
          * view (a Python __buffer__). */
         if ((flags & PyBUF_DEVICE) && !(info.mask & PyBUF_DEVICE)) {
             flags &= ~PyBUF_DEVICE;
+            /* what is left may equal PyBUF_READ or PyBUF_WRITE (0x10100
+             * leaves PyBUF_INDIRECT's own bit), which CPython 3.13+ takes
+             * for a bad argument: it goes to the getbuffer itself, as
+             * where CPython implements the draft */
+            if (flags == PyBUF_READ || flags == PyBUF_WRITE) {
+                direct = BufferExtAccel_Slot(obj, &info, slot);
+            }
         }
 #ifdef BUFFEREXT_INTERNAL_PEP688
         /* ... and to the getbuffer that gets this view */
@@ -678,13 +684,9 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
 #endif
     }
     BufferExtInternal_SetMark(view, flags);
-#ifdef BUFFEREXT_INTERNAL_PEP688
     rc = direct != NULL ? direct(obj, &view->view, flags)
                         : BufferExtAccel_CallSlot(slot, obj, &view->view,
                                                   flags);
-#else
-    rc = BufferExtAccel_CallSlot(slot, obj, &view->view, flags);
-#endif
     return BufferExtInternal_Answered(obj, view, flags, rc);
 }
 
