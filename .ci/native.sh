@@ -53,9 +53,14 @@ source "$CI_DIR/cpython313.sh"
 PATCHES=("$ROOT"/cpython/patches/*.patch)
 PY=
 
+numpy_dir() {     # where the interpreter's NumPy wheel is kept (in the chroot)
+    echo "$(dirname "$(dirname "$PY")")/numpy-$(echo "$NUMPY ${NUMPY_ARGS[*]}" |
+        sha256sum | cut -c1-12)"
+}
+
 build_numpy() {  # the interpreter's NumPy wheel, built once per interpreter
     local dir start
-    dir=$(dirname "$(dirname "$PY")")/wheels
+    dir=$(numpy_dir)
     if ls "$CACHE${dir#"$PREFIX_ROOT"}"/numpy-*.whl >/dev/null 2>&1; then
         say "numpy: cached $(basename "$CACHE${dir#"$PREFIX_ROOT"}"/numpy-*.whl)"
         return
@@ -93,8 +98,7 @@ native_jobs() {  # SRC WHEELHOUSE STOCK_TABLE OUT
     cp -a "$CI_DIR" "$CHROOT/ci-native/dotci"
     cp "$whl" "$CHROOT/ci-native/wheels/"
     in_root env BUFFEREXT_NATIVE_JOBS="${BUFFEREXT_NATIVE_JOBS:-}" \
-        /ci-native/dotci/native-inside.sh "$PY" \
-        "$(dirname "$(dirname "$PY")")/wheels" || rc=$?
+        /ci-native/dotci/native-inside.sh "$PY" "$(numpy_dir)" || rc=$?
     mkdir -p "$out"
     cp "$CHROOT"/ci-native/parity-*.json "$out/" 2>/dev/null || true
     local -A job_of=([native]=native [forced]=stock)
