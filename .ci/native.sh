@@ -12,10 +12,11 @@
 # The interpreter is built from Debian's python3.13 source (.ci/cpython313.sh)
 # with the patches applied, in a sid chroot of its own, and cached in
 # $BUFFEREXT_CI_CACHE keyed by the source version, the configure flags, the
-# chroot's compiler and the patches' bytes.  NumPy's cp313 wheels cannot be
-# loaded there (its PyArray_DTypeMeta embeds PyHeapTypeObject, which the
-# patch grows), so a NumPy wheel is built from source once per interpreter
-# (no BLAS, no SIMD dispatch) and cached beside it.
+# chroot's compiler and the patches' bytes.  NumPy's cp313 wheels are not to
+# be trusted there (its PyArray_DTypeMeta embeds PyHeapTypeObject, which the
+# patch grows: it loads and passes its dtype tests, by luck of which field
+# it overlaps), so a NumPy wheel is built from source once per interpreter
+# (lean, below) and cached beside it.
 #
 # The jobs (.ci/native-inside.sh), on the patched interpreter:
 #   cpython   CPython's own tests of what the patch touches
