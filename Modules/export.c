@@ -437,38 +437,40 @@ bufferext_layout_contiguity(bufferext_export_layout *layout)
 }
 
 /* The element-type check of copies from the host: raw bytes ('B' or no
- * format) copy as they are, typed sources must match `dtype`.  0, or -1
- * with ValueError naming the caller, the format and the dtype. */
+ * format) copy as they are, typed sources must name the element type of
+ * `dt`.  Compared by meaning, the canonical buffer formats (without
+ * ml_dtypes every float8 kind has the same numpy stand-in, 'V1').  0, or
+ * -1 with ValueError naming the caller, the format and the dtype. */
 int
 bufferext_check_source_format(bufferext_state *st, const char *who,
-                              const Py_buffer *view, PyObject *dtype)
+                              const Py_buffer *view, const bufferext_dtype *dt)
 {
     bufferext_dtype src;
     PyObject *fmt;
-    int same;
+    int same = 0;
 
-    /* Raw bytes copy as they are; typed sources must match the dtype. */
     if (view->format == NULL || strcmp(view->format, "B") == 0) {
         return 0;
     }
     fmt = PyUnicode_FromString(view->format);
-    if (fmt == NULL || bufferext_dtype_resolve(st, fmt, &src) < 0) {
-        Py_XDECREF(fmt);
-        PyErr_Clear();
-        same = 0;
+    if (fmt == NULL) {
+        return -1;
     }
-    else {
-        Py_DECREF(fmt);
-        same = PyObject_RichCompareBool(src.dtype, dtype, Py_EQ);
+    if (bufferext_dtype_resolve(st, fmt, &src) == 0) {
+        same = strcmp(src.format, dt->format) == 0;
         bufferext_dtype_clear(&src);
-        if (same < 0) {
-            return -1;
-        }
     }
+    else if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
+        Py_DECREF(fmt);
+        return -1;
+    }
+    PyErr_Clear();
+    Py_DECREF(fmt);
     if (!same) {
         PyErr_Format(PyExc_ValueError,
                      "%s: source format '%s' does not match the buffer's "
-                     "dtype %R", who, view->format, dtype);
+                     "dtype %R (format '%s')", who, view->format, dt->dtype,
+                     dt->format);
         return -1;
     }
     return 0;

@@ -89,11 +89,13 @@ int bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
 const char *bufferext_lowp_name(int code, int *bits);
 
 
-/* A copy from host memory must bring raw bytes ('B' or no
- * format) or items equal to `dtype`; else ValueError naming `who`, the
- * source format and the dtype.  0 or -1. */
+/* A copy from host memory must bring raw bytes ('B' or no format) or
+ * items of the element type `dt` names (compared by canonical format);
+ * else ValueError naming `who`, the source format and the dtype.  0 or
+ * -1. */
 int bufferext_check_source_format(bufferext_state *st, const char *who,
-                                  const Py_buffer *view, PyObject *dtype);
+                                  const Py_buffer *view,
+                                  const bufferext_dtype *dt);
 
 /* __array__ of memory on a device: numpy swallows the BufferError
  * of the buffer protocol and would build a 0-d object array; this refuses

@@ -177,7 +177,7 @@ bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
                      "%s: source has %zd bytes, the buffer %zd", who,
                      view->len, p->layout.len);
     }
-    else if (bufferext_check_source_format(st, who, view, p->dt.dtype) == 0) {
+    else if (bufferext_check_source_format(st, who, view, &p->dt) == 0) {
         return 0;
     }
     bufferext_release_raised(view);

@@ -162,6 +162,69 @@ def test_gate_refuses_a_wrong_itemsize_naming_the_format(c99: Any) -> None:
         bufferext.get_buffer(bad, BufferFlags.FULL_RO)
 
 
+SWAPPED = (">" if sys.byteorder == "little" else "<") + "[bfloat16]"
+
+
+@pytest.mark.parametrize("fmt, itemsize, words", [
+    (SWAPPED, 2, "a byte-swapped bfloat16 is not supported"),
+    ("[float4_e2m1fn]", 1, "packs items into less than a byte"),
+    ("[float6_e2m3fn]", 1, "packs items into less than a byte"),
+    ("[bfloat17]", 2, "'bfloat17' is not a low-precision float"),
+])
+def test_host_view_reads_the_whole_format_or_refuses(
+        c99: Any, fmt: str, itemsize: int, words: str) -> None:
+    """A foreign exporter's '[name]' format is read whole: its byte order
+    (a swapped bfloat16 came out as other numbers), a sub-byte or unknown
+    name, refused naming the format; so is DistArray.local of it."""
+    from bufferext._dtypes import host_view
+    from bufferext.distarray import BlockMap, DistArray
+    conf = c99.Configurable(4 * itemsize, 4 * itemsize, itemsize, 1, fmt,
+                            shape=(4,))
+    expect = f"Configurable exports format {fmt!r}, which bufferext does not read"
+    with pytest.raises(TypeError) as info:
+        host_view(conf)
+    assert str(info.value).startswith(expect) and words in str(info.value)
+    d = DistArray(conf, [BlockMap(4, 1, 0, 0, 4)])
+    with pytest.raises(TypeError, match=re.escape(expect)):
+        d.local
+
+
+@pytest.mark.parametrize("fmt, itemsize, words", [
+    (SWAPPED, 2, "is not in native byte order; DLPack requires native byte order"),
+    ("[float4_e2m1fn]", 1, "has no DLPack data type"),
+    ("[float6_e3m2fn]", 1, "has no DLPack data type"),
+    ("[bfloat16]x", 2, "has no DLPack data type"),
+])
+def test_the_c_format_reader_reads_the_whole_format(
+        c99: Any, fmt: str, itemsize: int, words: str) -> None:
+    """The C reader of formats (DLPack's data type of a view) takes no
+    byte-swapped bfloat16 and no sub-byte float rounded up to a byte."""
+    conf = c99.Configurable(4 * itemsize, 4 * itemsize, itemsize, 1, fmt,
+                            shape=(4,))
+    with bufferext.get_buffer(conf, BufferFlags.FULL_RO) as view:
+        with pytest.raises(BufferError, match=re.escape(
+                f"bufferext.BufferView: format {fmt!r} {words}")):
+            view.__dlpack__()
+    native = c99.Configurable(8, 8, 2, 1, "=[bfloat16]", shape=(4,))
+    with bufferext.get_buffer(native, BufferFlags.FULL_RO) as view:
+        assert view.__dlpack__() is not None
+
+
+def test_host_view_checks_the_item_size_and_layout(c99: Any) -> None:
+    from bufferext._dtypes import host_view
+    wide = c99.Configurable(16, 16, 4, 1, "[bfloat16]", shape=(4,))
+    with pytest.raises(TypeError, match=re.escape(
+            "Configurable exports format '[bfloat16]' with 4-byte items; "
+            "bfloat16 has 2")):
+        host_view(wide)
+    strided = c99.Configurable(16, 8, 2, 1, "[bfloat16]", shape=(4,),
+                               strides=(4,))
+    with pytest.raises(ValueError, match="C-contiguous only"):
+        host_view(strided)
+    good = c99.Configurable(8, 8, 2, 1, "=[bfloat16]", shape=(4,))
+    assert host_view(good).shape == (4,) and host_view(good).itemsize == 2
+
+
 # ---- dtypes of the producers --------------------------------------------------
 
 def test_dtype_spellings() -> None:
@@ -228,8 +291,45 @@ def test_cudabuffer_takes_the_dtype_and_fills_it(tmp_path: Any) -> None:
             assert "converting 1.5 to [bfloat16] needs ml_dtypes" in str(e), e
         else:
             raise AssertionError("fill(1.5) without ml_dtypes")
+        mixed = CUDABuffer(2, "float8_e4m3fn")     # both dtypes are 'V1' now
+        from bufferext import CPUBuffer
+        try:
+            mixed.copy_from_host(CPUBuffer(2, "float8_e5m2"))
+        except ValueError as e:
+            assert "source format '[float8_e5m2]' does not match" in str(e), e
+        else:
+            raise AssertionError("e5m2 bits copied into an e4m3fn buffer")
+        mixed.close()
         raw.close()
     """)
+
+
+def test_copies_compare_element_types_by_format_not_numpy_stand_in(
+        monkeypatch: Any) -> None:
+    """Without ml_dtypes every float8 kind's numpy dtype is the same 'V1':
+    a copy (copy_from_host, unpickling) must still refuse another kind's
+    bits, and take its own kind's and raw bytes."""
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)   # as if not installed
+    e4m3 = bufferext.CPUBuffer((2, 2), "float8_e4m3fn")
+    e5m2 = bufferext.CPUBuffer((2, 2), "float8_e5m2")
+    assert e4m3.dtype == e5m2.dtype == np.dtype("V1")
+    with pytest.raises(ValueError, match=re.escape(
+            "CPUBuffer.copy_from_host: source format '[float8_e5m2]' does not "
+            "match the buffer's dtype dtype('V1') (format '[float8_e4m3fn]')")):
+        e4m3.copy_from_host(e5m2)
+    with pytest.raises(ValueError, match=r"_from_pickle: source format "
+                       r"'\[float8_e5m2\]' does not match"):
+        bufferext.CPUBuffer._from_pickle(e5m2, (2, 2), "[float8_e4m3fn]", False)
+    same = bufferext.CPUBuffer((2, 2), "float8_e4m3fn")
+    same.copy_from_host(bytes([1, 2, 3, 4]))
+    e4m3.copy_from_host(same)
+    assert raw(e4m3) == bytes([1, 2, 3, 4])
+    back = bufferext.CPUBuffer._from_pickle(same, (2, 2), "[float8_e4m3fn]", False)
+    assert back.format == "[float8_e4m3fn]" and raw(back) == raw(same)
+    # bfloat16 and float16 are both two bytes: still told apart
+    with pytest.raises(ValueError, match="does not match"):
+        bufferext.CPUBuffer(2, "float16").copy_from_host(
+            bufferext.CPUBuffer(2, "bfloat16"))
 
 
 def test_vebuffer_takes_the_dtype_and_moves_it_bit_for_bit(tmp_path: Any) -> None:

@@ -216,10 +216,23 @@ def wire(value: Any) -> Any:
 def host_view(obj: Any) -> "np.ndarray[Any, np.dtype[Any]]":
     """A numpy view (no copy) of a CPU buffer-protocol exporter; the items
     of a low-precision float format (which numpy cannot parse) are read as
-    their dtype.  The view must be C-contiguous for those."""
+    their dtype.  The whole format is read: a byte-swapped, sub-byte or
+    unknown ``[name]``, or items of another size than the name's, raise
+    TypeError naming the format.  Those views must be C-contiguous."""
     view = memoryview(obj)
-    match = _LOWP_FORMAT.fullmatch(view.format)
-    if match is None or match.group(2) not in LOWP:
+    if _LOWP_FORMAT.fullmatch(view.format) is None:
         return np.asarray(view)
-    return np.frombuffer(view, lowp_dtype(match.group(2))).reshape(
-        view.shape or ())
+    who = f"{type(obj).__name__} exports format {view.format!r}"
+    try:
+        name = _lowp_name(view.format)
+    except TypeError as exc:
+        raise TypeError(f"{who}, which bufferext does not read ({exc})") from None
+    assert name is not None         # the pattern matched
+    dt = lowp_dtype(name)
+    if view.itemsize != dt.itemsize:
+        raise TypeError(f"{who} with {view.itemsize}-byte items; {name} has "
+                        f"{dt.itemsize}")
+    if not view.c_contiguous:
+        raise ValueError(f"{who}: a strided view of it is not read (C-contiguous "
+                         "only)")
+    return np.frombuffer(view, dt).reshape(view.shape or ())
