@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 
@@ -53,7 +54,11 @@ def test_under_a_launcher_without_mpi4py_says_what_to_install(
     monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
     monkeypatch.setenv("PMI_SIZE", "2")
     monkeypatch.setitem(sys.modules, "mpi4py", None)
-    assert _demo.run(args("--size", "8", "--steps", "1")) == 2
+    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+    ours, hydra = socket.socketpair()       # the socket hydra gives a rank
+    with ours, hydra:
+        monkeypatch.setenv("PMI_FD", str(ours.fileno()))
+        assert _demo.run(args("--size", "8", "--steps", "1")) == 2
     err = capsys.readouterr().err
     assert err.startswith("demo: comm=None: ") and "(PMI_SIZE=2)" in err
     assert "pip install mpi4py mpich" in err

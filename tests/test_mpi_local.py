@@ -5,11 +5,16 @@ dims_create, and datatype chunking with a small forced count limit
 from __future__ import annotations
 
 import array
-from typing import Any
+import os
+import socket
+import subprocess
+import sys
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
 
+from _helpers import mpiexec
 from bufferext import CPUBuffer
 from bufferext.distarray import (DistArray, ProtocolError, agree, cuda_aware,
                                  dims_create, validate_collective)
@@ -282,14 +287,22 @@ def test_staging_pieces_start_congruent_to_their_elements_modulo_a_page(
 
 # ---- what comm=None means: the launcher's environment decides ---------------
 
-LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
+LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "PMI_FD", "PMI_PORT", "OMPI_COMM_WORLD_SIZE",
+                 "OMPI_COMM_WORLD_RANK")
 
 
 @pytest.fixture
-def no_launcher(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+def no_launcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """No launcher's variables; ``PMI_FD`` set as hydra sets it for a rank it
+    started: a socket open in this process (a test's own pair).  mpi4py
+    looks not imported (an MPI already initialised is asked instead)."""
     for name in LAUNCHER_VARS:
         monkeypatch.delenv(name, raising=False)
-    return monkeypatch
+    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+    ours, hydra = socket.socketpair()
+    with ours, hydra:
+        monkeypatch.setenv("PMI_FD", str(ours.fileno()))
+        yield monkeypatch
 
 
 @pytest.mark.parametrize("name", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"])
@@ -305,6 +318,48 @@ def test_launcher_size_is_read_from_its_variable(no_launcher: pytest.MonkeyPatch
             launched()
 
 
+def test_pmi_size_counts_only_where_hydras_socket_is_open(
+        no_launcher: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """PMI_SIZE is a hint: a child of a rank inherits it without hydra's
+    socket (PMI_FD closed, or another kind of file), and is one process."""
+    from bufferext.distarray._comm import launched
+    no_launcher.setenv("PMI_SIZE", "2")
+    assert launched() == (2, "PMI_SIZE")
+    closed = os.open(os.devnull, os.O_RDONLY)
+    os.close(closed)
+    with open(tmp_path / "file", "w") as regular:
+        for fd in (str(closed), str(regular.fileno()), "nine", "-1"):
+            no_launcher.setenv("PMI_FD", fd)
+            assert launched() == (1, None), fd
+    no_launcher.delenv("PMI_FD")
+    assert launched() == (1, None)          # no PMI at all
+    no_launcher.setenv("PMI_PORT", "vm:43761")   # hydra's TCP mode: an address
+    assert launched() == (2, "PMI_SIZE")
+
+
+def test_a_python_child_of_an_mpiexec_rank_is_one_process() -> None:
+    """Under mpiexec -n 2, a plain python started by a rank (subprocess)
+    inherits PMI_SIZE=2: comm=None is that child alone, without mpi4py
+    (it died in MPI_Init with exit status 15, no Python exception)."""
+    pytest.importorskip("mpi4py", reason="the rank imports mpi4py")
+    exe = mpiexec()
+    child = ("import sys, numpy as np; from bufferext.distarray import DistArray; "
+             "d = DistArray.from_global(np.arange(6), dist='b'); "
+             "print('child', d.comm, d.local.tolist(), 'mpi4py' in sys.modules)")
+    rank = ("import subprocess, sys; from mpi4py import MPI; "
+            f"out = subprocess.run([sys.executable, '-c', {child!r}], "
+            "capture_output=True, text=True, timeout=120); "
+            "print(MPI.COMM_WORLD.Get_rank(), out.returncode, out.stdout.strip(), "
+            "out.stderr.strip()[-300:], flush=True)")
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    proc = subprocess.run([exe, "-n", "2", sys.executable, "-c", rank],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(line.strip() for line in proc.stdout.splitlines() if line.strip())
+    assert lines == ["0 0 child None [0, 1, 2, 3, 4, 5] False",
+                     "1 0 child None [0, 1, 2, 3, 4, 5] False"], proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("name", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"])
 def test_comm_none_under_a_launcher_without_mpi4py_says_what_to_do(
         no_launcher: pytest.MonkeyPatch, name: str) -> None:
@@ -312,7 +367,6 @@ def test_comm_none_under_a_launcher_without_mpi4py_says_what_to_do(
     processes: every entry point that takes comm refuses alike, naming the
     variable that showed the launcher and what to install or pass, instead
     of giving each process the whole array."""
-    import sys
     no_launcher.setenv(name, "2")
     no_launcher.setitem(sys.modules, "mpi4py", None)     # import mpi4py fails
     d = DistArray.from_global(G, dist="bn", grid_shape=(2, 1), rank=1,
@@ -352,9 +406,6 @@ def test_comm_none_without_a_launcher_is_one_process_without_mpi4py(
         value: Any) -> None:
     """No launcher, or one of one process (PMI_SIZE=1): comm=None is this
     process alone, rank picks the section, and mpi4py is never imported."""
-    import os
-    import subprocess
-    import sys
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     if value is not None:
         env["PMI_SIZE"] = value

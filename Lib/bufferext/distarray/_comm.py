@@ -9,6 +9,8 @@ import functools
 import hashlib
 import os
 import reprlib
+import stat
+import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
@@ -49,9 +51,37 @@ _ERRORS: Dict[str, Callable[[str], Exception]] = {
 LAUNCHER_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
+def _pmi_reachable() -> bool:
+    """Whether this process can reach the PMI server that ``PMI_SIZE`` names.
+
+    Any child of a rank inherits the variable (subprocess, multiprocessing,
+    a test runner); only the launched process holds hydra's socket, the
+    descriptor ``PMI_FD`` names, which such children close.  A child
+    trusting the variable died in ``MPI_Init`` (exit status 15).
+    ``PMI_PORT`` (hydra's TCP mode) is an address only MPI_Init can check.
+    """
+    mpi_module = sys.modules.get("mpi4py.MPI")
+    if mpi_module is not None and mpi_module.Is_initialized():
+        # MPI_Init has asked PMI already (its socket may be closed since)
+        return bool(mpi_module.COMM_WORLD.Get_size() > 1)
+    fd = os.environ.get("PMI_FD")
+    if fd is None:
+        return "PMI_PORT" in os.environ
+    try:
+        return stat.S_ISSOCK(os.fstat(int(fd)).st_mode)
+    except (ValueError, OSError):       # not a number, or not open here
+        return False
+
+
 def launched() -> Tuple[int, Optional[str]]:
     """The process count an MPI launcher gave this job and the variable that
-    says so, or ``(1, None)`` when no launcher started this process."""
+    says so, or ``(1, None)`` when no launcher started this process.
+
+    A variable is a hint, checked before it is trusted: ``PMI_SIZE`` counts
+    only where hydra's PMI socket is open in this process
+    (:func:`_pmi_reachable`).  ``OMPI_COMM_WORLD_SIZE`` has nothing of the
+    kind to check (Open MPI's PMIx server is found by an address).
+    """
     for name in LAUNCHER_VARIABLES:
         value = os.environ.get(name)
         if value is None:
@@ -63,6 +93,8 @@ def launched() -> Tuple[int, Optional[str]]:
         if count < 1:
             raise RuntimeError(f"{name}={value!r}: an MPI launcher's process count "
                                "must be a positive integer")
+        if name == "PMI_SIZE" and count > 1 and not _pmi_reachable():
+            continue                    # inherited from a rank: not one
         return count, name
     return 1, None
 
