@@ -377,6 +377,61 @@ bufferext_producer_arrow_c_device_array(PyObject *op, PyObject *const *args,
 
 /* ---- import ------------------------------------------------------------- */
 
+/* The schema's metadata may give its storage another meaning: the key
+ * ARROW:extension:name names an extension type (arrow.bool8 over int8, a
+ * user's timestamp over int64), whose numbers are not what it means.  The
+ * encoding (the C Data Interface's "metadata"): an int32 count of pairs,
+ * then each key and value as an int32 length and its bytes, native order,
+ * unaligned.  0, or -1 with BufferError naming the extension (or saying
+ * the metadata is malformed). */
+static int
+read_metadata(const BxArrowSchema *s)
+{
+    static const char key[] = "ARROW:extension:name";
+    const char *p = s->metadata;
+    int32_t pairs, klen, vlen, i;
+
+    if (p == NULL) {
+        return 0;
+    }
+    memcpy(&pairs, p, sizeof(pairs));
+    p += sizeof(pairs);
+    for (i = 0; pairs >= 0 && i < pairs; i++) {
+        memcpy(&klen, p, sizeof(klen));
+        if (klen < 0) {
+            break;
+        }
+        p += sizeof(klen);
+        memcpy(&vlen, p + klen, sizeof(vlen));
+        if (vlen < 0) {
+            break;
+        }
+        if (klen == (int32_t)(sizeof(key) - 1) &&
+            memcmp(p, key, sizeof(key) - 1) == 0) {
+            PyObject *name = PyUnicode_DecodeUTF8(
+                p + klen + sizeof(vlen), vlen > 200 ? 200 : vlen, "replace");
+            if (name != NULL) {
+                PyErr_Format(PyExc_BufferError, "arrow: type '%.64s' is the "
+                             "storage of the extension type %R "
+                             "(ARROW:extension:name), which means more than "
+                             "its numbers; import its storage "
+                             "(ExtensionArray.storage) to take them as they "
+                             "are", s->format, name);
+                Py_DECREF(name);
+            }
+            return -1;
+        }
+        p += klen + sizeof(vlen) + vlen;
+    }
+    if (i < pairs || pairs < 0) {
+        PyErr_Format(PyExc_BufferError, "arrow: the schema's metadata is "
+                     "malformed (a negative count or length at pair %d)",
+                     (int)i);
+        return -1;
+    }
+    return 0;
+}
+
 /* The struct-module format of a schema, or BufferError naming its type. */
 static int
 read_schema(const BxArrowSchema *s, bufferext_arrow_import *out)
@@ -397,6 +452,9 @@ read_schema(const BxArrowSchema *s, bufferext_arrow_import *out)
         PyErr_Format(PyExc_BufferError, "arrow: the array is "
                      "dictionary-encoded (indices '%.64s'); decode it first",
                      s->format);
+        return -1;
+    }
+    if (read_metadata(s) < 0) {
         return -1;
     }
     if (s->n_children != 0) {

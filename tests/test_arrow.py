@@ -12,10 +12,12 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import re
+import struct
 import sys
 import threading
 import weakref
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -294,6 +296,61 @@ def test_malformed_arrays_are_refused_and_stay_the_producers(
     with pytest.raises(BufferError, match=message):
         bufferext.as_buffer(producer)
     assert producer.releases == 0 and producer.array.release
+
+
+def metadata(*pairs: Tuple[bytes, bytes], count: Optional[int] = None) -> bytes:
+    """The C Data Interface's metadata encoding (native int32 lengths)."""
+    out = struct.pack("=i", len(pairs) if count is None else count)
+    for key, value in pairs:
+        out += struct.pack("=i", len(key)) + key + struct.pack("=i", len(value)) + value
+    return out
+
+
+def test_an_extension_type_is_refused_by_name_its_storage_comes_in() -> None:
+    """An extension type's numbers are not what it means: arrow.bool8's
+    [true, false, true] came in as int8 [1, 0, 2], a user's timestamp as
+    plain int64."""
+    bool8 = pa.ExtensionArray.from_storage(pa.bool8(), pa.array([1, 0, 2], pa.int8()))
+    with pytest.raises(BufferError, match=re.escape(
+            "arrow: type 'c' is the storage of the extension type 'arrow.bool8' "
+            "(ARROW:extension:name)")):
+        bufferext.as_buffer(bool8)
+    assert np.asarray(bufferext.as_buffer(bool8.storage)).tolist() == [1, 0, 2]
+
+    class Stamp(pa.ExtensionType):       # a user's, as pyarrow's docs show
+        def __init__(self) -> None:
+            super().__init__(pa.int64(), "my.timestamp")
+
+        def __arrow_ext_serialize__(self) -> bytes:
+            return b""
+
+        @classmethod
+        def __arrow_ext_deserialize__(cls, storage: Any, data: bytes) -> Any:
+            return cls()
+
+    stamps = pa.ExtensionArray.from_storage(Stamp(), pa.array([1, 2], pa.int64()))
+    with pytest.raises(BufferError, match="extension type 'my.timestamp'"):
+        bufferext.as_buffer(stamps)
+
+
+@pytest.mark.parametrize("meta, message", [
+    (metadata((b"owner", b"lab"), (b"ARROW:extension:name", b"x.y"),
+              (b"ARROW:extension:metadata", b"")), "extension type 'x.y'"),
+    (metadata((b"a", b"b"), count=-1), r"malformed \(a negative count or "
+                                       r"length at pair 0\)"),
+    (metadata((b"a", b"b")).replace(struct.pack("=i", 1) + b"a",
+                                    struct.pack("=i", -4) + b"a"),
+     "malformed .* at pair 0"),
+])
+def test_a_foreign_schemas_metadata_is_read(meta: bytes, message: str) -> None:
+    producer = HandMade(b"l", np.arange(3, dtype=np.int64))
+    producer.schema.metadata = meta
+    with pytest.raises(BufferError, match=message):
+        bufferext.as_buffer(producer)
+    assert producer.releases == 0 and producer.array.release
+    # metadata that names no extension changes nothing
+    producer.schema.metadata = metadata((b"owner", b"lab"), (b"", b""))
+    assert np.asarray(bufferext.as_buffer(producer)).tolist() == [0, 1, 2]
 
 
 # ---- out: pyarrow imports our exports -------------------------------------------
