@@ -827,6 +827,8 @@ static PyType_Slot cpubuffer_slots[] = {
     {Py_tp_members, bufferext_producer_members},
     {Py_bf_getbuffer, cpubuffer_getbuffer},
     {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
+    {Py_sq_length, bufferext_producer_length},
+    {Py_nb_bool, bufferext_producer_bool},
     {Py_tp_doc,
      "CPUBuffer(shape, dtype='float64', *, readonly=False)\n--\n\n"
      "Zero-filled CPU memory, 64-byte aligned, exported through the extended\n"

@@ -861,6 +861,8 @@ static PyType_Slot cudabuffer_slots[] = {
     {Py_tp_members, bufferext_producer_members},
     {Py_bf_getbuffer, cudabuffer_getbuffer},
     {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
+    {Py_sq_length, bufferext_producer_length},
+    {Py_nb_bool, bufferext_producer_bool},
     {Py_tp_doc,
      "CUDABuffer(shape, dtype='float64', *, device=0, readonly=False)\n--\n\n"
      "Zero-filled memory on a CUDA device, allocated in its primary context\n"

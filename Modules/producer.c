@@ -207,6 +207,42 @@ bufferext_contiguous_bytes(Py_buffer *view, void **staged)
 
 /* ---- slots and methods ------------------------------------------------- */
 
+/* len(): the first dimension, as memoryview and NumPy answer; TypeError
+ * for a 0-d buffer, ValueError when closed. */
+Py_ssize_t
+bufferext_producer_length(PyObject *op)
+{
+    bufferext_producer *p = BufferExtProducer_CAST(op);
+    Py_ssize_t n = 0;
+    int open, ndim;
+
+    BUFFEREXT_LOCKED_BEGIN(op);
+    open = p->open;
+    ndim = p->layout.ndim;
+    if (open && ndim > 0) {
+        n = p->layout.shape[0];
+    }
+    BUFFEREXT_LOCKED_END();
+    if (!open) {
+        return raise_closed(p);
+    }
+    if (ndim == 0) {
+        PyErr_Format(PyExc_TypeError, "len() of a 0-d %s (shape ())",
+                     p->kind->name);
+        return -1;
+    }
+    return n;
+}
+
+/* A buffer is true, empty, 0-d or closed (its length would decide
+ * otherwise, and raise for the last two). */
+int
+bufferext_producer_bool(PyObject *op)
+{
+    (void)op;
+    return 1;
+}
+
 PyObject *
 bufferext_producer_repr(PyObject *op, const char *extra, const char *closed,
                         const char *after)

@@ -162,6 +162,9 @@ const void *bufferext_contiguous_bytes(Py_buffer *view, void **staged);
 
 /* "Name(shape, dtype='...'<extra>[, readonly=True]<closed>)<after>":
  * `closed` and `after` are shown only when the buffer is closed. */
+/* The len() (first dimension) and truth (always true) slots. */
+Py_ssize_t bufferext_producer_length(PyObject *op);
+int bufferext_producer_bool(PyObject *op);
 PyObject *bufferext_producer_repr(PyObject *op, const char *extra,
                                   const char *closed, const char *after);
 

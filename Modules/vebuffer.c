@@ -412,6 +412,8 @@ static PyType_Slot vebuffer_slots[] = {
     {Py_tp_members, bufferext_producer_members},
     {Py_bf_getbuffer, vebuffer_getbuffer},
     {Py_bf_releasebuffer, bufferext_producer_releasebuffer},
+    {Py_sq_length, bufferext_producer_length},
+    {Py_nb_bool, bufferext_producer_bool},
     {Py_tp_doc,
      "VEBuffer(shape, dtype='float64', *, node=0, readonly=False)\n--\n\n"
      "Memory on NEC SX-Aurora VE node `node`, allocated as VEO HMEM\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import re
 import gc
 import sys
 import tracemalloc
@@ -979,3 +980,24 @@ def test_copy_source_cannot_close_the_target(action: str) -> None:
     assert target.exports == 0 and target.shape == (10,)
     target.copy_from_host(np.arange(10.0))
     assert np.asarray(target).tolist() == list(range(10))
+
+
+def test_len_is_the_first_dimension_as_memoryview_says() -> None:
+    """len() as memoryview and NumPy answer it (mpi4py's tests call it on
+    their array backends); the truth of a buffer stays True (a length of
+    0, a 0-d or a closed buffer would otherwise be false or raise)."""
+    for shape in [(3, 4), 5, (0, 2), (2, 0), (1,) * 6]:
+        buf = bufferext.CPUBuffer(shape, "int16")
+        assert len(buf) == len(memoryview(buf)) == np.asarray(buf).shape[0], shape
+        assert bool(buf) is True
+    scalar = bufferext.CPUBuffer((), "float32")
+    with pytest.raises(TypeError, match=re.escape("len() of a 0-d CPUBuffer (shape ())")):
+        len(scalar)
+    assert bool(scalar) is True
+    grows = bufferext.CPUBuffer((2, 3))
+    grows.resize((7, 3))
+    assert len(grows) == 7
+    grows.close()
+    with pytest.raises(ValueError, match="operation on a closed CPUBuffer"):
+        len(grows)
+    assert bool(grows) is True

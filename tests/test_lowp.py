@@ -269,6 +269,7 @@ def test_cudabuffer_takes_the_dtype_and_fills_it(tmp_path: Any) -> None:
         import numpy as np
         b = CUDABuffer((2, 3), "float8_e4m3fn")
         assert (b.format, b.itemsize, b.nbytes) == ("[float8_e4m3fn]", 1, 6)
+        assert len(b) == 2 and bool(b)      # len(): the first dimension
         assert b.__dlpack__(max_version=(1, 3)) is not None
         bits = np.arange(6, dtype=np.uint8) * 37
         b.copy_from_host(bits)
@@ -344,6 +345,7 @@ def test_vebuffer_takes_the_dtype_and_moves_it_bit_for_bit(tmp_path: Any) -> Non
         from bufferext import VEBuffer
         b = VEBuffer((2, 3), "float8_e5m2")
         assert (b.format, b.itemsize, b.nbytes) == ("[float8_e5m2]", 1, 6)
+        assert len(b) == 2 and bool(b)      # len(): the first dimension
         assert b.__ve_array_interface__["typestr"] == "[float8_e5m2]"
         bits = np.arange(6, dtype=np.uint8) * 41
         b.copy_from_host(bits)

@@ -258,6 +258,10 @@ class CPUBuffer:
         """Free the memory now; BufferError while exported."""
     def resize(self, shape: _Shape, /) -> None:
         """Change the shape in place; BufferError while exported."""
+    def __len__(self) -> int:
+        """The first dimension; TypeError for a 0-d buffer."""
+    def __bool__(self) -> bool:
+        """Always true (empty, 0-d and closed buffers too)."""
     def copy(self, *, readonly: bool | None = None) -> Self:
         """A new buffer with the same shape, dtype and contents; readonly
         None keeps this buffer's flag."""
@@ -369,6 +373,8 @@ class CUDABuffer:
         """Wait for the queued work; exports then carry no event."""
     def close(self) -> None:
         """Free the memory now; BufferError while exported."""
+    def __len__(self) -> int: ...
+    def __bool__(self) -> bool: ...
     def __dlpack__(
         self,
         *,
@@ -451,6 +457,8 @@ class VEBuffer:
     def to_host(self) -> NDArray[Any]: ...
     def copy_from(self, other: VEBuffer, /) -> None: ...
     def close(self) -> None: ...
+    def __len__(self) -> int: ...
+    def __bool__(self) -> bool: ...
     def __dlpack__(
         self,
         *,
