@@ -63,15 +63,17 @@ bufferext_acquire_own(PyObject *exporter, Py_buffer_extended *ext)
             ? bufferext_cpubuffer_slot
             : bufferext_own_getbuffer(exporter);
 
+    BufferExtInternal_Marking mark;
     int rc;
 
     BufferExtInternal_ClearExtension(ext);
-    if (getbuffer == NULL) {
+    if (getbuffer == NULL ||
+        BufferExtInternal_SetMark(&mark, ext,
+                                  PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
         return -1;
     }
-    BufferExtInternal_SetMark(ext, PyBUF_RECORDS_RO | PyBUF_DEVICE);
     rc = getbuffer(exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
-    BufferExtInternal_ClearMark(ext);
+    BufferExtInternal_ClearMark(&mark);
     return rc;
 }
 

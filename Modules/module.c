@@ -80,6 +80,7 @@ device_of(PyObject *module, PyObject *obj)
 {
     PyBufferProcs *procs = Py_TYPE(obj)->tp_as_buffer;
     Py_buffer_extended ext;
+    BufferExtInternal_Marking mark;
     const int flags = PyBUF_FULL_RO | PyBUF_DEVICE;
     PyObject *result;
     int rc;
@@ -91,9 +92,11 @@ device_of(PyObject *module, PyObject *obj)
         return NULL;
     }
     BufferExtInternal_ClearExtension(&ext);
-    BufferExtInternal_SetMark(&ext, flags);
+    if (BufferExtInternal_SetMark(&mark, &ext, flags) < 0) {
+        return NULL;
+    }
     rc = procs->bf_getbuffer(obj, &ext.view, flags);
-    BufferExtInternal_ClearMark(&ext);
+    BufferExtInternal_ClearMark(&mark);
     if (rc < 0) {
         BufferExtInternal_ClearExtension(&ext);
         return NULL;

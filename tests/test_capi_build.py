@@ -79,7 +79,7 @@ def test_flag_values(capi):
     assert capi.PyBUF_DEVICE not in (capi.PyBUF_READ, capi.PyBUF_WRITE)
     assert capi.PyBUF_DEVICE | capi.PyBUF_SIMPLE not in (capi.PyBUF_READ,
                                                          capi.PyBUF_WRITE)
-    assert capi.BUFFEREXT_ABI_VERSION == 2
+    assert capi.BUFFEREXT_ABI_VERSION == 3
     assert capi.SIZEOF_PY_BUFFER_EXTENDED == capi.SIZEOF_PY_BUFFER + 24
 
 

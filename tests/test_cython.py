@@ -79,7 +79,7 @@ def test_constants_agree_with_python(cy) -> None:
     assert consumer.DEVICE == BufferFlags.DEVICE == 0x10000
     assert consumer.REQUIRED == BufferFlags.REQUIRED == 0xFD
     assert consumer.LEGACY == 0x1FD
-    assert consumer.ABI_VERSION == 2
+    assert consumer.ABI_VERSION == 3
     assert cy["producer"].DECLARED == (BufferFlags.FORMAT | BufferFlags.ND
                                        | BufferFlags.STRIDES
                                        | BufferFlags.DEVICE)

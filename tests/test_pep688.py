@@ -414,6 +414,11 @@ def test_exporters_trust_only_a_marked_view(capi: ModuleType) -> None:
     assert capi.extended_for(DEVICE | FULL_RO, False) is None
     assert capi.extended_for(DEVICE, True) is True
     assert capi.extended_for(FULL_RO, True) is None
+    # nothing in the view proves anything: the ABI 2 mark in `internal`
+    # (what reused heap memory at a door's fresh view may hold) is no mark
+    assert capi.extended_for(DEVICE, False, False, True) is None
+    # requests nest: a view marked and unmarked meanwhile leaves this one's
+    assert capi.extended_for(DEVICE, True, True) is True
     x = capi.ExporterFull()
     assert capi.set_device(x, DEVICE, None, False, False)["flags"] == 0
     with pytest.raises(BufferError, match="not one marked as extended"):

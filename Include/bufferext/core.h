@@ -13,10 +13,11 @@
  *                 type attribute __buffer_supported_flags__ (an int) and is
  *                 cached per type and per translation unit, keyed on the
  *                 type's version tag, so a lookup costs a few loads.
- *   the mark      a consumer that passes PyBUF_DEVICE marks the view it
- *                 hands over (view->internal, see BufferExt_Extended), so an
- *                 exporter tells an extended view from a bare Py_buffer by
- *                 the view itself, whatever path the request took.
+ *   the mark      a consumer that passes PyBUF_DEVICE records the view it
+ *                 hands over in the calling thread's slot (see
+ *                 BufferExt_Extended), so an exporter tells an extended view
+ *                 from a bare Py_buffer whatever path the request took,
+ *                 without reading memory the path may not have initialised.
  *   PEP 688       on 3.12+, which request paths can carry an extended view:
  *                 BufferExt_SetSupportedFlags guards a type's __buffer__,
  *                 and the cache also records which getbuffer a device
@@ -232,38 +233,118 @@ typedef struct Py_buffer_extended {
  * behind it: PyBUF_DEVICE reaches a getbuffer with a bare Py_buffer
  * through any path that forwards its caller's flags (CPython's __buffer__
  * wrapper, pickle.PickleBuffer, memoryview._from_flags, an exporter that
- * forwards to another, a consumer that ignores this header).  So every
- * consumer that passes PyBUF_DEVICE writes the mark into view->internal
- * before it calls the exporter, and an exporter writes the extension only
- * when it finds the mark there on entry (BufferExt_Extended).  The mark
- * is the view's own address with its bits flipped by a fixed key: on
- * 64-bit platforms that is never a user-space address, so no pointer an
- * exporter stores in `internal` equals it, and a stale mark left in
- * reused memory marks only the same address (consumers clear a mark the
- * exporter did not overwrite).  Part of the ABI (BUFFEREXT_ABI_VERSION 2). */
-#define BUFFEREXT_MARK_KEY 0x62756665u    /* "bufe" */
+ * forwards to another, a consumer that ignores this header).  Nor is
+ * anything in the view: on those paths CPython hands over fresh memory
+ * that no one initialised, whose old contents Python code can arrange.
+ * So the proof travels beside the view, on the calling thread: every
+ * consumer that passes PyBUF_DEVICE records the address of its view in
+ * the thread's slot before it calls the exporter and puts back what was
+ * there after (requests nest), and an exporter writes the extension only
+ * when its `view` is the one recorded (BufferExt_Extended).  The slot is a
+ * capsule named BUFFEREXT_MARK_CAPSULE in the thread state's dict, under
+ * the key &PyCapsule_Type (an object every build of every extension
+ * shares, in every interpreter), the view in its context; made on a
+ * thread's first extended request, so no request allocates.  Part of the
+ * ABI (BUFFEREXT_ABI_VERSION 3). */
+#define BUFFEREXT_MARK_CAPSULE "bufferext.extended_view"
 
-static inline void *BufferExtInternal_Mark(const Py_buffer *view)
+/* The calling thread's slot (borrowed), or NULL: none yet, or the key taken
+ * by something else.  `create`: make it if there is none; NULL then means
+ * an exception is set.  Runs no Python code but a first allocation's. */
+static inline PyObject *BufferExtInternal_MarkSlot(int create)
 {
-    return (void *)((uintptr_t)view ^ ~(uintptr_t)BUFFEREXT_MARK_KEY);
-}
+    PyObject *dict = PyThreadState_GetDict();
+    PyObject *key = (PyObject *)&PyCapsule_Type, *slot;
 
-/* Consumer side: mark `view` for a request of `flags` (internal = NULL for
- * a request without PyBUF_DEVICE), before calling the exporter. */
-static inline void BufferExtInternal_SetMark(Py_buffer_extended *view,
-                                             int flags)
-{
-    view->view.internal = (flags & PyBUF_DEVICE)
-                              ? BufferExtInternal_Mark(&view->view) : NULL;
-}
-
-/* Consumer side, after the call: a mark the exporter left in place is
- * cleared, so that no later use of this memory finds it. */
-static inline void BufferExtInternal_ClearMark(Py_buffer_extended *view)
-{
-    if (view->view.internal == BufferExtInternal_Mark(&view->view)) {
-        view->view.internal = NULL;
+    if (dict == NULL) {
+        if (create && !PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "bufferext: the thread has no state dict");
+        }
+        return NULL;
     }
+    slot = PyDict_GetItemWithError(dict, key);
+    if (slot != NULL) {
+        if (PyCapsule_IsValid(slot, BUFFEREXT_MARK_CAPSULE)) {
+            return slot;
+        }
+        if (create) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "bufferext: the thread state's dict holds "
+                            "something else under the extended-view key");
+        }
+        return NULL;
+    }
+    if (!create || PyErr_Occurred()) {
+        return NULL;
+    }
+    /* the pointer is a token (a capsule's may not be NULL); the view is
+     * the context */
+    slot = PyCapsule_New((void *)key, BUFFEREXT_MARK_CAPSULE, NULL);
+    if (slot == NULL || PyDict_SetItem(dict, key, slot) < 0) {
+        Py_XDECREF(slot);
+        return NULL;
+    }
+    Py_DECREF(slot);            /* the dict holds it */
+    return slot;
+}
+
+/* A consumer's mark: the slot (a strong reference while marked, NULL for a
+ * request without PyBUF_DEVICE) and what it held before. */
+typedef struct {
+    PyObject *slot;
+    void *previous;
+} BufferExtInternal_Marking;
+
+/* Consumer side: mark `view` for a request of `flags`, before calling the
+ * exporter.  0, or -1 with an exception (no slot could be made). */
+static inline int BufferExtInternal_SetMark(BufferExtInternal_Marking *m,
+                                            Py_buffer_extended *view,
+                                            int flags)
+{
+    m->slot = NULL;
+    if (!(flags & PyBUF_DEVICE)) {
+        return 0;
+    }
+    m->slot = BufferExtInternal_MarkSlot(1);
+    if (m->slot == NULL) {
+        return -1;
+    }
+    Py_INCREF(m->slot);
+    m->previous = PyCapsule_GetContext(m->slot);
+    PyCapsule_SetContext(m->slot, &view->view);
+    return 0;
+}
+
+/* Consumer side, after the call: the slot holds what it held before. */
+static inline void BufferExtInternal_ClearMark(BufferExtInternal_Marking *m)
+{
+    if (m->slot != NULL) {
+        PyCapsule_SetContext(m->slot, m->previous);
+        Py_DECREF(m->slot);
+        m->slot = NULL;
+    }
+}
+
+/* Exporter side: whether `view` is the view a consumer marked on this
+ * thread.  Reads nothing of the view.  A capsule under the key whose
+ * context is this very view is the slot (no name check needed). */
+static inline int BufferExtInternal_Marked(const Py_buffer *view)
+{
+    PyObject *dict = PyThreadState_GetDict(), *slot;
+
+    if (dict == NULL) {
+        return 0;
+    }
+    slot = PyDict_GetItemWithError(dict, (PyObject *)&PyCapsule_Type);
+    if (slot == NULL) {
+        if (PyErr_Occurred()) {
+            PyErr_Clear();      /* a lookup of a type key cannot fail */
+        }
+        return 0;
+    }
+    return Py_IS_TYPE(slot, &PyCapsule_Type) &&
+           PyCapsule_GetContext(slot) == (const void *)view;
 }
 
 /* The ABI between extensions built separately, against any release of this
@@ -271,15 +352,16 @@ static inline void BufferExtInternal_ClearMark(Py_buffer_extended *view)
  * the meaning of its fields; it changes (a major, incompatible change) only
  * if either ever does, never for a new extended flag (a bit in
  * BUFFEREXT_EXTENDED_FLAGS) or a new device name.  Version 2 added the mark
- * of an extended view (above): an exporter of version 2 trusts no
- * PyBUF_DEVICE request from a consumer of version 1.  Beside it,
+ * of an extended view, in view->internal; version 3 moved it beside the
+ * view, into the thread's slot (above): an exporter of one version trusts
+ * no PyBUF_DEVICE request from a consumer of another.  Beside it,
  * extensions share: the type attribute __buffer_supported_flags__ (its
  * values as above), the docstring that marks the PEP 688 guard of
  * __buffer__ (internal/accel.h), and the device-info layouts, versioned on their own
  * (cuda.h, ve.h: a major number for incompatible changes, a minor one for
  * fields added in the reserved space).  Nothing else (the cache, internal
  * names) crosses an extension's boundary. */
-#define BUFFEREXT_ABI_VERSION 2
+#define BUFFEREXT_ABI_VERSION 3
 
 /* Declares the error paths of the inline functions below: kept out of line
  * (where the compiler allows saying so) so that the hot path a consumer
@@ -594,15 +676,13 @@ BufferExtInternal_RejectUnclean(PyObject *obj, Py_buffer_extended *view,
 }
 
 /* The end of every BufferExt_GetBuffer, once the exporter returned `rc`
- * for a request of `flags` made through `view` (marked before the call):
- * the mark cleared; on failure the extension too (an exporter may have
- * written it before failing), on success the extension checked.  0 or
- * -1, as the request. */
+ * for a request of `flags` made through `view` (its mark cleared): on
+ * failure the extension cleared (an exporter may have written it before
+ * failing), on success checked.  0 or -1, as the request. */
 BUFFEREXT_INTERNAL_HOT int
 BufferExtInternal_Answered(PyObject *obj, Py_buffer_extended *view,
                            int flags, int rc)
 {
-    BufferExtInternal_ClearMark(view);
     if (rc < 0) {
         BufferExtInternal_ClearExtension(view);
         return -1;
@@ -622,14 +702,18 @@ BufferExtInternal_Answered(PyObject *obj, Py_buffer_extended *view,
 BUFFEREXT_INTERNAL_HOT int
 BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 {
+    BufferExtInternal_Marking mark;
     int rc;
 
     if (!(flags & BUFFEREXT_EXTENDED_FLAGS)) {
         /* CPython zeroes the extension of an extended request only */
         BufferExtInternal_ClearExtension(view);
     }
-    BufferExtInternal_SetMark(view, flags);
+    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
+        return -1;
+    }
     rc = PyObject_GetBuffer(obj, &view->view, flags);
+    BufferExtInternal_ClearMark(&mark);
     return BufferExtInternal_Answered(obj, view, flags, rc);
 }
 #else
@@ -649,6 +733,7 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
      * one to call instead of PyObject_GetBuffer (NULL: none) */
     BufferExtAccel_GetBufferProc slot = BufferExtAccel_BufferSlot(obj);
     BufferExtAccel_GetBufferProc direct = NULL;
+    BufferExtInternal_Marking mark;
 
     BufferExtInternal_ClearExtension(view);
     if ((required || (flags & PyBUF_DEVICE)) &&
@@ -683,10 +768,13 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
         }
 #endif
     }
-    BufferExtInternal_SetMark(view, flags);
+    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
+        return -1;
+    }
     rc = direct != NULL ? direct(obj, &view->view, flags)
                         : BufferExtAccel_CallSlot(slot, obj, &view->view,
                                                   flags);
+    BufferExtInternal_ClearMark(&mark);
     return BufferExtInternal_Answered(obj, view, flags, rc);
 }
 
@@ -728,10 +816,16 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
     }
 #  endif
     if (!general) {
+        BufferExtInternal_Marking mark;
+        int rc;
+
         BufferExtInternal_ClearExtension(view);
-        BufferExtInternal_SetMark(view, flags);
-        return BufferExtInternal_Answered(obj, view, flags,
-                                          slot(obj, &view->view, flags));
+        if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
+            return -1;
+        }
+        rc = slot(obj, &view->view, flags);
+        BufferExtInternal_ClearMark(&mark);
+        return BufferExtInternal_Answered(obj, view, flags, rc);
     }
 #endif
     return BufferExtInternal_GetBuffer(obj, view, flags);
@@ -759,9 +853,9 @@ static inline int BufferExt_IsDevice(const Py_buffer_extended *view)
  * `view`, or NULL when the consumer did not request PyBUF_DEVICE through an
  * extended view (then the memory after the Py_buffer is not the consumer's
  * to write, and the request is served as if PyBUF_DEVICE were absent).  The
- * proof is the consumer's mark in view->internal (see
- * BufferExtInternal_Mark), which the exporter's own writes replace: call
- * it on entry, before anything fills the view. */
+ * proof is the consumer's mark in the thread's slot (see
+ * BUFFEREXT_MARK_CAPSULE), not anything in the view, which on some paths
+ * nobody initialised; it holds for the whole getbuffer call. */
 static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
                                                      int flags)
 {
@@ -770,8 +864,7 @@ static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
      * flag is the proof, as the draft says */
     return (flags & PyBUF_DEVICE) ? (Py_buffer_extended *)view : NULL;
 #else
-    return (flags & PyBUF_DEVICE) &&
-                   view->internal == BufferExtInternal_Mark(view)
+    return (flags & PyBUF_DEVICE) && BufferExtInternal_Marked(view)
                ? (Py_buffer_extended *)view : NULL;
 #endif
 }
@@ -812,8 +905,7 @@ BufferExtInternal_RefuseDevice(PyObject *exporter, const char *device,
  * requested through an extended view (BufferExt_Extended); otherwise
  * raises BufferError naming the exporter's type and the device, so device
  * memory never reaches a CPU-only consumer.
- * Call it first, before anything writes the view (the consumer's mark is
- * read from it), taking any reference or counting the export.
+ * Call it before taking any reference or counting the export.
  * Returns 0, or -1 with BufferError. */
 static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
                                       int flags, const char *device,

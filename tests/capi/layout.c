@@ -38,7 +38,7 @@ FREEZE((PyBUF_DEVICE | PyBUF_SIMPLE) != PyBUF_WRITE);
 FREEZE((PyBUF_DEVICE & (PyBUF_READ | PyBUF_WRITE)) == 0);
 FREEZE(BUFFEREXT_SUPPORTS_LEGACY == 0);
 FREEZE(BUFFEREXT_SUPPORTS_SIMPLE_ONLY == -1);
-FREEZE(BUFFEREXT_ABI_VERSION == 2);
+FREEZE(BUFFEREXT_ABI_VERSION == 3);
 #ifdef BUFFEREXT_NATIVE
 /* a CPython that implements the draft (cpython/): its values are ours, and
  * Py_buffer_extended below is its struct, held to the backport's layout */

@@ -1104,27 +1104,45 @@ tc_reset_cache_stats(PyObject *module, PyObject *noargs)
 
 /* ---- producer helpers called directly --------------------------------- */
 
-/* extended_for(flags, marked=True) -> bool: whether BufferExt_Extended
- * hands back the same address as an extended view, None if it returns
- * NULL.  `marked`: the view carries a consumer's mark, as
- * BufferExt_GetBuffer leaves it for the exporter (else internal is NULL,
- * as in a bare Py_buffer a plain consumer passes). */
+/* extended_for(flags, marked=True, nested=False, forged=False) -> bool:
+ * whether BufferExt_Extended hands back the same address as an extended
+ * view, None if it returns NULL.  `marked`: a consumer marked the view, as
+ * BufferExt_GetBuffer does for the exporter (else it is a bare Py_buffer a
+ * plain consumer passes).  `nested`: another view is marked and unmarked
+ * first (an exporter consuming another object before it answers).
+ * `forged`: view->internal holds the ABI 2 mark (the view's address, its
+ * bits flipped by the key 0x62756665), which memory nobody initialised may
+ * hold. */
 static PyObject *
 tc_extended_for(PyObject *module, PyObject *args)
 {
-    Py_buffer_extended ext;
+    Py_buffer_extended ext, other;
     Py_buffer_extended *got;
-    int flags, marked = 1;
+    BufferExtInternal_Marking mark = {NULL, NULL}, inner;
+    int flags, marked = 1, nested = 0, forged = 0;
 
     (void)module;
-    if (!PyArg_ParseTuple(args, "i|p:extended_for", &flags, &marked)) {
+    if (!PyArg_ParseTuple(args, "i|ppp:extended_for", &flags, &marked,
+                          &nested, &forged)) {
         return NULL;
     }
     memset(&ext, 0, sizeof(ext));
-    if (marked) {
-        BufferExtInternal_SetMark(&ext, flags);
+    if (forged) {
+        ext.view.internal =
+            (void *)((uintptr_t)&ext.view ^ ~(uintptr_t)0x62756665u);
+    }
+    if (marked && BufferExtInternal_SetMark(&mark, &ext, flags) < 0) {
+        return NULL;
+    }
+    if (nested) {
+        if (BufferExtInternal_SetMark(&inner, &other, PyBUF_DEVICE) < 0) {
+            BufferExtInternal_ClearMark(&mark);
+            return NULL;
+        }
+        BufferExtInternal_ClearMark(&inner);
     }
     got = BufferExt_Extended(&ext.view, flags);
+    BufferExtInternal_ClearMark(&mark);
     if (got == NULL) {
         Py_RETURN_NONE;
     }
@@ -1139,9 +1157,10 @@ tc_set_device(PyObject *module, PyObject *args)
 {
     static BufferExt_CUDADeviceInfo info;
     Py_buffer_extended ext;
+    BufferExtInternal_Marking mark = {NULL, NULL};
     PyObject *exporter;
     const char *device;
-    int flags, with_info, marked = 1;
+    int flags, with_info, marked = 1, rc;
 
     (void)module;
     if (!PyArg_ParseTuple(args, "Oizp|p:set_device", &exporter, &flags,
@@ -1149,11 +1168,13 @@ tc_set_device(PyObject *module, PyObject *args)
         return NULL;
     }
     memset(&ext, 0, sizeof(ext));
-    if (marked) {
-        BufferExtInternal_SetMark(&ext, flags);
+    if (marked && BufferExtInternal_SetMark(&mark, &ext, flags) < 0) {
+        return NULL;
     }
-    if (BufferExt_SetDevice(exporter, &ext.view, flags, device,
-                            with_info ? &info : NULL) < 0) {
+    rc = BufferExt_SetDevice(exporter, &ext.view, flags, device,
+                             with_info ? &info : NULL);
+    BufferExtInternal_ClearMark(&mark);
+    if (rc < 0) {
         if (!extension_is_clear(&ext)) {
             PyErr_SetString(PyExc_AssertionError,
                             "BufferExt_SetDevice failed and wrote fields");
