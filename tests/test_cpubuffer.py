@@ -210,6 +210,22 @@ def test_dtype_errors_name_the_dtype_given_and_what_is_supported(dtype, words):
         assert "data type" not in str(info.value)      # no numpy wording
 
 
+@pytest.mark.parametrize("dtype, hint", [
+    ("bf16", "(did you mean 'bfloat16'?)"),
+    ("flaot32", "(did you mean 'float32'?)"),
+    ("fp8_e4m3", "(did you mean 'float8_e4m3'?; the 8-bit floats are "
+                 "float8_e3m4, float8_e4m3, float8_e4m3b11fnuz, float8_e4m3fn, "
+                 "float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, float8_e8m0fnu)"),
+    ("banana", ""),
+])
+def test_a_misspelt_dtype_gets_the_closest_name(dtype: str, hint: str) -> None:
+    with pytest.raises(TypeError) as info:
+        CPUBuffer(2, dtype)
+    assert str(info.value).startswith(
+        f"dtype {dtype!r} is not understood{' ' + hint if hint else ''}: give a "
+        "numpy dtype"), str(info.value)
+
+
 def test_unallocatable_size_is_memory_error():
     with pytest.raises(MemoryError, match=str(2**62)):
         CPUBuffer(2**62, "u1")

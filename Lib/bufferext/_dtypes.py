@@ -16,6 +16,7 @@ else raw bytes (``'V2'``, ``'V1'``).
 
 from __future__ import annotations
 
+import difflib
 import re
 import struct
 import sys
@@ -54,6 +55,10 @@ LOWP = {
     "float8_e4m3b11fnuz": 1, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1,
     "float8_e5m2": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
 }
+#: The names a misspelling is matched against (``'bf16'``: ``'bfloat16'``).
+_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+          "uint64", "float16", "float32", "float64", "complex64", "complex128",
+          *LOWP)
 #: DLPack's sub-byte floats: several items to a byte, which no buffer has.
 _SUB_BYTE = ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
 _LOWP_FORMAT = re.compile(r"^([@=<>!]?)\[(\w+)\]$")
@@ -66,10 +71,26 @@ _ORDERS: Dict[str, Literal["=", "<", ">"]] = {
 }
 
 
+def _not_understood(dtype: Any) -> TypeError:
+    """The refusal of a spelling: the closest supported name when one is
+    close (``'bf16'``: ``'bfloat16'``), the float8 names when it looks like
+    one, then how to spell a dtype."""
+    hints = []
+    if isinstance(dtype, str):
+        close = difflib.get_close_matches(dtype.lower(), _NAMES, n=1, cutoff=0.6)
+        if close:
+            hints.append(f"did you mean {close[0]!r}?")
+        if "8" in dtype and ("f" in dtype.lower() or "e" in dtype.lower()):
+            hints.append("the 8-bit floats are " + ", ".join(
+                name for name in LOWP if name.startswith("float8")))
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    return TypeError(f"dtype {dtype!r} is not understood{hint}: {_SPELLINGS}")
+
+
 def _from_struct(fmt: str) -> np.dtype[Any]:
     match = _STRUCT_FORMAT.fullmatch(fmt)
     if match is None:
-        raise TypeError(f"dtype {fmt!r} is not understood: {_SPELLINGS}")
+        raise _not_understood(fmt)
     order, code = match.groups()
     try:
         size = struct.calcsize((order or "@") + code[-1])
@@ -145,8 +166,7 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
         except (TypeError, ValueError, SyntaxError, OverflowError):
             # NumPy's parser raises any of these for a malformed spelling
             if not isinstance(dtype, str):
-                raise TypeError(f"dtype {dtype!r} is not understood: "
-                                f"{_SPELLINGS}") from None
+                raise _not_understood(dtype) from None
             dt = _from_struct(dtype)
         _refuse_sub_byte(dtype, dt.name)
         lowp = dt.name if _is_lowp(dt) else None
