@@ -136,7 +136,10 @@ static PyMethodDef module_methods[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "check_buffer_supports($module, obj, /, flags=0)\n--\n\n"
      "True if obj exports buffers and declares support for every request\n"
-     "flag in flags.  Never raises for any obj."},
+     "flag in flags.  Supported means honoured: a request with those flags\n"
+     "is served or properly refused (a WRITABLE request of read-only memory,\n"
+     "a contiguity the memory does not have), not that it will succeed.\n"
+     "Never raises for any obj."},
     {"supported_flags", supported_flags, METH_O,
      "supported_flags($module, obj, /)\n--\n\n"
      "The mask of request flags obj honours (declared 0 and -1 translated)."},

@@ -340,3 +340,15 @@ def test_names_are_the_fewest_covering_members():
 def test_bare_read_write_values_name_themselves(flags: int, name: str) -> None:
     with pytest.raises(ValueError, match=f"flags = {flags:#x} is {name}"):
         bufferext.get_buffer(b"abc", flags)
+
+
+def test_every_member_is_in_the_docs_table_with_its_value() -> None:
+    """docs/python.rst lists every BufferFlags member with its hex value."""
+    import os
+    import re
+    page = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "python.rst")
+    if not os.path.exists(page):
+        pytest.skip("the docs are not beside these tests (an installed copy)")
+    with open(page, encoding="utf-8") as f:
+        rows = dict(re.findall(r"\* - ``([A-Z_]+)``\n\s+- ``(0x[0-9a-f]+)``", f.read()))
+    assert rows == {name: hex(int(member)) for name, member in F.__members__.items()}

@@ -583,7 +583,8 @@ def as_buffer(obj: object, *, readonly: bool | None = None) -> Any:
 # ---- functions (module.c, view.c) ------------------------------------------
 
 def check_buffer_supports(obj: object, /, flags: int = 0) -> bool:
-    """True if ``obj`` exports buffers and supports every flag in ``flags``."""
+    """True if ``obj`` exports buffers and supports (honours: serves or
+    properly refuses) every flag in ``flags``."""
 
 def supported_flags(obj: object, /) -> int:
     """The mask of request flags ``obj`` honours (0 and -1 translated)."""
