@@ -1023,12 +1023,14 @@ adapter_cuda_bridge_stream(PyObject *module, PyObject *arg)
 
 /* The protocols as_buffer tries, in order, each written once:
  *   1. a type whose buffer is always CPU memory (exactly one of
- *      bufferext._bridges._CPU_TYPES), or an exporter that supports
- *      PyBUF_DEVICE: its own buffer is the answer -- here, in C, with no
- *      Python frame for the common case;
- *   2.-5. DLPack of device memory, the buffer protocol, DLPack of CPU
- *      memory, then the CUDA, VE and NumPy array interfaces:
- *      bufferext._bridges._dispatch.
+ *      bufferext._bridges._CPU_TYPES, numpy's array only with a builtin
+ *      dtype), or an exporter that supports PyBUF_DEVICE: its own buffer
+ *      is the answer -- here, in C, with no Python frame for the common
+ *      case;
+ *   1 for numpy's arrays of ml_dtypes' types, then 2.-8.: the Arrow
+ *      interfaces, DLPack of device memory, the buffer protocol, DLPack
+ *      of CPU memory, then the CUDA, VE and NumPy array interfaces:
+ *      bufferext._bridges._dispatch (whose docstring lists them).
  * Those two names of _bridges are fetched on first use (importing it
  * imports numpy), under a mutex never held while Python code runs. */
 BUFFEREXT_MUTEX(bridges_mutex);
@@ -1075,7 +1077,29 @@ bridges(bufferext_state *st, PyObject **dispatch, PyObject **cpu_types)
     return 0;
 }
 
-/* Step 1 above: whether `obj`'s own buffer is the answer. */
+/* Whether numpy's array `obj` holds a user-defined dtype (dtype.isbuiltin
+ * 2: ml_dtypes' low-precision floats), whose items numpy exports neither
+ * through the buffer protocol nor DLPack: _dispatch reads them by name. */
+static int
+numpy_user_dtype(PyObject *obj)
+{
+    PyObject *dtype = PyObject_GetAttrString(obj, "dtype"), *kind = NULL;
+    long builtin = -1;
+
+    if (dtype != NULL) {
+        kind = PyObject_GetAttrString(dtype, "isbuiltin");
+        Py_DECREF(dtype);
+    }
+    if (kind != NULL) {
+        builtin = PyLong_AsLong(kind);
+        Py_DECREF(kind);
+    }
+    PyErr_Clear();                  /* numpy's own attributes: cannot fail */
+    return builtin == 2;
+}
+
+/* Step 1 above: whether `obj`'s own buffer is the answer (numpy's array,
+ * the first of the CPU types, unless its dtype is user-defined). */
 static int
 passes_through(PyObject *obj, PyObject *cpu_types)
 {
@@ -1084,7 +1108,7 @@ passes_through(PyObject *obj, PyObject *cpu_types)
 
     for (i = 0; i < PyTuple_GET_SIZE(cpu_types); i++) {
         if ((PyObject *)type == PyTuple_GET_ITEM(cpu_types, i)) {
-            return 1;
+            return i != 0 || !numpy_user_dtype(obj);
         }
     }
     return PyObject_CheckBufferSupports(obj, PyBUF_DEVICE);

@@ -523,6 +523,83 @@ def test_distarray_on_one_process(name: str) -> None:
     assert r.dtype == g.dtype and r.allgather().tobytes() == g.tobytes()
 
 
+def _global_inputs(name: str) -> dict:
+    """The same global array (6, 4) of ``name`` as each kind of exporter a
+    user holds: ml_dtypes' array, a CPUBuffer, a torch tensor (when torch
+    is installed) and a BufferAdapter of as_buffer."""
+    g = lowp_global(name, (6, 4))
+    buf = bufferext.CPUBuffer(g.shape, name)
+    buf.copy_from_host(g.reshape(-1).view(np.uint8))
+    inputs = {"ml_dtypes": g, "CPUBuffer": buf, "as_buffer": bufferext.as_buffer(g)}
+    try:
+        import torch
+    except ImportError:
+        return inputs
+    if hasattr(torch, name):
+        inputs["torch"] = torch.from_dlpack(bufferext.as_buffer(g))
+    return inputs
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn"])
+def test_distarray_takes_any_exporter_and_gives_back_dlpack(name: str) -> None:
+    """from_global, scatter and the constructor read the global array
+    through the extended buffer protocol (numpy's own reading failed:
+    "'[bfloat16]' is not a valid PEP 3118 buffer format string", torch's
+    "unsupported ScalarType BFloat16"); gather's result exports DLPack."""
+    from bufferext.distarray import BlockMap, DistArray
+    g = lowp_global(name, (6, 4))
+    for kind, obj in _global_inputs(name).items():
+        d = DistArray.from_global(obj, dist="bn", grid_shape=(2, 1), rank=1)
+        assert d.dtype == g.dtype and d.local.tobytes() == g[3:].tobytes(), kind
+        s = DistArray.scatter(obj, dist="bn")
+        whole = s.redistribute(dist="nb").gather()
+        assert whole.dtype == g.dtype and whole.tobytes() == g.tobytes(), kind
+        # back out: numpy and ml_dtypes take it as it is, DLPack consumers
+        # through its __dlpack__ (numpy's own refuses ml_dtypes' types)
+        assert isinstance(whole, np.ndarray)
+        again = bufferext.as_buffer(whole)
+        assert again.format == f"[{name}]" and raw(again) == g.tobytes(), kind
+        assert type(whole.__dlpack__()).__name__ == "PyCapsule"
+        assert whole.__dlpack_device__() == (1, 0)
+    torch = pytest.importorskip("torch", reason="the torch end")
+    t = _global_inputs(name)["torch"]
+    back = torch.from_dlpack(DistArray.scatter(t, dist="bn").allgather())
+    assert back.dtype == t.dtype and torch_bytes(back) == torch_bytes(t)
+    local = DistArray(t[3:], [BlockMap(6, 2, 1, 3, 6), BlockMap(4, 1, 0, 0, 4)])
+    assert local.dtype == g.dtype and local.local.tobytes() == g[3:].tobytes()
+
+
+def test_the_distarray_torch_example_runs_as_documented() -> None:
+    """docs/examples/distarray_torch.py, on one process and (with mpi4py)
+    under mpiexec -n 2: torch bf16 -> rows -> columns -> gathered -> torch."""
+    import subprocess
+    pytest.importorskip("torch", reason="the example is torch's")
+    pytest.importorskip("ml_dtypes", reason="a DistArray holds bfloat16 as ml_dtypes'")
+    example = os.path.join(os.path.dirname(__file__), os.pardir, "docs",
+                           "examples", "distarray_torch.py")
+    if not os.path.exists(example):
+        pytest.skip("the docs are not beside these tests")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_"))}
+    one = subprocess.run([sys.executable, example], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == ("1 process(es): rows (6, 4), columns (6, 4); back in "
+                          "torch as torch.bfloat16, bit-exact: True\n")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return
+    from _helpers import mpiexec
+    two = subprocess.run([mpiexec(), "-n", "2", sys.executable, example],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert two.returncode == 0, two.stdout + two.stderr
+    line = ("2 process(es): rows (3, 4), columns (6, 2); back in torch as "
+            "torch.bfloat16, bit-exact: True")
+    # the ranks' writes may interleave (a line, then its newline)
+    assert two.stdout.count(line) == 2, two.stdout
+    assert two.stdout.replace(line, "").strip() == "", two.stdout
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.skipif(SIZE < 2, reason="needs mpiexec -n 2 or more")
 @pytest.mark.parametrize("strategy", ["pack", "datatype"])

@@ -5,8 +5,12 @@ Interface v3, the VE Array Interface v1, NumPy's array interface v3 or the
 buffer protocol into an exporter of the extended buffer protocol, zero-copy.
 An object that speaks several is read in this order:
 
-1. the extended buffer protocol itself (its type declares ``DEVICE``):
-   passed through;
+1. the extended buffer protocol itself (its type declares ``DEVICE``), or
+   a type whose buffer is always CPU memory: passed through; but a numpy
+   array of an ml_dtypes low-precision float becomes an exporter of its
+   memory with the format ``[name]`` (numpy exports such items neither
+   through the buffer protocol nor DLPack, and its array interface calls
+   them ``'V2'``);
 2. the Arrow C Device interface (``__arrow_c_device_array__``), else the
    Arrow C Data interface (``__arrow_c_array__``): before DLPack, because
    Arrow says more (the null count, the producer's own ``sync_event``
@@ -31,7 +35,7 @@ import numpy as np
 
 from . import _bufferext
 from ._bufferext import BufferAdapter
-from ._dtypes import resolve
+from ._dtypes import _is_lowp, resolve
 from ._flags import BufferFlags
 
 __all__ = ["as_buffer", "format_to_typestr"]
@@ -64,6 +68,10 @@ def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
     exact type of :data:`_CPU_TYPES` or an exporter that supports
     PyBUF_DEVICE passes through).  ``readonly`` is None or a bool."""
     cls = type(obj)
+    # 1. numpy's array of ml_dtypes' low-precision float (the C part passes
+    # numpy's arrays of builtin dtypes through)
+    if isinstance(obj, np.ndarray) and _is_lowp(obj.dtype):
+        return _from_lowp_ndarray(obj, readonly)
     # 2. the Arrow C Device / C Data interfaces
     if hasattr(cls, "__arrow_c_device_array__"):
         return _from_arrow(obj, obj.__arrow_c_device_array__(), True,
@@ -92,6 +100,17 @@ def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
         "protocol, the Arrow PyCapsule interface, DLPack, "
         "__cuda_array_interface__, __ve_array_interface__ or "
         "__array_interface__")
+
+
+def _from_lowp_ndarray(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
+    """A numpy array of ml_dtypes' bfloat16 or float8 kinds: its memory,
+    items named by their buffer format (``[bfloat16]``); a byte-swapped
+    one is refused by name."""
+    fmt, itemsize = resolve(obj.dtype)[:2]
+    ptr, ro = obj.__array_interface__["data"]
+    return _bufferext._adapter_from_layout(
+        obj, "numpy", ptr, obj.shape, obj.strides, fmt, itemsize,
+        _policy("numpy", ro, readonly), None, 0, None)
 
 
 def _buffer_exports(obj: Any) -> bool:

@@ -15,8 +15,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .. import _dtypes
+from .._bufferext import as_buffer
 from . import _halo, _redistribute
-from ._buffers import Kind, as_kind, kind_of, make_buffer
+from ._buffers import Kind, as_kind, host_array, kind_of, make_buffer
 from ._comm import agree, resolve, size
 from ._layout import Layout
 from ._maps import BlockMap, DimMap, map_from_dim_dict
@@ -34,8 +35,14 @@ class DistArray:
     Make one with :meth:`from_global`, :meth:`scatter` or
     :meth:`from_distarray`; export it with :meth:`__distarray__`.  The
     constructor wraps a local ``buffer`` (any extended-buffer exporter of
-    ``device`` memory) laid out by one index map per dimension; ``comm`` as
-    in :meth:`from_global`.
+    ``device`` memory, or anything :func:`bufferext.as_buffer` takes, such
+    as a torch tensor, zero-copy) laid out by one index map per dimension;
+    ``comm`` as in :meth:`from_global`.  The global array that
+    :meth:`from_global` and :meth:`scatter` take may be anything
+    ``as_buffer`` takes too (bfloat16 and float8 included), or anything
+    numpy reads; :meth:`gather` and :meth:`allgather` give numpy arrays,
+    which of a low-precision float also export DLPack (``torch.from_dlpack``
+    takes them).
 
         >>> d = DistArray.from_global(np.arange(10), dist="c", grid_shape=(3,), rank=1)
         >>> d.local.tolist(), d.owner(5), d.global_to_local(7)
@@ -44,7 +51,8 @@ class DistArray:
 
     def __init__(self, buffer: Any, maps: Sequence[DimMap], *, device: str = "cpu",
                  dtype: Any = None, comm: Any = None) -> None:
-        self._buffer = buffer
+        # anything as_buffer takes (a torch tensor: its DLPack), zero-copy
+        self._buffer = buffer if isinstance(buffer, np.ndarray) else as_buffer(buffer)
         self._maps: Optional[Tuple[DimMap, ...]] = tuple(maps)
         self._dims: Optional[Tuple[Dict[str, Any], ...]] = None
         self._aliases: Tuple[bool, ...] = ()
@@ -104,7 +112,7 @@ class DistArray:
     def _from_global(cls, array: Any, dist: Any, grid_shape: Any, rank: int,
                      block_size: Any, padding: Any, periodic: Any, indices: Any,
                      split: str, device: str, comm: Any) -> "DistArray":
-        arr = np.asarray(array)
+        arr = host_array(array, "from_global: array")
         nprocs = size(comm)
         spec = DistSpec(arr.shape, dist, grid_shape, block_size, padding, periodic,
                         indices, split, nprocs if nprocs > 1 or grid_shape is None

@@ -25,13 +25,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 import numpy as np
 
-from .._bufferext import get_buffer
-from .._dtypes import resolve, wire_dtype
+from .._bufferext import as_buffer, get_buffer
+from .._dtypes import LOWP, host_view, resolve, wire_dtype
 from .._flags import BufferFlags
 from ._comm import agree
 
-__all__ = ["Acquired", "Acquisitions", "Kind", "as_kind", "kind_of", "make_buffer",
-           "new_buffer", "producer_class"]
+__all__ = ["Acquired", "Acquisitions", "Kind", "LowpArray", "as_kind", "host_array",
+           "host_result", "kind_of", "make_buffer", "new_buffer", "producer_class"]
 
 T = TypeVar("T")
 
@@ -50,6 +50,8 @@ _DEVICE_NAMES: Dict[Optional[str], Kind] = {
 _PRODUCERS = {Kind.CPU: "CPUBuffer", Kind.CUDA: "CUDABuffer", Kind.VE: "VEBuffer"}
 _READ = int(BufferFlags.C_CONTIGUOUS | BufferFlags.FORMAT | BufferFlags.DEVICE)
 _WRITE = _READ | int(BufferFlags.WRITABLE)
+#: Any layout, for reading a caller's array.
+_READ_ANY = int(BufferFlags.RECORDS_RO | BufferFlags.DEVICE)
 
 
 def kind_of(device: Optional[str]) -> Optional[Kind]:
@@ -92,6 +94,65 @@ def new_buffer(device: str, shape: Tuple[int, ...], dtype: np.dtype,
     if filled and device == "cpu":
         return cls.empty(shape, dtype)
     return cls(shape, dtype)
+
+
+def host_array(obj: Any, what: str) -> np.ndarray:
+    """A global array a caller passes (``what`` names it in errors), as a
+    numpy array in host memory, read through the extended buffer protocol.
+
+    A numpy array is taken as it is.  Anything :func:`bufferext.as_buffer`
+    takes (a producer of any dtype it holds, a torch or JAX tensor, an
+    Arrow array, a DLPack or array-interface producer) is read through its
+    extended buffer: CPU memory viewed without a copy (a low-precision
+    float as ml_dtypes' type), device memory copied to the host.  Anything
+    else (a list, a number) through ``numpy.asarray``.
+    """
+    if isinstance(obj, np.ndarray):
+        return obj
+    try:
+        exporter = as_buffer(obj)
+    except TypeError:
+        return np.asarray(obj)
+    if isinstance(exporter, np.ndarray):
+        return exporter
+    with get_buffer(exporter, _READ_ANY) as view:
+        fmt, shape, device = view.format, view.shape, view.device
+        try:
+            dtype = resolve(fmt)[2]
+        except TypeError as exc:
+            raise TypeError(f"{what}: a {type(obj).__name__} holding format "
+                            f"{fmt!r}, which a DistArray cannot hold ({exc})"
+                            ) from None
+        if dtype.kind == "V" and dtype.name not in LOWP:   # no ml_dtypes
+            raise TypeError(f"{what}: a {type(obj).__name__} of {fmt}: a "
+                            "DistArray holds it as ml_dtypes' type (pip install "
+                            "ml_dtypes)")
+        if device is not None:
+            out = np.empty(shape, dtype)
+            view.copy_to_host(out.reshape(-1).view(np.uint8))
+            return out
+    return host_view(exporter)
+
+
+class LowpArray(np.ndarray):
+    """A global array of a low-precision float (ml_dtypes' type), as
+    ``gather`` and ``allgather`` give it: numpy's array, which numpy, JAX
+    and ml_dtypes take as it is, and which also exports DLPack (its items'
+    codes, zero-copy), so ``torch.from_dlpack`` takes it too (numpy's own
+    ``__dlpack__`` refuses ml_dtypes' types)."""
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return as_buffer(self).__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        return (1, 0)                       # kDLCPU
+
+
+def host_result(shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised global result: a :class:`LowpArray` for a
+    low-precision float, else numpy's array."""
+    out = np.empty(shape, dtype)
+    return out.view(LowpArray) if dtype.name in LOWP else out
 
 
 def make_buffer(device: str, host: np.ndarray) -> Any:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .._dtypes import LOWP, lowp_dtype, name_of, wire, wire_dtype
-from ._buffers import Acquisitions, new_buffer, producer_class
+from ._buffers import Acquisitions, host_array, host_result, new_buffer, producer_class
 from ._collective import same_dim
 from ._comm import (agree, call_keys, cuda_aware, digest, mpi, rank, same_call,
                     size)
@@ -332,6 +332,8 @@ def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
         same_call(comm, "scatter", args, 0 if call is None else digest(call),
                   error=unkeyable)
 
+    host: List[np.ndarray] = []
+
     def header() -> Tuple[Tuple[int, ...], str]:
         r = _check_root(comm, root)
         producer_class(device)
@@ -339,10 +341,11 @@ def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
             if array is None:
                 raise ValueError(f"array=None on the root process {r}: the root "
                                  "passes the global array")
-            arr = np.asarray(array)
+            arr = host_array(array, "scatter: array")
             if arr.dtype.hasobject:
                 raise TypeError(f"array of dtype {arr.dtype}: object arrays cannot "
                                 "be sent")
+            host.append(arr)
             return arr.shape, name_of(arr.dtype)
         return (), ""
 
@@ -355,7 +358,7 @@ def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
     maps = spec.maps(me)
     local_shape = tuple(m.extent for m in maps)
     tgt_layout = spec_layout(spec)
-    src = (np.ascontiguousarray(np.asarray(array), dtype=dtype) if me == root
+    src = (np.ascontiguousarray(host[0], dtype=dtype) if me == root
            else np.empty((0,) * len(shape), dtype))
     plan = Plan(root_layout(shape, root), tgt_layout, me, size(comm))
     aware = cuda_aware()
@@ -393,7 +396,8 @@ def _collect(darr: "DistArray", root: Optional[int]) -> Optional[np.ndarray]:
         plan = state.plans[key] = Plan(src_layout, root_layout(shape, root), me,
                                        size(comm), state.options)
         state.keep(darr)
-    out = np.empty(shape if root is None or me == root else (0,) * len(shape), dtype)
+    out = host_result(shape if root is None or me == root else (0,) * len(shape),
+                      dtype)
     aware = cuda_aware()
     with Acquisitions(comm) as held:
         src = held.take(lambda: held.add(darr.buffer, darr.local_shape, dtype,
