@@ -755,3 +755,15 @@ assert producer.releases == 1
 b.close()
 """ % os.path.dirname(os.path.abspath(__file__)),
         env={"STANDIN_CUDA_LATE_MS": "300", "STANDIN_CUDA_HOST_VISIBLE": "1"})
+
+
+def test_distarray_takes_an_arrow_array_through_the_protocol() -> None:
+    """from_global and scatter read an Arrow array through as_buffer (no
+    numpy conversion of the caller's), zero-copy where it is viewed."""
+    from bufferext.distarray import DistArray
+    arr = pa.array(np.arange(10, dtype=np.float32))
+    d = DistArray.from_global(arr, dist="b", grid_shape=(2,), rank=1)
+    assert d.dtype == np.float32 and d.local.tolist() == [5, 6, 7, 8, 9]
+    assert DistArray.scatter(arr, dist="b").gather().tolist() == list(range(10))
+    with pytest.raises(BufferError, match="has 1 nulls"):
+        DistArray.from_global(pa.array([1.0, None]), dist="b")
