@@ -64,6 +64,27 @@ def test_from_global_rank_and_grid_from_comm() -> None:
     assert e.grid_shape[0] >= e.grid_shape[1]
 
 
+def test_from_global_names_what_the_ranks_passed_differently() -> None:
+    """Different global shapes, dtypes or distributions are one ValueError
+    on every rank, naming the field and each rank's value, at once (it
+    surfaced at the next collective as a dim_data ProtocolError)."""
+    rows = ROWS + (RANK == SIZE - 1)
+    with pytest.raises(ValueError) as info:
+        DistArray.from_global(np.zeros((rows, 3), np.float32), dist="bn", comm=COMM)
+    message = str(info.value)
+    assert message.startswith("from_global: the processes passed different "
+                              f"arguments (array.shape=({ROWS}, 3) on rank"), message
+    assert f"({ROWS + 1}, 3) on rank {SIZE - 1}" in message, message
+    assert "dist=" not in message and "dtype" not in message, message
+    with pytest.raises(ValueError, match=r"array\.dtype='<f8' on rank.*'<f4' on rank "
+                                         f"{SIZE - 1}"):
+        DistArray.from_global(G if RANK < SIZE - 1 else G.astype(np.float32),
+                              dist="bn", comm=COMM)
+    with pytest.raises(ValueError, match=r"dist='nb' on rank 0, 'bn' on rank"):
+        DistArray.from_global(G, dist="bn" if RANK else "nb", comm=COMM)
+    assert same_everywhere(message)
+
+
 @pytest.mark.parametrize("src,dst", list(itertools.product(range(9), range(9))))
 def test_redistribute_every_pair(src: int, dst: int) -> None:
     a, b = dists()[src], dists()[dst]

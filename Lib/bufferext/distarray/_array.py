@@ -18,7 +18,7 @@ from .. import _dtypes
 from .._bufferext import as_buffer
 from . import _halo, _redistribute
 from ._buffers import Kind, as_kind, host_array, kind_of, make_buffer
-from ._comm import agree, resolve, size
+from ._comm import agree, call_keys, digest, resolve, same_call, size
 from ._layout import Layout
 from ._maps import BlockMap, DimMap, map_from_dim_dict
 from ._protocol import EXPORT_VERSION, check
@@ -104,8 +104,19 @@ class DistArray:
         if size(comm) == 1:
             return cls._from_global(array, dist, grid_shape, rank, block_size,
                                     padding, periodic, indices, split, device, comm)
+        # every process passes the same global array and distribution: a
+        # difference is named at once, with the ranks, not at the next
+        # collective as a dim_data problem
+        arr = agree(comm, lambda: host_array(array, "from_global: array"))
+        args = (("array.shape", arr.shape), ("array.dtype", _dtypes.name_of(arr.dtype)),
+                ("dist", dist), ("grid_shape", grid_shape), ("block_size", block_size),
+                ("padding", padding), ("periodic", periodic), ("indices", indices),
+                ("split", split), ("device", device))
+        call, unkeyable = call_keys(comm, "from_global", args)
+        same_call(comm, "from_global", args, 0 if call is None else digest(call),
+                  error=unkeyable)
         return agree(comm, lambda: cls._from_global(
-            array, dist, grid_shape, comm.Get_rank(), block_size, padding,
+            arr, dist, grid_shape, comm.Get_rank(), block_size, padding,
             periodic, indices, split, device, comm))
 
     @classmethod
