@@ -198,7 +198,11 @@ def test_redistribute_bad_out_raises_everywhere() -> None:
     wrong_dist = d.redistribute(dist="nb")
     wrong_dtype = DistArray.from_global(G.astype(np.float32), dist="cn", comm=COMM)
     cases = [(TypeError, "must be a DistArray", np.zeros(3)),
-             (ValueError, "not those of the requested distribution", wrong_dist),
+             (ValueError, "out: dimension 0 is not the requested distribution's: "
+                          "dist_type='b' where 'c' is requested$", wrong_dist),
+             (ValueError, "out: dimension 0 is not the requested distribution's: "
+                          "block_size=2 where 1 is requested$",
+              d.redistribute(dist="cn", block_size=2)),
              (TypeError, "must be the source dtype", wrong_dtype),
              (ValueError, "shares memory", d)]
     for exc, text, bad in cases:

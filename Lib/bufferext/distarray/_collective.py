@@ -12,20 +12,27 @@ from ._layout import per_coord
 from ._maps import is_partition
 from ._protocol import ProtocolError, check, comm_padding
 
-__all__ = ["collective_problems", "same_dim", "validate_collective"]
+__all__ = ["collective_problems", "dim_differences", "same_dim", "validate_collective"]
+
+
+def dim_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
+    """The keys in which two normalised dimension dictionaries differ
+    (sorted; a key only one has counts)."""
+    out = []
+    for k in sorted(a.keys() | b.keys()):
+        if k not in a or k not in b:
+            out.append(k)
+        elif k == "indices":
+            if not np.array_equal(a[k], b[k]):
+                out.append(k)
+        elif a[k] != b[k]:
+            out.append(k)
+    return out
 
 
 def same_dim(a: Dict[str, Any], b: Dict[str, Any]) -> bool:
     """Whether two normalised dimension dictionaries are equal."""
-    if a.keys() != b.keys():
-        return False
-    for k in a:
-        if k == "indices":
-            if not np.array_equal(a[k], b[k]):
-                return False
-        elif a[k] != b[k]:
-            return False
-    return True
+    return not dim_differences(a, b)
 
 
 def _axis_problems(d: int, col: List[Dict[str, Any]]) -> List[str]:

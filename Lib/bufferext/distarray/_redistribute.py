@@ -20,7 +20,7 @@ import numpy as np
 
 from .._dtypes import LOWP, lowp_dtype, name_of, wire, wire_dtype
 from ._buffers import Acquisitions, host_array, host_result, new_buffer, producer_class
-from ._collective import same_dim
+from ._collective import dim_differences
 from ._comm import (agree, call_keys, cuda_aware, digest, mpi, rank, same_call,
                     size)
 from ._datatypes import base_type, contiguous, count, datatype, fast_index, first
@@ -435,9 +435,18 @@ def _check_out(darr: "DistArray", out: Any, maps: Sequence[DimMap], device: str)
         raise ValueError(f"out.device={out.device!r}: must be {device!r}")
     want = [m.full_dim_dict() for m in maps]
     have = [m.full_dim_dict() for m in out.maps]
-    if len(have) != len(want) or not all(same_dim(a, b) for a, b in zip(have, want)):
-        raise ValueError(f"out: its dim_data {tuple(have)!r} are not those of the "
-                         f"requested distribution {tuple(want)!r}")
+    if len(have) != len(want):
+        raise ValueError(f"out: it has {len(have)} dimensions, the requested "
+                         f"distribution {len(want)}")
+    for i, (a, b) in enumerate(zip(have, want)):
+        keys = dim_differences(a, b)
+        if "dist_type" in keys:         # the other keys follow from it
+            keys = ["dist_type"]
+        if keys:
+            raise ValueError(f"out: dimension {i} is not the requested "
+                             "distribution's: " + ", ".join(
+                                 f"{k}={a.get(k)!r} where {b.get(k)!r} is requested"
+                                 for k in keys))
 
 
 def redistribute(darr: "DistArray", *, dist: Any, grid_shape: Any = None,
