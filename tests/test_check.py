@@ -592,3 +592,35 @@ def test_cli_reports_an_exporter_raising_in_getbuffer(tmp_path) -> None:
     assert "Traceback" not in proc.stderr
     assert ("[violation] extended request: FULL_RO|DEVICE: the exporter raised "
             "RuntimeError: boom") in proc.stdout
+
+
+def test_a_declared_device_answered_as_a_legacy_exporter_is_warned() -> None:
+    """A naive exporter (pybind11's def_buffer, here bytearray's) whose type
+    declares DEVICE by hand answers an extended request without the flag:
+    conformant, but the report says so (it was called conformant silently)."""
+    class Naive(bytearray):
+        __buffer_supported_flags__ = int(F.LEGACY | F.DEVICE)
+
+    report = check(Naive(8))
+    assert report.conformant
+    warned = levels(report, "warning")
+    assert [f.subject for f in warned] == ["extended request"], report.findings
+    assert "declares DEVICE, but it answered FULL_RO|DEVICE as a legacy " \
+           "exporter" in warned[0].message
+    assert "[warning] extended request: its type declares DEVICE" in \
+        format_report(report)
+    # declared without DEVICE, the same answer is only a note
+    assert not levels(check(bytearray(8)), "warning")
+
+
+def test_a_class_target_has_no_spurious_violation_and_a_hint() -> None:
+    """check bufferext:CPUBuffer (no --call) checks the class: its one
+    violation is that a class is not an exporter; the unbound
+    __dlpack_device__ was called and reported as the class's fault."""
+    report = check(bufferext.CPUBuffer, "bufferext:CPUBuffer")
+    assert [f.subject for f in levels(report, "violation")] == ["buffer"], \
+        report.findings
+    assert report.protocols["dlpack_device"] is None
+    assert any("CPUBuffer is a class; its instances are the exporters (--call"
+               in f.message for f in levels(report, "info"))
+    assert check(bufferext.CPUBuffer(3)).protocols["dlpack_device"] == (1, 0)

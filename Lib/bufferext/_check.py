@@ -3,8 +3,9 @@
 It says which exchange protocols an object speaks, compares what its
 ``__buffer_supported_flags__`` claims with what its exporter does for every
 PEP 3118 request, and makes sure device memory is never handed to a plain
-(CPU-only) request.  Findings are ``ok``, ``info`` or ``violation``; a
-report with a violation fails.  Memory is never read.
+(CPU-only) request.  Findings are ``ok``, ``info``, ``warning`` or
+``violation``; a report with a violation fails (a warning does not).
+Memory is never read.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def declared_text(declared: Any) -> str:
 class Finding:
     """One line of the report."""
 
-    level: str          # "ok", "info" or "violation"
+    level: str          # "ok", "info", "warning" or "violation"
     subject: str
     message: str
 
@@ -160,7 +161,7 @@ def _protocols(obj: Any, report: Report) -> None:
     p["arrow_c_array"] = hasattr(cls, "__arrow_c_array__")
     p["dlpack"] = hasattr(cls, "__dlpack__")
     p["dlpack_device"] = None
-    if hasattr(obj, "__dlpack_device__"):
+    if hasattr(cls, "__dlpack_device__"):   # looked up on the type, as Python does
         try:
             p["dlpack_device"] = tuple(obj.__dlpack_device__())
         except Exception as exc:   # a report, not a crash
@@ -237,11 +238,25 @@ def _where(obj: Any, report: Report) -> Optional[str]:
     elif answered:
         report.add("ok", "extended request",
                    "CPU memory, answered explicitly (flags has DEVICE)")
+    elif _declares_device(report):
+        # a naive exporter (pybind11's def_buffer) under a declaration
+        # written by hand: what it answers is CPU memory all the same
+        report.add("warning", "extended request",
+                   "its type declares DEVICE, but it answered FULL_RO|DEVICE "
+                   "as a legacy exporter (flags without DEVICE): a consumer "
+                   "cannot tell the answer from one that ignored the flag; "
+                   "answer it (BufferExt_SetDevice with device NULL, or flags "
+                   "|= PyBUF_DEVICE) or declare without DEVICE")
     else:
         report.add("info", "extended request",
                    "CPU memory; PyBUF_DEVICE ignored (a legacy exporter)")
     report.add("info", "element type", items)
     return device
+
+
+def _declares_device(report: Report) -> bool:
+    declared = report.protocols["declared_supported_flags"]
+    return isinstance(declared, int) and declared > 0 and bool(declared & F.DEVICE)
 
 
 def _undeclared_device(obj: Any, report: Report) -> Optional[str]:
@@ -250,8 +265,7 @@ def _undeclared_device(obj: Any, report: Report) -> Optional[str]:
     draft pass an extended flag only to a type that declares it), so its
     device memory is refused to everyone; its getbuffer, asked directly,
     tells.  None for CPU memory or a type that declares DEVICE."""
-    declared = report.protocols["declared_supported_flags"]
-    if isinstance(declared, int) and declared > 0 and declared & F.DEVICE:
+    if _declares_device(report):
         return None
     try:
         device: Optional[str] = _bufferext._device_of(obj)
@@ -372,6 +386,10 @@ def check(obj: Any, target: str = "") -> Report:
                    "buffer slot)")
         spoken = [f"{what} ({name})" for name, what in BRIDGED
                   if report.protocols.get(name.strip("_")) not in (None, False)]
+        if isinstance(obj, type):
+            report.add("info", "target",
+                       f"{obj.__qualname__} is a class; its instances are "
+                       "the exporters (--call checks what calling it makes)")
         if spoken:
             report.add("info", "as_buffer",
                        f"it speaks {spoken[0]}: bufferext.as_buffer(obj) "
