@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import bufferext
-from bufferext._check import check, flag_names, legacy_requests, load_target
+from bufferext import BufferFlags as F
+from bufferext._check import (check, flag_names, format_report, legacy_requests,
+                              load_target)
 from _helpers import (BRIDGED_ONLY, NATIVE_INTERPRETER,
                       refuses_invalid_declaration)
 
