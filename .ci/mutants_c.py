@@ -52,12 +52,14 @@ MUTANTS: List[Mutant] = [
      "        (device == NULL || ext != NULL)) {",
      "        (device == NULL || (flags & PyBUF_DEVICE))) {", "3.12", PEP688),
     ("consumer: no mark", "Include/bufferext/core.h",
-     "        if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {",
-     "        if (BufferExtInternal_SetMark(&mark, view, 0) < 0) {", "3.12", PEP688),
+     "    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {\n"
+     "        BufferExtInternal_ClearExtension(view);",
+     "    if (BufferExtInternal_SetMark(&mark, view, 0) < 0) {\n"
+     "        BufferExtInternal_ClearExtension(view);", "3.12", PEP688),
     ("dlpack acquire: no mark", "Modules/dlpack.c",
-     "        BufferExtInternal_SetMark(&mark, ext,\n"
+     "    if (BufferExtInternal_SetMark(&mark, ext,\n"
      "                                  PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {",
-     "        BufferExtInternal_SetMark(&mark, ext, PyBUF_RECORDS_RO) < 0) {",
+     "    if (BufferExtInternal_SetMark(&mark, ext, PyBUF_RECORDS_RO) < 0) {",
      "3.11", DEVICE + ["tests/test_dlpack_cpu.py"]),
     ("resize: no re-check after the parse", "Modules/cpubuffer.c",
      "    rc = cpubuffer_check_resize(self);      /* what the parse may change */",

@@ -681,11 +681,12 @@ static int
 adapter_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
     AdapterObject *self = Adapter_CAST(op);
+    Py_buffer_extended *ext = BufferExt_Extended(view, flags);   /* first */
     int rc;
 
     view->obj = NULL;
     BUFFEREXT_LOCKED_BEGIN(op);
-    rc = bufferext_export(op, view, flags, &self->layout, self->device,
+    rc = bufferext_export(op, view, flags, ext, &self->layout, self->device,
                           self->device ? (void *)&self->info : NULL,
                           &self->exports);
     BUFFEREXT_LOCKED_END();

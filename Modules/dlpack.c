@@ -56,23 +56,26 @@ holder_free(dlpack_holder *holder)
 int
 bufferext_acquire_own(PyObject *exporter, Py_buffer_extended *ext)
 {
-    PyBufferProcs *procs = Py_TYPE(exporter)->tp_as_buffer;
-    /* a CPUBuffer's slot is its own getbuffer: no search */
-    getbufferproc getbuffer =
-        procs != NULL && procs->bf_getbuffer == bufferext_cpubuffer_slot
-            ? bufferext_cpubuffer_slot
-            : bufferext_own_getbuffer(exporter);
-
+    PyBufferProcs *procs;
+    getbufferproc getbuffer;
     BufferExtInternal_Marking mark;
-    int rc;
+    int rc = -1;
 
     BufferExtInternal_ClearExtension(ext);
-    if (getbuffer == NULL ||
-        BufferExtInternal_SetMark(&mark, ext,
+    /* first, before the type is read: a thread's first extended request
+     * allocates its slot (the garbage collector may run) */
+    if (BufferExtInternal_SetMark(&mark, ext,
                                   PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
         return -1;
     }
-    rc = getbuffer(exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
+    /* a CPUBuffer's slot is its own getbuffer: no search */
+    procs = Py_TYPE(exporter)->tp_as_buffer;
+    getbuffer = procs != NULL && procs->bf_getbuffer == bufferext_cpubuffer_slot
+                    ? bufferext_cpubuffer_slot
+                    : bufferext_own_getbuffer(exporter);
+    if (getbuffer != NULL) {
+        rc = getbuffer(exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
+    }
     BufferExtInternal_ClearMark(&mark);
     return rc;
 }

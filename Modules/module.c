@@ -78,24 +78,28 @@ supported_flags(PyObject *module, PyObject *obj)
 static PyObject *
 device_of(PyObject *module, PyObject *obj)
 {
-    PyBufferProcs *procs = Py_TYPE(obj)->tp_as_buffer;
+    PyBufferProcs *procs;
     Py_buffer_extended ext;
     BufferExtInternal_Marking mark;
     const int flags = PyBUF_FULL_RO | PyBUF_DEVICE;
     PyObject *result;
-    int rc;
+    int rc = -1;
     (void)module;
 
-    if (procs == NULL || procs->bf_getbuffer == NULL) {
-        PyErr_Format(PyExc_TypeError, "a buffer exporter is required, not "
-                     "'%.200s'", Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
     BufferExtInternal_ClearExtension(&ext);
+    /* first, before the type is read: a thread's first extended request
+     * allocates its slot (the garbage collector may run) */
     if (BufferExtInternal_SetMark(&mark, &ext, flags) < 0) {
         return NULL;
     }
-    rc = procs->bf_getbuffer(obj, &ext.view, flags);
+    procs = Py_TYPE(obj)->tp_as_buffer;
+    if (procs == NULL || procs->bf_getbuffer == NULL) {
+        PyErr_Format(PyExc_TypeError, "a buffer exporter is required, not "
+                     "'%.200s'", Py_TYPE(obj)->tp_name);
+    }
+    else {
+        rc = procs->bf_getbuffer(obj, &ext.view, flags);
+    }
     BufferExtInternal_ClearMark(&mark);
     if (rc < 0) {
         BufferExtInternal_ClearExtension(&ext);

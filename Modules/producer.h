@@ -44,14 +44,15 @@ typedef struct {
  * bufferext_producer_export leaves to it. */
 BUFFEREXT_INTERNAL_COLD int
 bufferext_producer_export_checked(PyObject *op, Py_buffer *view, int flags,
-                                  const char *device, void *device_info)
+                                  Py_buffer_extended *ext, const char *device,
+                                  void *device_info)
 {
     bufferext_producer *p = (bufferext_producer *)op;
     int rc;
 
     view->obj = NULL;
     BUFFEREXT_LOCKED_BEGIN(op);
-    rc = p->open ? bufferext_export(op, view, flags, &p->layout, device,
+    rc = p->open ? bufferext_export(op, view, flags, ext, &p->layout, device,
                                     device_info, &p->exports)
                  : bufferext_refuse(op, "buffer is closed");
     BUFFEREXT_LOCKED_END();
@@ -67,11 +68,10 @@ static inline int
 bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
                           const char *device, void *device_info)
 {
+    /* first, before the producer's state is read: the consumer's mark */
+    Py_buffer_extended *ext = BufferExt_Extended(view, flags);
 #ifndef Py_GIL_DISABLED
     bufferext_producer *p = (bufferext_producer *)op;
-
-    /* read before the view is written: the consumer's mark */
-    Py_buffer_extended *ext = BufferExt_Extended(view, flags);
 
     if (p->open && !BUFFEREXT_NEEDS_CHECK(&p->layout, flags) &&
         (device == NULL || ext != NULL)) {
@@ -86,7 +86,7 @@ bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
         return 0;
     }
 #endif
-    return bufferext_producer_export_checked(op, view, flags, device,
+    return bufferext_producer_export_checked(op, view, flags, ext, device,
                                              device_info);
 }
 

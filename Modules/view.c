@@ -327,6 +327,7 @@ static int
 view_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
     BufferViewObject *self = BufferView_CAST(op);
+    Py_buffer_extended *ext = BufferExt_Extended(view, flags);   /* first */
     int device, rc;
 
     view->obj = NULL;
@@ -337,7 +338,7 @@ view_getbuffer(PyObject *op, Py_buffer *view, int flags)
     }
     rc = !self->acquired
              ? bufferext_refuse(op, "BufferView is released")
-             : bufferext_export(op, view, flags, &self->layout,
+             : bufferext_export(op, view, flags, ext, &self->layout,
                                 device ? self->ext.device : NULL,
                                 device ? self->ext.device_info : NULL,
                                 &self->exports);

@@ -328,10 +328,19 @@ static inline void BufferExtInternal_ClearMark(BufferExtInternal_Marking *m)
 
 /* Exporter side: whether `view` is the view a consumer marked on this
  * thread.  Reads nothing of the view.  A capsule under the key whose
- * context is this very view is the slot (no name check needed). */
+ * context is this very view is the slot (no name check needed).  It
+ * allocates nothing: outside the limited API the thread state's dict is
+ * read as it is (PyThreadState_GetDict would make one; no dict, no mark).
+ * Mirrors: PyThreadState.dict (Include/cpython/pystate.h, 3.9-3.15; check
+ * again at 3.16).  The lookup compares the key with a stored one of the
+ * same hash; only C code stores keys in that dict. */
 static inline int BufferExtInternal_Marked(const Py_buffer *view)
 {
+#ifdef Py_LIMITED_API
     PyObject *dict = PyThreadState_GetDict(), *slot;
+#else
+    PyObject *dict = PyThreadState_Get()->dict, *slot;
+#endif
 
     if (dict == NULL) {
         return 0;
@@ -717,9 +726,10 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
     return BufferExtInternal_Answered(obj, view, flags, rc);
 }
 #else
-/* The whole of BufferExt_GetBuffer (below).  Where the header inlines the
- * common case (BUFFEREXT_ACCEL_FAST_GETBUFFER), this is the out-of-line
- * rest: a request that case does not cover starts over here. */
+/* The whole of BufferExt_GetBuffer (below) once the view is marked.
+ * Where the header inlines the common case (BUFFEREXT_ACCEL_FAST_GETBUFFER),
+ * this is the out-of-line rest: a request that case does not cover starts
+ * over here. */
 #ifdef BUFFEREXT_ACCEL_FAST_GETBUFFER
 BUFFEREXT_INTERNAL_COLD int
 #else
@@ -733,7 +743,6 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
      * one to call instead of PyObject_GetBuffer (NULL: none) */
     BufferExtAccel_GetBufferProc slot = BufferExtAccel_BufferSlot(obj);
     BufferExtAccel_GetBufferProc direct = NULL;
-    BufferExtInternal_Marking mark;
 
     BufferExtInternal_ClearExtension(view);
     if ((required || (flags & PyBUF_DEVICE)) &&
@@ -768,25 +777,16 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
         }
 #endif
     }
-    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
-        return -1;
-    }
     rc = direct != NULL ? direct(obj, &view->view, flags)
                         : BufferExtAccel_CallSlot(slot, obj, &view->view,
                                                   flags);
-    BufferExtInternal_ClearMark(&mark);
     return BufferExtInternal_Answered(obj, view, flags, rc);
 }
 
-/* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
- * the extension, raises BufferError up front (without calling the exporter)
- * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
- * and raises BufferError (after releasing) if the exporter wrote extension
- * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
- * On success the caller must call BufferExt_Release(view) once; on failure
- * nothing is held and the extension fields are zero. */
+/* BufferExt_GetBuffer (below) once the view is marked: the common case
+ * inline where the header has it, else the whole function. */
 BUFFEREXT_INTERNAL_HOT int
-BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
+BufferExtInternal_Request(PyObject *obj, Py_buffer_extended *view, int flags)
 {
 #ifdef BUFFEREXT_ACCEL_FAST_GETBUFFER
     /* The common case, inline: an exporter whose type is in the cache and
@@ -816,19 +816,37 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
     }
 #  endif
     if (!general) {
-        BufferExtInternal_Marking mark;
-        int rc;
-
         BufferExtInternal_ClearExtension(view);
-        if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
-            return -1;
-        }
-        rc = slot(obj, &view->view, flags);
-        BufferExtInternal_ClearMark(&mark);
-        return BufferExtInternal_Answered(obj, view, flags, rc);
+        return BufferExtInternal_Answered(obj, view, flags,
+                                          slot(obj, &view->view, flags));
     }
 #endif
     return BufferExtInternal_GetBuffer(obj, view, flags);
+}
+
+/* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
+ * the extension, raises BufferError up front (without calling the exporter)
+ * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
+ * and raises BufferError (after releasing) if the exporter wrote extension
+ * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
+ * On success the caller must call BufferExt_Release(view) once; on failure
+ * nothing is held and the extension fields are zero. */
+BUFFEREXT_INTERNAL_HOT int
+BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
+{
+    BufferExtInternal_Marking mark;
+    int rc;
+
+    /* first, before anything of obj or its type is read: a thread's first
+     * extended request makes its slot, an allocation, which may run the
+     * garbage collector's finalizers */
+    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
+        BufferExtInternal_ClearExtension(view);
+        return -1;
+    }
+    rc = BufferExtInternal_Request(obj, view, flags);
+    BufferExtInternal_ClearMark(&mark);
+    return rc;
 }
 #endif /* BUFFEREXT_NATIVE */
 
@@ -855,7 +873,9 @@ static inline int BufferExt_IsDevice(const Py_buffer_extended *view)
  * to write, and the request is served as if PyBUF_DEVICE were absent).  The
  * proof is the consumer's mark in the thread's slot (see
  * BUFFEREXT_MARK_CAPSULE), not anything in the view, which on some paths
- * nobody initialised; it holds for the whole getbuffer call. */
+ * nobody initialised; it holds for the whole getbuffer call.  Call it on
+ * entry, before reading the exporter's own state: its lookup compares
+ * keys (and with Py_LIMITED_API a thread's first one allocates). */
 static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
                                                      int flags)
 {
@@ -905,14 +925,16 @@ BufferExtInternal_RefuseDevice(PyObject *exporter, const char *device,
  * requested through an extended view (BufferExt_Extended); otherwise
  * raises BufferError naming the exporter's type and the device, so device
  * memory never reaches a CPU-only consumer.
- * Call it before taking any reference or counting the export.
- * Returns 0, or -1 with BufferError. */
-static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
-                                      int flags, const char *device,
-                                      void *device_info)
+ * Call it first, before reading the exporter's own state (the mark's
+ * lookup may compare keys, and with Py_LIMITED_API a thread's first one
+ * allocates) and before taking any reference or counting the export.
+ * Returns 0, or -1 with BufferError.  BufferExtInternal_SetDeviceOn is the
+ * same for an `ext` that BufferExt_Extended gave on entry. */
+static inline int BufferExtInternal_SetDeviceOn(Py_buffer_extended *ext,
+                                                PyObject *exporter, int flags,
+                                                const char *device,
+                                                void *device_info)
 {
-    Py_buffer_extended *ext = BufferExt_Extended(view, flags);
-
     if (ext != NULL) {
         ext->flags |= PyBUF_DEVICE;
         ext->device = device;
@@ -923,6 +945,15 @@ static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
         return 0;
     }
     return BufferExtInternal_RefuseDevice(exporter, device, flags);
+}
+
+static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
+                                      int flags, const char *device,
+                                      void *device_info)
+{
+    return BufferExtInternal_SetDeviceOn(BufferExt_Extended(view, flags),
+                                         exporter, flags, device,
+                                         device_info);
 }
 
 #ifdef __cplusplus
