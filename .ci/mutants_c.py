@@ -52,10 +52,16 @@ MUTANTS: List[Mutant] = [
      "        (device == NULL || ext != NULL)) {",
      "        (device == NULL || (flags & PyBUF_DEVICE))) {", "3.12", PEP688),
     ("consumer: no mark", "Include/bufferext/core.h",
-     "    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {\n"
-     "        BufferExtInternal_ClearExtension(view);",
-     "    if (BufferExtInternal_SetMark(&mark, view, 0) < 0) {\n"
-     "        BufferExtInternal_ClearExtension(view);", "3.12", PEP688),
+     [("    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {\n"
+       "        return -1;\n"
+       "    }\n"
+       "    /* the exporter's getbuffer",
+       "    if (BufferExtInternal_SetMark(&mark, view, 0) < 0) {\n"
+       "        return -1;\n"
+       "    }\n"
+       "    /* the exporter's getbuffer"),
+      ("!BufferExtInternal_SetMarkInSlot(&mark, view)", "0")],
+     None, "3.12", PEP688),
     ("dlpack acquire: no mark", "Modules/dlpack.c",
      "    if (BufferExtInternal_SetMark(&mark, ext,\n"
      "                                  PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {",

@@ -1082,13 +1082,13 @@ bridges(bufferext_state *st, PyObject **dispatch, PyObject **cpu_types)
  * 2: ml_dtypes' low-precision floats), whose items numpy exports neither
  * through the buffer protocol nor DLPack: _dispatch reads them by name. */
 static int
-numpy_user_dtype(PyObject *obj)
+numpy_user_dtype(bufferext_state *st, PyObject *obj)
 {
-    PyObject *dtype = PyObject_GetAttrString(obj, "dtype"), *kind = NULL;
+    PyObject *dtype = PyObject_GetAttr(obj, st->str_dtype), *kind = NULL;
     long builtin = -1;
 
     if (dtype != NULL) {
-        kind = PyObject_GetAttrString(dtype, "isbuiltin");
+        kind = PyObject_GetAttr(dtype, st->str_isbuiltin);
         Py_DECREF(dtype);
     }
     if (kind != NULL) {
@@ -1102,14 +1102,14 @@ numpy_user_dtype(PyObject *obj)
 /* Step 1 above: whether `obj`'s own buffer is the answer (numpy's array,
  * the first of the CPU types, unless its dtype is user-defined). */
 static int
-passes_through(PyObject *obj, PyObject *cpu_types)
+passes_through(bufferext_state *st, PyObject *obj, PyObject *cpu_types)
 {
     PyTypeObject *type = Py_TYPE(obj);
     Py_ssize_t i;
 
     for (i = 0; i < PyTuple_GET_SIZE(cpu_types); i++) {
         if ((PyObject *)type == PyTuple_GET_ITEM(cpu_types, i)) {
-            return i != 0 || !numpy_user_dtype(obj);
+            return i != 0 || !numpy_user_dtype(st, obj);
         }
     }
     return PyObject_CheckBufferSupports(obj, PyBUF_DEVICE);
@@ -1145,7 +1145,7 @@ adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (bridges(st, &dispatch, &cpu_types) < 0) {
         return NULL;
     }
-    if (!passes_through(obj, cpu_types)) {
+    if (!passes_through(st, obj, cpu_types)) {
         result = PyObject_CallFunctionObjArgs(dispatch, obj, readonly, NULL);
     }
     else if (readonly == Py_None) {
@@ -1183,7 +1183,10 @@ bufferext_init_adapter(PyObject *module)
 {
     bufferext_state *st = bufferext_get_state(module);
 
-    if (PyModule_AddFunctions(module, adapter_functions) < 0) {
+    if (PyModule_AddFunctions(module, adapter_functions) < 0 ||
+        (st->str_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+        (st->str_isbuiltin = PyUnicode_InternFromString("isbuiltin")) ==
+            NULL) {
         return -1;
     }
     if (bufferext_add_type(module, &adapter_spec,

@@ -226,6 +226,8 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->resolve_dtype);
     Py_VISIT(st->as_buffer_dispatch);
     Py_VISIT(st->cpu_types);
+    Py_VISIT(st->str_dtype);
+    Py_VISIT(st->str_isbuiltin);
     return 0;
 }
 
@@ -247,6 +249,8 @@ module_clear(PyObject *module)
     Py_CLEAR(st->resolve_dtype);
     Py_CLEAR(st->as_buffer_dispatch);
     Py_CLEAR(st->cpu_types);
+    Py_CLEAR(st->str_dtype);
+    Py_CLEAR(st->str_isbuiltin);
     bufferext_view_freelist_clear();
     bufferext_fastmethods_clear();
     return 0;

@@ -26,6 +26,8 @@ typedef struct {
     PyObject *resolve_dtype;   /* bufferext._dtypes.resolve, fetched lazily */
     PyObject *as_buffer_dispatch;   /* bufferext._bridges._dispatch, lazily */
     PyObject *cpu_types;       /* bufferext._bridges._CPU_TYPES (a tuple) */
+    PyObject *str_dtype;       /* "dtype" and "isbuiltin", interned (adapter.c) */
+    PyObject *str_isbuiltin;
 } bufferext_state;
 
 /* One init per file, in the order module.c calls them; each returns 0 or

@@ -316,6 +316,29 @@ static inline int BufferExtInternal_SetMark(BufferExtInternal_Marking *m,
     return 0;
 }
 
+/* The same where the thread's slot exists already (a lookup, which makes
+ * nothing): 1, or 0 with nothing marked and no exception when it does not.
+ * For the header's inline path, outside the limited API. */
+#ifndef Py_LIMITED_API
+static inline int BufferExtInternal_SetMarkInSlot(BufferExtInternal_Marking *m,
+                                                  Py_buffer_extended *view)
+{
+    PyObject *dict = PyThreadState_Get()->dict, *slot;
+
+    if (dict == NULL ||
+        (slot = PyDict_GetItemWithError(dict, (PyObject *)&PyCapsule_Type))
+            == NULL ||
+        !PyCapsule_IsValid(slot, BUFFEREXT_MARK_CAPSULE)) {
+        PyErr_Clear();
+        return 0;
+    }
+    m->slot = Py_NewRef(slot);
+    m->previous = PyCapsule_GetContext(slot);
+    PyCapsule_SetContext(slot, &view->view);
+    return 1;
+}
+#endif
+
 /* Consumer side, after the call: the slot holds what it held before. */
 static inline void BufferExtInternal_ClearMark(BufferExtInternal_Marking *m)
 {
@@ -726,10 +749,9 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
     return BufferExtInternal_Answered(obj, view, flags, rc);
 }
 #else
-/* The whole of BufferExt_GetBuffer (below) once the view is marked.
- * Where the header inlines the common case (BUFFEREXT_ACCEL_FAST_GETBUFFER),
- * this is the out-of-line rest: a request that case does not cover starts
- * over here. */
+/* The whole of BufferExt_GetBuffer (below).  Where the header inlines the
+ * common case (BUFFEREXT_ACCEL_FAST_GETBUFFER), this is the out-of-line
+ * rest: a request that case does not cover starts over here. */
 #ifdef BUFFEREXT_ACCEL_FAST_GETBUFFER
 BUFFEREXT_INTERNAL_COLD int
 #else
@@ -739,17 +761,25 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
                             int flags)
 {
     int required = flags & PyBUF_REQUIRED_FLAGS, rc;
-    /* the exporter's getbuffer, read once (NULL: not known here), and the
-     * one to call instead of PyObject_GetBuffer (NULL: none) */
-    BufferExtAccel_GetBufferProc slot = BufferExtAccel_BufferSlot(obj);
-    BufferExtAccel_GetBufferProc direct = NULL;
+    BufferExtAccel_GetBufferProc slot, direct = NULL;
+    BufferExtInternal_Marking mark;
 
     BufferExtInternal_ClearExtension(view);
+    /* first, before anything of obj or its type is read: a thread's first
+     * extended request makes its slot, an allocation, which may run the
+     * garbage collector's finalizers */
+    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
+        return -1;
+    }
+    /* the exporter's getbuffer, read once (NULL: not known here), and the
+     * one to call instead of PyObject_GetBuffer (NULL: none) */
+    slot = BufferExtAccel_BufferSlot(obj);
     if ((required || (flags & PyBUF_DEVICE)) &&
         BufferExtAccel_Exports(obj, slot)) {
         BufferExtAccel_TypeInfo info = BufferExtAccel_Info(Py_TYPE(obj));
         int unsupported = required & ~info.mask;
         if (unsupported) {
+            BufferExtInternal_ClearMark(&mark);
             return BufferExtInternal_RaiseUnsupported(obj, unsupported,
                                                       info.declared);
         }
@@ -780,21 +810,29 @@ BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
     rc = direct != NULL ? direct(obj, &view->view, flags)
                         : BufferExtAccel_CallSlot(slot, obj, &view->view,
                                                   flags);
+    BufferExtInternal_ClearMark(&mark);
     return BufferExtInternal_Answered(obj, view, flags, rc);
 }
 
-/* BufferExt_GetBuffer (below) once the view is marked: the common case
- * inline where the header has it, else the whole function. */
+/* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
+ * the extension, raises BufferError up front (without calling the exporter)
+ * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
+ * and raises BufferError (after releasing) if the exporter wrote extension
+ * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
+ * On success the caller must call BufferExt_Release(view) once; on failure
+ * nothing is held and the extension fields are zero. */
 BUFFEREXT_INTERNAL_HOT int
-BufferExtInternal_Request(PyObject *obj, Py_buffer_extended *view, int flags)
+BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 {
 #ifdef BUFFEREXT_ACCEL_FAST_GETBUFFER
     /* The common case, inline: an exporter whose type is in the cache and
      * supports the request, its getbuffer called directly; anything else
-     * (an error to raise, a cache miss, PEP 688 routing, no getbuffer)
-     * goes to the whole function. */
+     * (an error to raise, a cache miss, PEP 688 routing, no getbuffer, a
+     * device request on a thread without its slot yet) goes to the whole
+     * function. */
     BufferExtAccel_GetBufferProc slot = BufferExtAccel_BufferSlot(obj);
     BufferExtAccel_TypeInfo info;
+    BufferExtInternal_Marking mark = {NULL, NULL};
     int general = slot == NULL;
 
     if (flags & (PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE)) {
@@ -809,6 +847,11 @@ BufferExtInternal_Request(PyObject *obj, Py_buffer_extended *view, int flags)
 #  endif
                 ;
         }
+        /* a device request passed on is marked in the thread's slot, if
+         * it has one: a lookup, nothing allocated, nothing decided above
+         * undone (making the slot is the whole function's first step) */
+        general = general || ((flags & PyBUF_DEVICE) &&
+                              !BufferExtInternal_SetMarkInSlot(&mark, view));
     }
 #  if PY_VERSION_HEX >= 0x030C0000
     else {
@@ -816,37 +859,15 @@ BufferExtInternal_Request(PyObject *obj, Py_buffer_extended *view, int flags)
     }
 #  endif
     if (!general) {
+        int rc;
+
         BufferExtInternal_ClearExtension(view);
-        return BufferExtInternal_Answered(obj, view, flags,
-                                          slot(obj, &view->view, flags));
+        rc = slot(obj, &view->view, flags);
+        BufferExtInternal_ClearMark(&mark);
+        return BufferExtInternal_Answered(obj, view, flags, rc);
     }
 #endif
     return BufferExtInternal_GetBuffer(obj, view, flags);
-}
-
-/* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
- * the extension, raises BufferError up front (without calling the exporter)
- * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
- * and raises BufferError (after releasing) if the exporter wrote extension
- * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
- * On success the caller must call BufferExt_Release(view) once; on failure
- * nothing is held and the extension fields are zero. */
-BUFFEREXT_INTERNAL_HOT int
-BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
-{
-    BufferExtInternal_Marking mark;
-    int rc;
-
-    /* first, before anything of obj or its type is read: a thread's first
-     * extended request makes its slot, an allocation, which may run the
-     * garbage collector's finalizers */
-    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
-        BufferExtInternal_ClearExtension(view);
-        return -1;
-    }
-    rc = BufferExtInternal_Request(obj, view, flags);
-    BufferExtInternal_ClearMark(&mark);
-    return rc;
 }
 #endif /* BUFFEREXT_NATIVE */
 
