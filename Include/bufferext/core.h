@@ -349,6 +349,51 @@ static inline void BufferExtInternal_ClearMark(BufferExtInternal_Marking *m)
     }
 }
 
+/* Whether the running interpreter implements the draft itself (the
+ * patched CPython 3.13 of cpython/), asked once per process, for an
+ * exporter built in backport mode: there the flag is the proof, as in
+ * native mode, since CPython passes no extended flag into a bare Py_buffer
+ * of its own, and native consumers do not mark.  Asked of 3.13 alone (the
+ * patch's vehicle; a later CPython may give slot 84 another meaning):
+ * PyType_GetSlot answers Py_bf_supported_flags (84) there, and raises
+ * SystemError on a stock 3.13.  Never with an exception pending. */
+static inline int BufferExtInternal_NativeRuntime(void)
+{
+#if defined(Py_LIMITED_API) || \
+    (PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000)
+    static int answer;          /* 0 not asked, 1 native, 2 not */
+#  if defined(__GNUC__) || defined(__clang__)
+    int known = __atomic_load_n(&answer, __ATOMIC_RELAXED);
+#  else
+    int known = answer;
+#  endif
+    if (known == 0) {
+        if (PyErr_Occurred()) {
+            return 0;           /* asked again next time */
+        }
+        known = 1;
+#  ifdef Py_LIMITED_API
+        if ((Py_Version >> 16) != 0x030D) {
+            known = 2;          /* an abi3 build, on another CPython */
+        }
+        else
+#  endif
+        if (PyType_GetSlot(&PyBytes_Type, 84) == NULL && PyErr_Occurred()) {
+            PyErr_Clear();
+            known = 2;
+        }
+#  if defined(__GNUC__) || defined(__clang__)
+        __atomic_store_n(&answer, known, __ATOMIC_RELAXED);
+#  else
+        answer = known;
+#  endif
+    }
+    return known == 1;
+#else
+    return 0;
+#endif
+}
+
 /* Exporter side: whether `view` is the view a consumer marked on this
  * thread.  Reads nothing of the view.  A capsule under the key whose
  * context is this very view is the slot (no name check needed).  It
@@ -730,23 +775,19 @@ BufferExtInternal_Answered(PyObject *obj, Py_buffer_extended *view,
  * an extended request, refuses undeclared required flags and checks what
  * the exporter wrote; what it cannot see (the extension written for a
  * request without an extended flag, whose struct may be a bare Py_buffer)
- * is checked here.  The mark is for exporters built in backport mode. */
+ * is checked here.  No mark: on this interpreter an exporter built in
+ * backport mode takes the flag for the proof too
+ * (BufferExtInternal_NativeRuntime). */
 BUFFEREXT_INTERNAL_HOT int
 BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 {
-    BufferExtInternal_Marking mark;
-    int rc;
-
     if (!(flags & BUFFEREXT_EXTENDED_FLAGS)) {
         /* CPython zeroes the extension of an extended request only */
         BufferExtInternal_ClearExtension(view);
     }
-    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
-        return -1;
-    }
-    rc = PyObject_GetBuffer(obj, &view->view, flags);
-    BufferExtInternal_ClearMark(&mark);
-    return BufferExtInternal_Answered(obj, view, flags, rc);
+    return BufferExtInternal_Answered(obj, view, flags,
+                                      PyObject_GetBuffer(obj, &view->view,
+                                                         flags));
 }
 #else
 /* The whole of BufferExt_GetBuffer (below).  Where the header inlines the
@@ -905,7 +946,8 @@ static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
      * flag is the proof, as the draft says */
     return (flags & PyBUF_DEVICE) ? (Py_buffer_extended *)view : NULL;
 #else
-    return (flags & PyBUF_DEVICE) && BufferExtInternal_Marked(view)
+    return (flags & PyBUF_DEVICE) && (BufferExtInternal_NativeRuntime() ||
+                                      BufferExtInternal_Marked(view))
                ? (Py_buffer_extended *)view : NULL;
 #endif
 }
