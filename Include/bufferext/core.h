@@ -289,6 +289,51 @@ static inline PyObject *BufferExtInternal_MarkSlot(int create)
     return slot;
 }
 
+/* Whether the running interpreter implements the draft itself (the
+ * patched CPython 3.13 of cpython/), asked once per process, for code
+ * built in backport mode: there the flag is the proof, as in native mode,
+ * since CPython passes no extended flag into a bare Py_buffer of its own;
+ * exporters trust it and consumers do not mark.  Asked of 3.13 alone (the
+ * patch's vehicle; a later CPython may give slot 84 another meaning):
+ * PyType_GetSlot answers Py_bf_supported_flags (84) there, and raises
+ * SystemError on a stock 3.13.  Never with an exception pending. */
+static inline int BufferExtInternal_NativeRuntime(void)
+{
+#if defined(Py_LIMITED_API) || \
+    (PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000)
+    static int answer;          /* 0 not asked, 1 native, 2 not */
+#  if defined(__GNUC__) || defined(__clang__)
+    int known = __atomic_load_n(&answer, __ATOMIC_RELAXED);
+#  else
+    int known = answer;
+#  endif
+    if (known == 0) {
+        if (PyErr_Occurred()) {
+            return 0;           /* asked again next time */
+        }
+        known = 1;
+#  ifdef Py_LIMITED_API
+        if ((Py_Version >> 16) != 0x030D) {
+            known = 2;          /* an abi3 build, on another CPython */
+        }
+        else
+#  endif
+        if (PyType_GetSlot(&PyBytes_Type, 84) == NULL && PyErr_Occurred()) {
+            PyErr_Clear();
+            known = 2;
+        }
+#  if defined(__GNUC__) || defined(__clang__)
+        __atomic_store_n(&answer, known, __ATOMIC_RELAXED);
+#  else
+        answer = known;
+#  endif
+    }
+    return known == 1;
+#else
+    return 0;
+#endif
+}
+
 /* A consumer's mark: the slot (a strong reference while marked, NULL for a
  * request without PyBUF_DEVICE) and what it held before. */
 typedef struct {
@@ -303,8 +348,8 @@ static inline int BufferExtInternal_SetMark(BufferExtInternal_Marking *m,
                                             int flags)
 {
     m->slot = NULL;
-    if (!(flags & PyBUF_DEVICE)) {
-        return 0;
+    if (!(flags & PyBUF_DEVICE) || BufferExtInternal_NativeRuntime()) {
+        return 0;               /* nothing to prove, or the flag proves it */
     }
     m->slot = BufferExtInternal_MarkSlot(1);
     if (m->slot == NULL) {
@@ -347,51 +392,6 @@ static inline void BufferExtInternal_ClearMark(BufferExtInternal_Marking *m)
         Py_DECREF(m->slot);
         m->slot = NULL;
     }
-}
-
-/* Whether the running interpreter implements the draft itself (the
- * patched CPython 3.13 of cpython/), asked once per process, for an
- * exporter built in backport mode: there the flag is the proof, as in
- * native mode, since CPython passes no extended flag into a bare Py_buffer
- * of its own, and native consumers do not mark.  Asked of 3.13 alone (the
- * patch's vehicle; a later CPython may give slot 84 another meaning):
- * PyType_GetSlot answers Py_bf_supported_flags (84) there, and raises
- * SystemError on a stock 3.13.  Never with an exception pending. */
-static inline int BufferExtInternal_NativeRuntime(void)
-{
-#if defined(Py_LIMITED_API) || \
-    (PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000)
-    static int answer;          /* 0 not asked, 1 native, 2 not */
-#  if defined(__GNUC__) || defined(__clang__)
-    int known = __atomic_load_n(&answer, __ATOMIC_RELAXED);
-#  else
-    int known = answer;
-#  endif
-    if (known == 0) {
-        if (PyErr_Occurred()) {
-            return 0;           /* asked again next time */
-        }
-        known = 1;
-#  ifdef Py_LIMITED_API
-        if ((Py_Version >> 16) != 0x030D) {
-            known = 2;          /* an abi3 build, on another CPython */
-        }
-        else
-#  endif
-        if (PyType_GetSlot(&PyBytes_Type, 84) == NULL && PyErr_Occurred()) {
-            PyErr_Clear();
-            known = 2;
-        }
-#  if defined(__GNUC__) || defined(__clang__)
-        __atomic_store_n(&answer, known, __ATOMIC_RELAXED);
-#  else
-        answer = known;
-#  endif
-    }
-    return known == 1;
-#else
-    return 0;
-#endif
 }
 
 /* Exporter side: whether `view` is the view a consumer marked on this
@@ -892,6 +892,7 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
          * it has one: a lookup, nothing allocated, nothing decided above
          * undone (making the slot is the whole function's first step) */
         general = general || ((flags & PyBUF_DEVICE) &&
+                              !BufferExtInternal_NativeRuntime() &&
                               !BufferExtInternal_SetMarkInSlot(&mark, view));
     }
 #  if PY_VERSION_HEX >= 0x030C0000
