@@ -46,7 +46,8 @@ MUTANTS: List[Mutant] = [
      "    if (!PyObject_TypeCheck(obj, self->objclass)) {", "    if (0) {",
      "3.11", ["tests/test_view.py"]),
     ("exporter: the flag taken as proof", "Include/bufferext/core.h",
-     "    return (flags & PyBUF_DEVICE) && BufferExtInternal_Marked(view)",
+     "    return (flags & PyBUF_DEVICE) && (BufferExtInternal_NativeRuntime() ||\n"
+     "                                      BufferExtInternal_Marked(view))",
      "    return (flags & PyBUF_DEVICE)", "3.12", PEP688),
     ("producer fast path: the flag taken as proof", "Modules/producer.h",
      "        (device == NULL || ext != NULL)) {",
