@@ -28,6 +28,17 @@ from ._state import MPIState
 __all__ = ["DistArray"]
 
 
+def _bridged(buffer: Any) -> Any:
+    """A local buffer as given, or through :func:`bufferext.as_buffer` (a
+    torch tensor: its DLPack, zero-copy); an object no protocol bridges is
+    kept as it is, and checked where it is used (an exporter whose buffer
+    only 3.12's ``__buffer__`` makes)."""
+    try:
+        return as_buffer(buffer)
+    except TypeError:
+        return buffer
+
+
 class DistArray:
     """One process's section of a distributed array (Distributed Array
     Protocol 0.10.0), over a CPU or device buffer.
@@ -51,8 +62,7 @@ class DistArray:
 
     def __init__(self, buffer: Any, maps: Sequence[DimMap], *, device: str = "cpu",
                  dtype: Any = None, comm: Any = None) -> None:
-        # anything as_buffer takes (a torch tensor: its DLPack), zero-copy
-        self._buffer = buffer if isinstance(buffer, np.ndarray) else as_buffer(buffer)
+        self._buffer = buffer if isinstance(buffer, np.ndarray) else _bridged(buffer)
         self._maps: Optional[Tuple[DimMap, ...]] = tuple(maps)
         self._dims: Optional[Tuple[Dict[str, Any], ...]] = None
         self._aliases: Tuple[bool, ...] = ()
