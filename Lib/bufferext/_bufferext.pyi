@@ -33,8 +33,9 @@ PyBUF_DEVICE: Final = 0x10000
 PyBUF_REQUIRED_FLAGS: Final = 0xFD
 #: Every request bit that existed before the draft (declared 0 means these).
 LEGACY_FLAGS: Final = 0x1FD
-#: Version of the Py_buffer_extended layout.
-ABI_VERSION: Final = 2
+#: Version of the ABI between extensions: the Py_buffer_extended layout and
+#: the mark of an extended view.
+ABI_VERSION: Final = 3
 #: Version of the header, ``0xMMmmpp00``-style like ``PY_VERSION_HEX``.
 VERSION_HEX: Final[int]
 #: 1 when the module was built in native mode: the interpreter implements

@@ -142,10 +142,8 @@ class LowpArray(np.ndarray):
     ``__dlpack__`` refuses ml_dtypes' types)."""
 
     def __dlpack__(self, **kwargs: Any) -> Any:
+        # (__dlpack_device__ is numpy's own: CPU memory)
         return as_buffer(self).__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> Tuple[int, int]:
-        return (1, 0)                       # kDLCPU
 
 
 def host_result(shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
