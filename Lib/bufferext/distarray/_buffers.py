@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 import numpy as np
 
 from .._bufferext import as_buffer, get_buffer
-from .._dtypes import _is_lowp, host_view, resolve, wire_dtype
+from .._dtypes import LOWP, host_view, resolve, wire_dtype
 from .._flags import BufferFlags
 from ._comm import agree
 
@@ -123,7 +123,7 @@ def host_array(obj: Any, what: str) -> np.ndarray:
             raise TypeError(f"{what}: a {type(obj).__name__} holding format "
                             f"{fmt!r}, which a DistArray cannot hold ({exc})"
                             ) from None
-        if dtype.kind == "V" and not _is_lowp(dtype):      # no ml_dtypes
+        if dtype.kind == "V" and dtype.name not in LOWP:   # no ml_dtypes
             raise TypeError(f"{what}: a {type(obj).__name__} of {fmt}: a "
                             "DistArray holds it as ml_dtypes' type (pip install "
                             "ml_dtypes)")
@@ -150,7 +150,7 @@ def host_result(shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised global result: a :class:`LowpArray` for a
     low-precision float, else numpy's array."""
     out = np.empty(shape, dtype)
-    return out.view(LowpArray) if _is_lowp(dtype) else out
+    return out.view(LowpArray) if dtype.name in LOWP else out
 
 
 def make_buffer(device: str, host: np.ndarray) -> Any:
