@@ -160,4 +160,32 @@ MUTANTS: List[Mutant] = [
      "    if (check_tensor(tensor) < 0) {\n        goto error;",
      "    PyGC_Collect();\n    if (check_tensor(tensor) < 0) {\n        goto error;",
      "3.11", ["tests/test_bridges.py"]),
+    # issue 31's planted bugs: each survived the whole suite before
+    ("format reader: a byte-swapped [bfloat16] taken", "Modules/export.c",
+     "    if (lowp_format(f, &code, &size)) {\n        goto sized;",
+     "    if (lowp_format(f, &code, &size)) {\n        swapped = 0;\n"
+     "        goto sized;", "3.11", ["tests/test_lowp.py"]),
+    ("format reader: float4/float6 rounded up to a byte", "Modules/export.c",
+     [("        if (lowp_floats[i].bits % 8 == 0 && f[0] == '[' &&",
+       "        if (f[0] == '[' &&"),
+      ("            *size = lowp_floats[i].bits / 8;",
+       "            *size = (lowp_floats[i].bits + 7) / 8;")],
+     None, "3.11", ["tests/test_lowp.py"]),
+    ("pickle: the shape read before the protocol's __index__",
+     "Modules/cpubuffer.c",
+     [("    long protocol = PyLong_AsLong(protocol_arg);   /* __index__: first */\n"
+       "\n    if ((protocol == -1 && PyErr_Occurred()) ||",
+       "    long protocol;\n\n    bufferext_producer_read(&self->head, &now);\n"
+       "    protocol = PyLong_AsLong(protocol_arg);\n"
+       "    if ((protocol == -1 && PyErr_Occurred()) ||"),
+      ("    bufferext_producer_read(&self->head, &now);\n"
+       "    /* Both export this buffer",
+       "    /* Both export this buffer")],
+     None, "3.11", ["tests/test_cpubuffer_pickle.py"]),
+    ("arrow import: the capsules not read again after the wait",
+     "Modules/adapter.c",
+     "        if (bufferext_cuda_event_wait(st, \"arrow\", in.event) < 0 ||\n"
+     "            bufferext_arrow_read(args[1], args[2], device, &in) < 0) {",
+     "        if (bufferext_cuda_event_wait(st, \"arrow\", in.event) < 0) {",
+     "3.11", ["tests/test_arrow.py"]),
 ]

@@ -757,6 +757,53 @@ b.close()
         env={"STANDIN_CUDA_LATE_MS": "300", "STANDIN_CUDA_HOST_VISIBLE": "1"})
 
 
+def test_two_threads_importing_one_array_take_it_once(driver: str) -> None:
+    # The import waits for a CUDA host array's sync_event without the GIL;
+    # the other thread reads the same capsules meanwhile and waits too.
+    # Each reads the capsules again after its wait: one takes the array,
+    # the other finds it taken and is refused, and it is released once.
+    harness.check(driver, """
+import sys, threading
+sys.path.insert(0, %r)
+from test_arrow import ArrowDeviceArray, HandMade, _new_capsule
+b = CUDABuffer(4, "int32")
+b.fill(7)                                      # pending: lands late
+event = ctypes.c_void_p(bufferext.get_buffer(b).device_info.event)
+values = np.frombuffer(ctypes.string_at(b.ptr, 16), np.int32)
+producer = HandMade(b"i", values)
+producer.buffers[1] = b.ptr
+device = ArrowDeviceArray(array=producer.array, device_id=0, device_type=3,
+                          sync_event=ctypes.addressof(event))
+capsules = (_new_capsule(ctypes.addressof(producer.schema), b"arrow_schema",
+                         None),
+            _new_capsule(ctypes.addressof(device), b"arrow_device_array",
+                         None))
+class Replays:
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        return capsules
+start = threading.Barrier(2)
+got, refused = [], []
+def run():
+    start.wait()
+    try:
+        got.append(bufferext.as_buffer(Replays()))
+    except BufferError as exc:
+        refused.append(str(exc))
+threads = [threading.Thread(target=run) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert len(got) == 1 and len(refused) == 1, (got, refused)
+assert "imported once" in refused[0], refused
+assert np.asarray(got[0]).tolist() == [7, 7, 7, 7]
+got.clear()
+assert producer.releases == 1
+b.close()
+""" % os.path.dirname(os.path.abspath(__file__)),
+        env={"STANDIN_CUDA_LATE_MS": "1000", "STANDIN_CUDA_HOST_VISIBLE": "1"})
+
+
 def test_distarray_takes_an_arrow_array_through_the_protocol() -> None:
     """from_global and scatter read an Arrow array through as_buffer (no
     numpy conversion of the caller's), zero-copy where it is viewed."""

@@ -277,6 +277,27 @@ def test_closed_buffer_refuses_to_copy(action: Any) -> None:
         action(buf)
 
 
+def test_the_protocol_argument_runs_before_the_shape_is_read() -> None:
+    """The protocol's __index__ is Python code: it may resize the buffer.
+    It runs first, so the shape travels with the data it describes."""
+    buf = filled(4, "f8")
+
+    class Protocol:
+        def __index__(self) -> int:
+            buf.resize(6)
+            np.asarray(buf)[4:] = (40.0, 50.0)
+            return 5
+
+    rebuild, args = buf.__reduce_ex__(Protocol())
+    data, shape = args[0], args[1]
+    assert shape == (6,) and memoryview(data).nbytes == 6 * 8
+    again = rebuild(*args)
+    assert again.shape == (6,) and np.asarray(again).tolist() == \
+        np.asarray(buf).tolist()
+    del data, args
+    buf.close()
+
+
 def test_bad_protocol_argument() -> None:
     with pytest.raises(TypeError):
         CPUBuffer(1).__reduce_ex__("5")

@@ -333,6 +333,26 @@ def test_copies_compare_element_types_by_format_not_numpy_stand_in(
             bufferext.CPUBuffer(2, "bfloat16"))
 
 
+def test_a_distarray_never_holds_a_numpy_stand_in(monkeypatch: Any) -> None:
+    """Without ml_dtypes a float8's dtype is the stand-in 'V1' of every
+    float8 kind, and a DistArray compares element types by dtype (a
+    redistribute(out=) of e5m2 into e4m3fn would pass): every door that
+    gives a DistArray its dtype refuses the stand-in by the format's name."""
+    from bufferext.distarray import BlockMap, DistArray
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)   # as if not installed
+    e4m3 = bufferext.CPUBuffer((4,), "float8_e4m3fn")
+    hint = "a DistArray holds it as ml_dtypes' type (pip install ml_dtypes)"
+    d = DistArray(e4m3, [BlockMap(4, 1, 0, 0, 4)])
+    for door in (lambda: d.dtype, lambda: d.local,
+                 lambda: DistArray.from_distarray(d.__distarray__()).dtype):
+        with pytest.raises(TypeError, match=re.escape(
+                f"a CPUBuffer of [float8_e4m3fn]: {hint}")):
+            door()
+    for door in (DistArray.from_global, DistArray.scatter):
+        with pytest.raises(TypeError, match=re.escape(hint)):
+            door(e4m3, dist="b")
+
+
 def test_vebuffer_takes_the_dtype_and_moves_it_bit_for_bit(tmp_path: Any) -> None:
     """VEBuffer resolves the same names (through the VEO stand-in, a test
     double built here): the format, VAI typestr, host round trip bit for

@@ -208,6 +208,25 @@ def test_long_arrays_differing_in_the_middle_key_apart() -> None:
     assert np.array_equal(e.local, second)
 
 
+def test_keys_hold_every_float_the_dtype_and_the_shape() -> None:
+    """A float array keys by its bytes (not its repr, which numpy cuts
+    past 1000 items), with its dtype (equal bytes as float64 and as
+    complex64 are other values) and its shape ((2, 3) is not (3, 2))."""
+    first = np.linspace(0.0, 1.0, 3000)
+    second = first.copy()
+    second[1500], second[1501] = first[1501], first[1500]
+    assert repr(first) == repr(second)
+    zeros = np.zeros(2)
+    apart = [first, second, zeros, zeros.view(np.complex64), np.zeros((2, 3)),
+             np.zeros((3, 2)), np.zeros(6)]
+    assert len({content_key(a) for a in apart}) == len(apart)
+    assert len({digest(content_key(a)) for a in apart}) == len(apart)
+    for wrap in (_Summarised, memoryview):
+        assert content_key(wrap(first)) != content_key(wrap(second)), wrap
+        assert content_key(wrap(np.zeros((2, 3)))) != \
+            content_key(wrap(np.zeros((3, 2)))), wrap
+
+
 def test_equal_contents_key_as_documented() -> None:
     idx = [0, 2, 4]
     # integer index arrays of any width and any array-like holding them

@@ -17,7 +17,7 @@ import numpy as np
 from .. import _dtypes
 from .._bufferext import as_buffer
 from . import _halo, _redistribute
-from ._buffers import Kind, as_kind, host_array, kind_of, make_buffer
+from ._buffers import Kind, as_kind, held_dtype, host_array, kind_of, make_buffer
 from ._comm import agree, call_keys, digest, resolve, same_call, size
 from ._layout import Layout
 from ._maps import BlockMap, DimMap, map_from_dim_dict
@@ -190,7 +190,8 @@ class DistArray:
                               for d in data["dim_data"])
         self._kind = kind_of(device)
         self._foreign = device if self._kind is None else None
-        self._dtype = _dtypes.resolve(fmt)[2] if device is not None else None
+        self._dtype = (held_dtype(fmt, f"from_distarray: a {type(data['buffer']).__name__}")
+                       if device is not None else None)
         self._local = None
         self._dim_data = None
         self._shape = shape
@@ -292,7 +293,12 @@ class DistArray:
                                   "memory; use bufferext.get_buffer(d.buffer, "
                                   "BufferFlags.FULL_RO | BufferFlags.DEVICE)")
             buf = self._buffer
-            view = buf if isinstance(buf, np.ndarray) else _dtypes.host_view(buf)
+            if isinstance(buf, np.ndarray):
+                view = buf
+            else:
+                view = _dtypes.host_view(buf)
+                if view.dtype.kind == "V":      # the format's name, not numpy's stand-in
+                    held_dtype(memoryview(buf).format, f"DistArray: a {type(buf).__name__}")
             self._local = view if view.shape == self._shape else view.reshape(self._shape)
         return self._local
 

@@ -30,8 +30,8 @@ from .._dtypes import LOWP, host_view, resolve, wire_dtype
 from .._flags import BufferFlags
 from ._comm import agree
 
-__all__ = ["Acquired", "Acquisitions", "Kind", "LowpArray", "as_kind", "host_array",
-           "host_result", "kind_of", "make_buffer", "new_buffer", "producer_class"]
+__all__ = ["Acquired", "Acquisitions", "Kind", "LowpArray", "as_kind", "held_dtype",
+           "host_array", "host_result", "kind_of", "make_buffer", "new_buffer", "producer_class"]
 
 T = TypeVar("T")
 
@@ -96,6 +96,25 @@ def new_buffer(device: str, shape: Tuple[int, ...], dtype: np.dtype,
     return cls(shape, dtype)
 
 
+def held_dtype(fmt: str, what: str) -> np.dtype:
+    """The dtype a DistArray holds items of buffer format ``fmt`` as.
+
+    A low-precision float is ml_dtypes' type: without ml_dtypes its numpy
+    stand-in (raw bytes, ``V1`` for every float8) would forget which type
+    it is, and a DistArray compares types by dtype, so it is refused.
+    ``what`` names the buffer in the TypeError.
+    """
+    try:
+        dtype = resolve(fmt)[2]
+    except TypeError as exc:
+        raise TypeError(f"{what} holding format {fmt!r}, which a DistArray "
+                        f"cannot hold ({exc})") from None
+    if dtype.kind == "V" and dtype.name not in LOWP:   # no ml_dtypes
+        raise TypeError(f"{what} of {fmt}: a DistArray holds it as ml_dtypes' "
+                        "type (pip install ml_dtypes)")
+    return dtype
+
+
 def host_array(obj: Any, what: str) -> np.ndarray:
     """A global array a caller passes (``what`` names it in errors), as a
     numpy array in host memory, read through the extended buffer protocol.
@@ -117,16 +136,7 @@ def host_array(obj: Any, what: str) -> np.ndarray:
         return exporter
     with get_buffer(exporter, _READ_ANY) as view:
         fmt, shape, device = view.format, view.shape, view.device
-        try:
-            dtype = resolve(fmt)[2]
-        except TypeError as exc:
-            raise TypeError(f"{what}: a {type(obj).__name__} holding format "
-                            f"{fmt!r}, which a DistArray cannot hold ({exc})"
-                            ) from None
-        if dtype.kind == "V" and dtype.name not in LOWP:   # no ml_dtypes
-            raise TypeError(f"{what}: a {type(obj).__name__} of {fmt}: a "
-                            "DistArray holds it as ml_dtypes' type (pip install "
-                            "ml_dtypes)")
+        dtype = held_dtype(fmt, f"{what}: a {type(obj).__name__}")
         if device is not None:
             out = np.empty(shape, dtype)
             view.copy_to_host(out.reshape(-1).view(np.uint8))
@@ -162,9 +172,13 @@ def make_buffer(device: str, host: np.ndarray) -> Any:
     return buf
 
 
-def _dtype_of(fmt: str) -> Optional[np.dtype]:
+def _format_of(fmt: str) -> Optional[str]:
+    """The canonical buffer format of an exported ``fmt`` (``'<d'`` is
+    ``'d'`` here), None for one bufferext does not read.  Element types are
+    compared by it, never by numpy's dtype: without ml_dtypes every float8
+    is the same stand-in ``V1``."""
     try:
-        return resolve(fmt)[2]
+        return resolve(fmt)[0]
     except (TypeError, ValueError):
         return None
 
@@ -214,7 +228,7 @@ class Acquired:
                 raise BufferError(f"DistArray: the local buffer has {view.nbytes} "
                                   f"bytes, its shape {shape} and dtype {dtype} "
                                   f"need {nbytes}")
-            if _dtype_of(view.format) != dtype:
+            if _format_of(view.format) != resolve(dtype)[0]:
                 raise BufferError(f"DistArray: the local buffer holds format "
                                   f"{view.format!r}, not dtype {dtype}")
             self.view, self.kind, self.write = view, kind, write
