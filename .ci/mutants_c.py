@@ -188,4 +188,7 @@ MUTANTS: List[Mutant] = [
      "            bufferext_arrow_read(args[1], args[2], device, &in) < 0) {",
      "        if (bufferext_cuda_event_wait(st, \"arrow\", in.event) < 0) {",
      "3.11", ["tests/test_arrow.py"]),
+    ("consumer: the mark left after the call", "Include/bufferext/core.h",
+     "        PyCapsule_SetContext(m->slot, m->previous);\n        Py_DECREF(m->slot);",
+     "        Py_DECREF(m->slot);", "3.12", PEP688),
 ]

@@ -418,6 +418,9 @@ def test_exporters_trust_only_a_marked_view(capi: ModuleType) -> None:
     # nothing in the view proves anything: the ABI 2 mark in `internal`
     # (what reused heap memory at a door's fresh view may hold) is no mark
     assert capi.extended_for(DEVICE, False, False, True) is None
+    # nor is a mark whose request is over: a consumer puts back what the
+    # slot held, so the same view in a plain request next is bare
+    assert capi.extended_for(DEVICE, False, False, False, True) is None
     # requests nest: a view marked and unmarked meanwhile leaves this one's
     assert capi.extended_for(DEVICE, True, True) is True
     x = capi.ExporterFull()

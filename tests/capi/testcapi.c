@@ -1104,7 +1104,8 @@ tc_reset_cache_stats(PyObject *module, PyObject *noargs)
 
 /* ---- producer helpers called directly --------------------------------- */
 
-/* extended_for(flags, marked=True, nested=False, forged=False) -> bool:
+/* extended_for(flags, marked=True, nested=False, forged=False, stale=False)
+ * -> bool:
  * whether BufferExt_Extended hands back the same address as an extended
  * view, None if it returns NULL.  `marked`: a consumer marked the view, as
  * BufferExt_GetBuffer does for the exporter (else it is a bare Py_buffer a
@@ -1112,24 +1113,31 @@ tc_reset_cache_stats(PyObject *module, PyObject *noargs)
  * first (an exporter consuming another object before it answers).
  * `forged`: view->internal holds the ABI 2 mark (the view's address, its
  * bits flipped by the key 0x62756665), which memory nobody initialised may
- * hold. */
+ * hold.  `stale`: the same view was marked for an earlier request, which is
+ * over (a consumer reusing its Py_buffer for a plain request next). */
 static PyObject *
 tc_extended_for(PyObject *module, PyObject *args)
 {
     Py_buffer_extended ext, other;
     Py_buffer_extended *got;
     BufferExtInternal_Marking mark = {NULL, NULL}, inner;
-    int flags, marked = 1, nested = 0, forged = 0;
+    int flags, marked = 1, nested = 0, forged = 0, stale = 0;
 
     (void)module;
-    if (!PyArg_ParseTuple(args, "i|ppp:extended_for", &flags, &marked,
-                          &nested, &forged)) {
+    if (!PyArg_ParseTuple(args, "i|pppp:extended_for", &flags, &marked,
+                          &nested, &forged, &stale)) {
         return NULL;
     }
     memset(&ext, 0, sizeof(ext));
     if (forged) {
         ext.view.internal =
             (void *)((uintptr_t)&ext.view ^ ~(uintptr_t)0x62756665u);
+    }
+    if (stale) {
+        if (BufferExtInternal_SetMark(&mark, &ext, PyBUF_DEVICE) < 0) {
+            return NULL;
+        }
+        BufferExtInternal_ClearMark(&mark);
     }
     if (marked && BufferExtInternal_SetMark(&mark, &ext, flags) < 0) {
         return NULL;
