@@ -7,6 +7,8 @@
 #   bash .ci/mutation.sh            prints killed/survived per module
 #   MUTATION_KEEP=DIR bash .ci/mutation.sh   keeps the work (mutmut show ...)
 #   bash .ci/mutation.sh 'bufferext._check.x_load_target*'   only those
+#   MUTATION_FILES="src/bufferext/_dtypes.py" MUTATION_TESTS="tests/test_lowp.py" \
+#       bash .ci/mutation.sh 'bufferext._dtypes.x_host_view*'   other code
 #
 # mutmut wants the package under src/: the work happens in a copy of the
 # tracked files with Lib/ renamed, the C extension built in place.  Tests
@@ -25,7 +27,7 @@ git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 tar -cf -) |
     tar -C "$WORK/tree" -xf -
 "$PY" -m venv "$WORK/venv"
 "$WORK/venv/bin/python" -m pip install -q "mutmut>=3.3" numpy pytest \
-    hypothesis setuptools 2>&1 | { grep -v "^WARNING: Location" || true; }
+    hypothesis setuptools ml_dtypes pyarrow 2>&1 | { grep -v "^WARNING: Location" || true; }
 
 cd "$WORK/tree"
 # the extension and the installed header layout, in place under Lib/
@@ -33,26 +35,26 @@ cd "$WORK/tree"
 mkdir -p Lib/bufferext/include
 cp -r Include/. Lib/bufferext/include/
 mv Lib src
-cat >setup.cfg <<'CFG'
-[mutmut]
-source_paths=src/bufferext
-only_mutate=
-    src/bufferext/_check.py
-    src/bufferext/_bridges.py
-    src/bufferext/distarray/_protocol.py
-also_copy=tests
-pytest_add_cli_args_test_selection=
-    tests/test_check.py
-    tests/test_bridges.py
-    tests/test_bridges_cuda.py
-    tests/test_bridges_fuzz.py
-    tests/test_bridges_messages.py
-    tests/test_distarray_protocol.py
-    tests/test_distarray_messages.py
-    tests/test_distarray_examples.py
-    tests/test_distarray_roundtrip.py
-    tests/test_conformance_protocols.py
-    tests/test_gate.py
+# MUTATION_FILES / MUTATION_TESTS (space-separated, under src/ and tests/)
+# replace the modules and the tests, e.g. for the code one issue changed
+files=${MUTATION_FILES:-"src/bufferext/_check.py src/bufferext/_bridges.py
+    src/bufferext/distarray/_protocol.py"}
+tests=${MUTATION_TESTS:-"tests/test_check.py tests/test_bridges.py
+    tests/test_bridges_cuda.py tests/test_bridges_fuzz.py
+    tests/test_bridges_messages.py tests/test_distarray_protocol.py
+    tests/test_distarray_messages.py tests/test_distarray_examples.py
+    tests/test_distarray_roundtrip.py tests/test_conformance_protocols.py
+    tests/test_gate.py"}
+{
+    echo "[mutmut]"
+    echo "source_paths=src/bufferext"
+    echo "only_mutate="
+    printf '    %s\n' $files
+    echo "also_copy=tests"
+    echo "pytest_add_cli_args_test_selection="
+    printf '    %s\n' $tests
+} >setup.cfg
+cat >>setup.cfg <<'CFG'
 pytest_add_cli_args=
     -p
     no:cacheprovider

@@ -225,6 +225,10 @@ def test_keys_hold_every_float_the_dtype_and_the_shape() -> None:
         assert content_key(wrap(first)) != content_key(wrap(second)), wrap
         assert content_key(wrap(np.zeros((2, 3)))) != \
             content_key(wrap(np.zeros((3, 2)))), wrap
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="its float8 types")
+    bits = np.arange(4, dtype=np.uint8)
+    assert content_key(bits.view(ml_dtypes.float8_e4m3fn)) != \
+        content_key(bits.view(ml_dtypes.float8_e5m2))
 
 
 def test_equal_contents_key_as_documented() -> None:

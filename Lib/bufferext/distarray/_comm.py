@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
+from .._dtypes import name_of
 from ._protocol import ProtocolError
 
 __all__ = ["agree", "any_rank", "call_keys", "content_key", "cuda_aware", "digest",
@@ -250,7 +251,8 @@ def _array_key(arr: np.ndarray, name: str) -> Key:
                                 and int(arr.max()) > _INT64_MAX):
         # every integer width alike: the plans read integers as int64
         return ("array", "int64", shape, np.ascontiguousarray(arr, dtype="<i8").tobytes())
-    kind = dt.str if dt.names is None else str(dt.descr)
+    # a low-precision float by its name: ml_dtypes' str is '|V1' for every float8
+    kind = name_of(dt) if dt.names is None else str(dt.descr)
     return ("array", kind, shape, np.ascontiguousarray(arr).tobytes())
 
 
@@ -274,7 +276,8 @@ def content_key(value: Any, name: str = "value") -> Key:
       (indices are read as int64), so an int32 and an int64 index array of
       equal values key alike; other dtypes key as they are.  An array keys
       apart from a list of the same numbers (and a 0-d array from the
-      number).  An object array keys by its items.
+      number).  An object array keys by its items; a low-precision float
+      by its name (ml_dtypes' ``str`` is ``'|V1'`` for every float8).
 
     Nothing keys by ``repr`` (numpy shortens it past 1000 items; a
     memoryview's names its address, not its contents).  Anything else
