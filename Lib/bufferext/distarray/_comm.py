@@ -251,7 +251,7 @@ def _array_key(arr: np.ndarray, name: str) -> Key:
                                 and int(arr.max()) > _INT64_MAX):
         # every integer width alike: the plans read integers as int64
         return ("array", "int64", shape, np.ascontiguousarray(arr, dtype="<i8").tobytes())
-    # a low-precision float by its name: ml_dtypes' str is '|V1' for every float8
+    # a low-precision float by its name: ml_dtypes' str is '<V1' for most float8s
     kind = name_of(dt) if dt.names is None else str(dt.descr)
     return ("array", kind, shape, np.ascontiguousarray(arr).tobytes())
 
@@ -277,7 +277,7 @@ def content_key(value: Any, name: str = "value") -> Key:
       equal values key alike; other dtypes key as they are.  An array keys
       apart from a list of the same numbers (and a 0-d array from the
       number).  An object array keys by its items; a low-precision float
-      by its name (ml_dtypes' ``str`` is ``'|V1'`` for every float8).
+      by its name (ml_dtypes' ``str`` is ``'<V1'`` for most float8 kinds).
 
     Nothing keys by ``repr`` (numpy shortens it past 1000 items; a
     memoryview's names its address, not its contents).  Anything else
