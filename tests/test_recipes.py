@@ -14,7 +14,10 @@ the checkout; isolated builds must install neither numpy nor bufferext),
 so they run only with BUFFEREXT_RECIPES_WHEELHOUSE=DIR (.ci/run's
 ``recipes`` step sets it).
 
-tests/test_recipes_cpp.py compiles the C++ consumers directly, in every run.
+The C++ recipes (pybind11 with setuptools, nanobind with scikit-build-core)
+build one module each holding a consumer, describe(obj), and a producer,
+Matrix, checked by check_describe.py and check_producer.py.
+tests/test_recipes_cpp.py compiles the same sources directly, in every run.
 """
 
 from __future__ import annotations
@@ -152,11 +155,13 @@ class Venv:
         assert "bufferext_recipe: ok" in out
 
 
-def _project(tmp_path: Path, recipe: str, source: str = "shape.c") -> Path:
-    """A copy of docs/examples/recipes/RECIPE with ``source`` beside it."""
+def _project(tmp_path: Path, recipe: str, *sources: str) -> Path:
+    """A copy of docs/examples/recipes/RECIPE with ``sources`` (default:
+    shape.c) beside it."""
     dest = tmp_path / recipe
     shutil.copytree(RECIPES / recipe, dest)
-    shutil.copy(RECIPES / source, dest)
+    for source in sources or ("shape.c",):
+        shutil.copy(RECIPES / source, dest)
     return dest
 
 
@@ -299,15 +304,43 @@ def test_readme_compiler_command(tmp_path: Path) -> None:
     venv.check(tmp_path, pythonpath=project)
 
 
+#: What the C++ projects include from beside them.
+CXX_HEADERS = ("extended_buffer.hpp", "host_matrix.hpp")
+
+
+def _check_cxx(venv: Venv, module: str, cwd: Path) -> None:
+    """The consumer (check_describe.py) and the producer (check_producer.py,
+    whose conformance report runs ``python -m bufferext check``) of one
+    C++ module installed in ``venv``."""
+    out = venv.run(venv.python, str(RECIPES / "check_describe.py"), module,
+                   cwd=cwd)
+    assert f"{module}: ok" in out
+    out = venv.run(venv.python, str(RECIPES / "check_producer.py"), module,
+                   cwd=cwd)
+    assert f"{module}: producer ok" in out
+
+
 @needs_wheelhouse
 def test_pybind11_setuptools(tmp_path: Path) -> None:
     """pybind11's setup helpers, isolated: ``requires = ["setuptools>=64",
     "pybind11>=2.13", "bufferext-headers"]``; describe.cpp holds the buffer
-    in the RAII ExtendedBuffer of extended_buffer.hpp."""
-    project = _project(tmp_path, "pybind11", "extended_buffer.hpp")
+    in the RAII ExtendedBuffer of extended_buffer.hpp, and matrix.cpp's
+    Matrix (host_matrix.hpp) exports one through py::custom_type_setup."""
+    project = _project(tmp_path, "pybind11", *CXX_HEADERS)
     venv = Venv(tmp_path / "venv")
     venv.pip(".", cwd=project, env=_forbid_runtime(tmp_path))
     venv.pip("bufferext")
-    out = venv.run(venv.python, str(RECIPES / "check_describe.py"),
-                   "bufferext_pybind11", cwd=tmp_path)
-    assert "bufferext_pybind11: ok" in out
+    _check_cxx(venv, "bufferext_pybind11", tmp_path)
+
+
+@needs_wheelhouse
+def test_nanobind_scikit_build_core(tmp_path: Path) -> None:
+    """nanobind through scikit-build-core, isolated: ``requires =
+    ["scikit-build-core", "nanobind>=2", "bufferext-headers"]`` and
+    ``nanobind_add_module`` linked with ``bufferext::headers``; the twins of
+    the pybind11 module, Matrix's slots given as nb::type_slots."""
+    project = _project(tmp_path, "nanobind", *CXX_HEADERS)
+    venv = Venv(tmp_path / "venv")
+    venv.pip(".", cwd=project, env=_forbid_runtime(tmp_path))
+    venv.pip("bufferext")
+    _check_cxx(venv, "bufferext_nanobind", tmp_path)

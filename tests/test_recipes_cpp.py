@@ -1,11 +1,13 @@
-"""The C++ consumers of docs/examples/recipes, compiled directly.
+"""The C++ recipes of docs/examples/recipes, compiled directly.
 
-pybind11/describe.cpp and nanobind/describe.cpp (over extended_buffer.hpp)
-are compiled with the C++ compiler against the installed headers, with no
-build system and no package index, and run through check_describe.py.
-pybind11 is a test requirement; nanobind (Python 3.10+) is not, so its test
-runs where nanobind is installed.  tests/test_recipes.py builds the
-pybind11 project with pip from a fresh virtual environment.
+pybind11/ and nanobind/ each hold one module of two files: describe.cpp, a
+consumer (over extended_buffer.hpp), and matrix.cpp, a producer (Matrix,
+over host_matrix.hpp).  They are compiled with the C++ compiler against the
+installed headers, with no build system and no package index, with
+-Wall -Wextra -Werror, and run through check_describe.py and
+check_producer.py.  pybind11 is a test requirement; nanobind (Python 3.10+)
+is not, so its test runs where nanobind is installed.  tests/test_recipes.py
+builds both projects with pip from a fresh virtual environment.
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ def _cxx() -> str:
     return cxx
 
 
-def _cxx_command(cxx: str, std: str, out: Path, source: Path,
+def _cxx_command(cxx: str, std: str, out: Path, sources: List[Path],
                  includes: List[str], *options: str) -> List[str]:
-    """``cxx`` compiling ``source`` against bufferext.h, Python.h and the
-    recipes' extended_buffer.hpp; ``includes`` are a binding library's
-    headers, as system headers (their warnings are not ours)."""
+    """``cxx`` compiling ``sources`` against bufferext.h, Python.h and the
+    recipes' extended_buffer.hpp and host_matrix.hpp; ``includes`` are a
+    binding library's headers, as system headers (their warnings are not
+    ours)."""
     command = [cxx, f"-std={std}", "-O1", "-fPIC", "-fvisibility=hidden",
-               "-Wall", "-Wextra", *options, "-o", str(out), str(source),
-               f"-I{RECIPES}", f"-I{bufferext.get_include()}",
+               "-Wall", "-Wextra", *options, "-o", str(out),
+               *map(str, sources), f"-I{RECIPES}",
+               f"-I{bufferext.get_include()}",
                f"-I{sysconfig.get_path('include')}"]
     for directory in includes:
         command += ["-isystem", directory]
@@ -53,42 +57,53 @@ def _run(command: List[str]) -> None:
     assert done.returncode == 0, f"{' '.join(command)}\n{done.stderr[-6000:]}"
 
 
-def _check_describe(module: str, directory: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(RECIPES / "check_describe.py"), module],
-        capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(directory)))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{module}: ok" in done.stdout
+def _check(module: str, directory: Path) -> None:
+    """check_describe.py and check_producer.py on ``module``, found in
+    ``directory``."""
+    for script, ok in (("check_describe.py", f"{module}: ok"),
+                       ("check_producer.py", f"{module}: producer ok")):
+        done = subprocess.run(
+            [sys.executable, str(RECIPES / script), module],
+            capture_output=True, text=True, timeout=180,
+            env=dict(os.environ, PYTHONPATH=str(directory)))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert ok in done.stdout
 
 
-def test_pybind11_consumer_compiles_and_runs(tmp_path: Path) -> None:
-    """describe.cpp as C++11 with -Werror against the installed pybind11 and
-    bufferext headers; the module acquires, reports and releases."""
+def test_pybind11_recipe_compiles_and_runs(tmp_path: Path) -> None:
+    """describe.cpp and matrix.cpp as C++11 with -Werror against the
+    installed pybind11 and bufferext headers: describe() acquires, reports
+    and releases; Matrix, whose slots come from py::custom_type_setup,
+    passes the conformance report and exports its items."""
     pybind11 = pytest.importorskip("pybind11")
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     module = tmp_path / f"bufferext_pybind11{suffix}"
     _run(_cxx_command(_cxx(), "c++11", module,
-                      RECIPES / "pybind11" / "describe.cpp",
+                      [RECIPES / "pybind11" / "describe.cpp",
+                       RECIPES / "pybind11" / "matrix.cpp"],
                       [pybind11.get_include()], "-shared", "-Werror"))
-    _check_describe("bufferext_pybind11", tmp_path)
+    _check("bufferext_pybind11", tmp_path)
 
 
-def test_nanobind_consumer_compiles_and_runs(tmp_path: Path) -> None:
-    """nanobind/describe.cpp as C++17 with -Werror, linked with nanobind's
-    own sources (nb_combined.cpp, what nanobind_add_module builds) into one
-    module."""
+def test_nanobind_recipe_compiles_and_runs(tmp_path: Path) -> None:
+    """nanobind/describe.cpp and matrix.cpp as C++17 with -Werror, linked
+    with nanobind's own sources (nb_combined.cpp, what nanobind_add_module
+    builds) into one module; checked as the pybind11 one."""
     nanobind = pytest.importorskip("nanobind")
     root = Path(nanobind.__file__).resolve().parent
     includes = [nanobind.include_dir(),
                 str(root / "ext" / "robin_map" / "include")]
     cxx, suffix = _cxx(), sysconfig.get_config_var("EXT_SUFFIX")
-    _run(_cxx_command(cxx, "c++17", tmp_path / "describe.o",
-                      RECIPES / "nanobind" / "describe.cpp", includes,
-                      "-c", "-Werror"))
-    _run(_cxx_command(cxx, "c++17", tmp_path / "nb_combined.o",
-                      Path(nanobind.source_dir()) / "nb_combined.cpp",
+    objects = []
+    for name in ("describe", "matrix"):
+        objects.append(str(tmp_path / f"{name}.o"))
+        _run(_cxx_command(cxx, "c++17", Path(objects[-1]),
+                          [RECIPES / "nanobind" / f"{name}.cpp"], includes,
+                          "-c", "-Werror"))
+    objects.append(str(tmp_path / "nb_combined.o"))
+    _run(_cxx_command(cxx, "c++17", Path(objects[-1]),
+                      [Path(nanobind.source_dir()) / "nb_combined.cpp"],
                       includes, "-c"))
     _run([cxx, "-shared", "-o", str(tmp_path / f"bufferext_nanobind{suffix}"),
-          str(tmp_path / "describe.o"), str(tmp_path / "nb_combined.o")])
-    _check_describe("bufferext_nanobind", tmp_path)
+          *objects])
+    _check("bufferext_nanobind", tmp_path)

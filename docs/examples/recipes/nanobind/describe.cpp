@@ -1,8 +1,9 @@
 // describe.cpp -- the nanobind twin of ../pybind11/describe.cpp: the same
 // describe(obj) over the same ExtendedBuffer, with nanobind's types and
-// exceptions.  nanobind builds through CMake (nanobind_add_module);
-// tests/test_recipes.py compiles it with one g++ command instead, together
-// with nanobind's own sources (nb_combined.cpp), as C++17.
+// exceptions, and matrix.cpp (the producer recipe, Matrix) in the same
+// module.  nanobind builds through CMake (CMakeLists.txt beside it:
+// nanobind_add_module); tests/test_recipes_cpp.py compiles it with g++
+// instead, together with nanobind's own sources (nb_combined.cpp), as C++17.
 #include <nanobind/nanobind.h>
 
 #include <string>
@@ -10,6 +11,8 @@
 #include "extended_buffer.hpp"
 
 namespace nb = nanobind;
+
+void add_matrix(nb::module_ &m);    // matrix.cpp
 
 static nb::dict describe(nb::handle obj) {
     const int flags = PyBUF_RECORDS_RO;     // strides + format, read-only
@@ -36,8 +39,10 @@ static nb::dict describe(nb::handle obj) {
 }   // buf released here, also when a line above throws
 
 NB_MODULE(bufferext_nanobind, m) {
-    m.doc() = "A C++ consumer of the extended buffer protocol (nanobind).";
+    m.doc() = "A C++ consumer and producer of the extended buffer protocol "
+              "(nanobind).";
     m.def("describe", &describe, nb::arg("obj"),
           "Where obj's buffer lives (device: None for CPU memory) and its "
           "shape, format and read-only flag.");
+    add_matrix(m);
 }

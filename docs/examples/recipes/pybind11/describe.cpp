@@ -1,13 +1,16 @@
 // describe.cpp -- a pybind11 consumer of bufferext.h: describe(obj) asks
 // whether obj can export an N-d buffer with its format, acquires one that
 // may be device memory (PyBUF_DEVICE), and reports where it lives and its
-// layout without reading the data.  Built by setup.py beside it; tested by
+// layout without reading the data.  Built by setup.py beside it, with
+// matrix.cpp (the producer recipe, Matrix) in the same module; tested by
 // tests/test_recipes.py.
 #include <pybind11/pybind11.h>
 
 #include "extended_buffer.hpp"
 
 namespace py = pybind11;
+
+void add_matrix(py::module_ &m);    // matrix.cpp
 
 static py::dict describe(py::handle obj) {
     const int flags = PyBUF_RECORDS_RO;     // strides + format, read-only
@@ -36,8 +39,10 @@ static py::dict describe(py::handle obj) {
 // py::mod_gil_not_used(): the module is safe without the GIL (a
 // free-threaded CPython keeps it off)
 PYBIND11_MODULE(bufferext_pybind11, m, py::mod_gil_not_used()) {
-    m.doc() = "A C++ consumer of the extended buffer protocol (pybind11).";
+    m.doc() = "A C++ consumer and producer of the extended buffer protocol "
+              "(pybind11).";
     m.def("describe", &describe, py::arg("obj"),
           "Where obj's buffer lives (device: None for CPU memory) and its "
           "shape, format and read-only flag.");
+    add_matrix(m);
 }

@@ -4,7 +4,8 @@ from setuptools import setup
 
 setup(
     ext_modules=[
-        Pybind11Extension("bufferext_pybind11", sources=["describe.cpp"],
+        Pybind11Extension("bufferext_pybind11", sources=["describe.cpp",
+                                                        "matrix.cpp"],
                           include_dirs=[bufferext_headers.get_include()]),
     ],
 )

@@ -1,0 +1,75 @@
+// matrix.cpp -- a pybind11 producer of the extended buffer protocol:
+// Matrix, a HostMatrix (host_matrix.hpp) whose Python type gets its buffer
+// slots through py::custom_type_setup and declares PyBUF_DEVICE with
+// BufferExt_SetSupportedFlags.  Linked into the module of describe.cpp
+// (add_matrix); built by setup.py beside it; checked by check_producer.py.
+#include <pybind11/pybind11.h>
+
+#include <bufferext.h>
+
+#include "host_matrix.hpp"
+
+namespace py = pybind11;
+
+// [getbuffer]
+// bf_getbuffer: CPython calls it from C, so no C++ exception may escape
+// (noexcept: nothing below throws).
+static int matrix_getbuffer(PyObject *self, Py_buffer *view,
+                            int flags) noexcept {
+    view->obj = nullptr;
+    // First, before the object is read: CPU memory answers a PyBUF_DEVICE
+    // request explicitly (flags gets PyBUF_DEVICE, device stays NULL);
+    // without the request it does nothing.  Never fails for CPU memory.
+    (void)BufferExt_SetDevice(self, view, flags, nullptr, nullptr);
+    // pybind11 allocates the C++ object before __init__ constructs it, and
+    // Matrix.__new__(Matrix) skips __init__: read it only once constructed
+    // (the test of pybind11's custom_type_setup example).  Neither call
+    // throws; a Python subclass may have other pybind11 bases, hence the
+    // lookup by type.
+    auto *inst = reinterpret_cast<py::detail::instance *>(self);
+    py::detail::value_and_holder held = inst->get_value_and_holder(
+        py::detail::get_type_info(typeid(HostMatrix)), false);
+    if (held.inst == nullptr || !held.holder_constructed()) {
+        PyErr_Format(PyExc_BufferError, "%.200s: not initialized",
+                     Py_TYPE(self)->tp_name);
+        return -1;
+    }
+    HostMatrix *matrix = held.value_ptr<HostMatrix>();
+    return matrix->fill(self, view, flags);
+}
+
+static void matrix_releasebuffer(PyObject *, Py_buffer *view) noexcept {
+    // the object fill() exported, kept in the view: no lookup to fail here
+    static_cast<HostMatrix *>(view->internal)->release();
+}
+// [getbuffer end]
+
+void add_matrix(py::module_ &m) {
+    // [type]
+    py::class_<HostMatrix> cls(
+        m, "Matrix", py::custom_type_setup([](PyHeapTypeObject *heap_type) {
+            // before PyType_Ready: set the slots, call no Python API
+            heap_type->ht_type.tp_as_buffer = &heap_type->as_buffer;
+            heap_type->as_buffer.bf_getbuffer = matrix_getbuffer;
+            heap_type->as_buffer.bf_releasebuffer = matrix_releasebuffer;
+        }),
+        "A 2-D float32 matrix in host memory, exported through the "
+        "extended buffer protocol (C++, pybind11).");
+    // Right after the type is created: the request flags it honours, every
+    // legacy one and PyBUF_DEVICE (on 3.12+ this also guards __buffer__).
+    if (BufferExt_SetSupportedFlags(
+            reinterpret_cast<PyTypeObject *>(cls.ptr()),
+            BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE) < 0) {
+        throw py::error_already_set();
+    }
+    // [type end]
+    cls.def(py::init<Py_ssize_t, Py_ssize_t>(), py::arg("rows") = 2,
+            py::arg("cols") = 3,
+            "rows x cols, item (i, j) = i * cols + j; ValueError unless "
+            "both are positive.")
+        .def_property_readonly("shape", [](const HostMatrix &self) {
+            return py::make_tuple(self.rows(), self.cols());
+        })
+        .def_property_readonly("exports", &HostMatrix::exports,
+                               "Buffers exported and not yet released.");
+}
