@@ -27,7 +27,7 @@ git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 tar -cf -) |
     tar -C "$WORK/tree" -xf -
 "$PY" -m venv "$WORK/venv"
 "$WORK/venv/bin/python" -m pip install -q "mutmut>=3.3" numpy pytest \
-    hypothesis setuptools ml_dtypes pyarrow 2>&1 | { grep -v "^WARNING: Location" || true; }
+    hypothesis "setuptools>=77" ml_dtypes pyarrow 2>&1 | { grep -v "^WARNING: Location" || true; }
 
 cd "$WORK/tree"
 # the extension and the installed header layout, in place under Lib/
