@@ -232,6 +232,31 @@ def test_keys_hold_every_float_the_dtype_and_the_shape() -> None:
         content_key(bits.view(ml_dtypes.float8_e4m3fnuz))
 
 
+def test_keys_of_big_unsigned_objects_and_records() -> None:
+    """uint64 beyond int64 does not wrap into int64's negatives; an object
+    array (one index array per grid rank) keys by its items; records key by
+    their fields' names and types, not their bytes alone."""
+    big = np.array([2**63], np.uint64)
+    assert content_key(big) != content_key(big.view(np.int64))
+    assert content_key(np.array([5], np.uint64)) == content_key(np.array([5], np.int8))
+
+    def per_rank(*arrays: Any) -> np.ndarray:
+        out = np.empty(len(arrays), object)
+        out[:] = [np.asarray(a) for a in arrays]
+        return out
+
+    first = per_rank([0, 1, 2], [3, 4])
+    assert content_key(first) == content_key(per_rank([0, 1, 2], [3, 4]))
+    assert content_key(first) != content_key(per_rank([0, 1, 2], [3, 5]))
+    assert content_key(first) != content_key(per_rank([0, 1, 2], [3, 4], []))
+    with pytest.raises(TypeError, match=r"^x\[1\]\[0\]=<object object"):
+        content_key(per_rank([0], object()), "x")
+    record = np.zeros(2, [("a", "<i4"), ("b", "<f4")])
+    renamed = record.view([("a", "<i4"), ("c", "<f4")])
+    retyped = record.view([("a", "<f4"), ("b", "<i4")])
+    assert len({content_key(r) for r in (record, renamed, retyped)}) == 3
+
+
 def test_equal_contents_key_as_documented() -> None:
     idx = [0, 2, 4]
     # integer index arrays of any width and any array-like holding them
@@ -358,6 +383,35 @@ def test_pmi_size_counts_only_where_hydras_socket_is_open(
     no_launcher.delenv("PMI_FD")
     assert launched() == (1, None)          # no PMI at all
     no_launcher.setenv("PMI_PORT", "vm:43761")   # hydra's TCP mode: an address
+    assert launched() == (2, "PMI_SIZE")
+
+
+def test_an_initialised_mpi_is_asked_instead_of_the_socket(
+        no_launcher: pytest.MonkeyPatch) -> None:
+    """Once MPI_Init has run, its world answers (hydra's socket may be
+    closed by then, or open in a singleton run): PMI_SIZE counts only if
+    the world has more than one process."""
+    from bufferext.distarray._comm import launched
+
+    class World:
+        def __init__(self, size: int) -> None:
+            self.size = size
+
+        def Get_size(self) -> int:
+            return self.size
+
+    class InitialisedMPI:
+        def __init__(self, size: int) -> None:
+            self.COMM_WORLD = World(size)
+
+        def Is_initialized(self) -> bool:
+            return True
+
+    no_launcher.setenv("PMI_SIZE", "2")
+    no_launcher.setitem(sys.modules, "mpi4py.MPI", InitialisedMPI(1))
+    assert launched() == (1, None)          # the socket is open: a singleton
+    no_launcher.setitem(sys.modules, "mpi4py.MPI", InitialisedMPI(2))
+    no_launcher.setenv("PMI_FD", "-1")      # closed since MPI_Init
     assert launched() == (2, "PMI_SIZE")
 
 
