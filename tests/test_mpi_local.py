@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import array
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -116,6 +117,11 @@ def test_cuda_aware_override(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cuda_aware()
     monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", "0")
     assert not cuda_aware()
+    for bad in ("yes", "true", " 1", "2"):      # never a silent fallback
+        monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", bad)
+        with pytest.raises(ValueError, match=re.escape(
+                f"BUFFEREXT_MPI_CUDA_AWARE={bad!r}: expected 0")):
+            cuda_aware()
 
 
 BIG = np.arange(512 * 1024, dtype=np.float64).reshape(512, 1024)   # 4 MiB
@@ -206,6 +212,45 @@ def test_long_arrays_differing_in_the_middle_key_apart() -> None:
     d.redistribute(dist="u", grid_shape=(1,), indices=[[_Summarised(first)]])
     e = d.redistribute(dist="u", grid_shape=(1,), indices=[[_Summarised(second)]])
     assert np.array_equal(e.local, second)
+
+
+def test_acquired_hands_mpi_the_memory_or_refuses_by_name() -> None:
+    """The MPI layer's acquisition of a local buffer: CPU memory is handed
+    to MPI as it is (a write lands in the buffer); a read-only buffer is
+    refused for writing; the size and the element type (by format, not by
+    numpy's dtype) are checked against the DistArray's; every refusal
+    releases what it acquired."""
+    from bufferext.distarray._buffers import Acquired, Kind
+    f4 = np.dtype(np.float32)
+    buf = CPUBuffer((2, 3), "float32")
+    np.asarray(buf)[...] = np.arange(6).reshape(2, 3)
+    with Acquired(buf, (2, 3), f4, write=True, aware=False) as got:
+        assert got.kind is Kind.CPU and not got.staged
+        assert got.mpi.shape == (2, 3) and got.mpi.dtype == f4
+        got.mpi[0, 0] = 7.0             # MPI writes into the memory itself
+        assert buf.exports == 1
+    assert buf.exports == 0 and np.asarray(buf)[0, 0] == 7.0
+    ro = CPUBuffer(3, "float32", readonly=True)
+    with pytest.raises(BufferError, match=re.escape(
+            "DistArray: the local buffer (CPUBuffer) cannot be acquired "
+            "writable and C-contiguous: ")):
+        Acquired(ro, (3,), f4, write=True, aware=False)
+    with Acquired(ro, (3,), f4, write=False, aware=False) as got:
+        assert got.mpi.shape == (3,) and not got.mpi.flags.writeable
+    refusals = [((2, 2), f4, "the local buffer has 24 bytes, its shape (2, 2) "
+                 "and dtype float32 need 16"),
+                ((2, 3), np.dtype(np.int32), "the local buffer holds format "
+                 "'f', not dtype int32")]
+    for shape, dtype, message in refusals:
+        with pytest.raises(BufferError, match=re.escape(message)):
+            Acquired(buf, shape, dtype, write=False, aware=False)
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="float8 dtypes")
+    e5m2 = CPUBuffer(4, "float8_e5m2")
+    with pytest.raises(BufferError, match=re.escape(
+            "holds format '[float8_e5m2]', not dtype float8_e4m3fn")):
+        Acquired(e5m2, (4,), np.dtype(ml_dtypes.float8_e4m3fn), write=False,
+                 aware=False)
+    assert buf.exports == ro.exports == e5m2.exports == 0
 
 
 def test_keys_hold_every_float_the_dtype_and_the_shape() -> None:

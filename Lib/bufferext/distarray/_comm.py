@@ -407,11 +407,15 @@ def same_call(comm: Any, op: str, args: Sequence[Tuple[str, Any]], signature: in
 
 def cuda_aware() -> bool:
     """Whether MPI accepts CUDA device memory (``BUFFEREXT_MPI_CUDA_AWARE``
-    = 0/1 overrides the detection, which runs once per process)."""
+    = 0/1 overrides the detection, which runs once per process; any other
+    value raises ValueError naming it, rather than being ignored)."""
     forced = os.environ.get("BUFFEREXT_MPI_CUDA_AWARE")
-    if forced in ("0", "1"):
-        return forced == "1"
-    return _detect_cuda_aware()
+    if forced is None or forced == "":
+        return _detect_cuda_aware()
+    if forced not in ("0", "1"):
+        raise ValueError(f"BUFFEREXT_MPI_CUDA_AWARE={forced!r}: expected 0 (stage "
+                         "device memory through the host) or 1 (hand it to MPI)")
+    return forced == "1"
 
 
 @functools.lru_cache(maxsize=None)
