@@ -724,11 +724,11 @@ def test_a_cuda_device_array_without_a_driver_is_a_clear_error(
     assert f"refused: CUDA driver not found: looked for {missing}" in out
 
 
-def test_cuda_host_memory_waits_for_the_sync_event(driver: str) -> None:
-    # writes land 300 ms late unless waited for (the stand-in's LATE mode);
-    # CUDA host memory is read by the CPU at once, so the import waits on
-    # the producer's sync_event (it was ignored: the old bytes were read)
-    harness.check(driver, """
+# Child code: `device`, an Arrow device array of CUDA host memory (device
+# type 3) over a CUDABuffer `b` of 7s written late (the stand-in's LATE
+# mode), whose sync_event is the CUDABuffer's pending event; `producer`
+# counts its releases.  Writes land LATE_MS late unless waited for.
+CUDA_HOST_ARRAY = """
 import sys
 sys.path.insert(0, %r)
 from test_arrow import ArrowDeviceArray, HandMade, _new_capsule
@@ -741,20 +741,28 @@ producer = HandMade(b"i", values)
 producer.buffers[1] = b.ptr
 device = ArrowDeviceArray(array=producer.array, device_id=0, device_type=3,
                           sync_event=ctypes.addressof(event))
+def capsules():
+    return (_new_capsule(ctypes.addressof(producer.schema), b"arrow_schema",
+                         None),
+            _new_capsule(ctypes.addressof(device), b"arrow_device_array",
+                         None))
+""" % os.path.dirname(os.path.abspath(__file__))
+
+
+def test_cuda_host_memory_waits_for_the_sync_event(driver: str) -> None:
+    # CUDA host memory is read by the CPU at once, so the import waits on
+    # the producer's sync_event (it was ignored: the old bytes were read)
+    harness.check(driver, CUDA_HOST_ARRAY + """
 class Host:
     def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
-        return (_new_capsule(ctypes.addressof(producer.schema),
-                             b"arrow_schema", None),
-                _new_capsule(ctypes.addressof(device),
-                             b"arrow_device_array", None))
+        return capsules()
 ad = bufferext.as_buffer(Host())
 assert ad.device is None and ad.ptr == b.ptr
 assert np.asarray(ad).tolist() == [7, 7, 7, 7]
 del ad
 assert producer.releases == 1
 b.close()
-""" % os.path.dirname(os.path.abspath(__file__)),
-        env={"STANDIN_CUDA_LATE_MS": "300", "STANDIN_CUDA_HOST_VISIBLE": "1"})
+""", env={"STANDIN_CUDA_LATE_MS": "300", "STANDIN_CUDA_HOST_VISIBLE": "1"})
 
 
 def test_two_threads_importing_one_array_take_it_once(driver: str) -> None:
@@ -762,25 +770,12 @@ def test_two_threads_importing_one_array_take_it_once(driver: str) -> None:
     # the other thread reads the same capsules meanwhile and waits too.
     # Each reads the capsules again after its wait: one takes the array,
     # the other finds it taken and is refused, and it is released once.
-    harness.check(driver, """
-import sys, threading
-sys.path.insert(0, %r)
-from test_arrow import ArrowDeviceArray, HandMade, _new_capsule
-b = CUDABuffer(4, "int32")
-b.fill(7)                                      # pending: lands late
-event = ctypes.c_void_p(bufferext.get_buffer(b).device_info.event)
-values = np.frombuffer(ctypes.string_at(b.ptr, 16), np.int32)
-producer = HandMade(b"i", values)
-producer.buffers[1] = b.ptr
-device = ArrowDeviceArray(array=producer.array, device_id=0, device_type=3,
-                          sync_event=ctypes.addressof(event))
-capsules = (_new_capsule(ctypes.addressof(producer.schema), b"arrow_schema",
-                         None),
-            _new_capsule(ctypes.addressof(device), b"arrow_device_array",
-                         None))
+    harness.check(driver, CUDA_HOST_ARRAY + """
+import threading
+once = capsules()
 class Replays:
     def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
-        return capsules
+        return once
 start = threading.Barrier(2)
 got, refused = [], []
 def run():
@@ -800,8 +795,7 @@ assert np.asarray(got[0]).tolist() == [7, 7, 7, 7]
 got.clear()
 assert producer.releases == 1
 b.close()
-""" % os.path.dirname(os.path.abspath(__file__)),
-        env={"STANDIN_CUDA_LATE_MS": "1000", "STANDIN_CUDA_HOST_VISIBLE": "1"})
+""", env={"STANDIN_CUDA_LATE_MS": "1000", "STANDIN_CUDA_HOST_VISIBLE": "1"})
 
 
 def test_distarray_takes_an_arrow_array_through_the_protocol() -> None:
