@@ -90,10 +90,9 @@ def packed_halo_exchange(d: DistArray) -> Callable[[], None]:
     copies of the slab into a contiguous buffer, ``Sendrecv``, and a copy
     back (2 ranks: one peer each way)."""
     from bufferext.distarray._datatypes import index
-    from bufferext.distarray._halo import halo_plan
     local = d.local
     calls = []
-    for sends, recvs, _ in halo_plan(d).stages:
+    for sends, recvs, _ in d._halo_plan().stages:
         for (peer, stag, ssel), (rpeer, rtag, rsel) in zip(sends, recvs):
             sb, rb = np.empty(local[index(ssel)].shape), np.empty(local[index(rsel)].shape)
             calls.append((ssel, sb, peer, stag, rsel, rb, rpeer, rtag))

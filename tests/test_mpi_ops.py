@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 MPI = pytest.importorskip("mpi4py.MPI")
-from bufferext.distarray import (DistArray, ProtocolError,  # noqa: E402
+from bufferext.distarray import (BlockMap, DistArray, ProtocolError,  # noqa: E402
                                  validate_collective)
 
 COMM = MPI.COMM_WORLD
@@ -481,3 +481,28 @@ def test_redistribute_into_a_read_only_out_fails_on_every_rank() -> None:
         d.redistribute(dist="nb", out=DistArray(target, out.maps, dtype=G.dtype, comm=COMM))
     assert same_everywhere(str(info.value))
     assert np.array_equal(d.redistribute(dist="nb", out=out).allgather(), G)
+
+
+@pytest.mark.parametrize("op", ["gather", "allgather", "redistribute", "update_halos",
+                                "failed redistribute"])
+def test_the_array_adopts_the_maps_its_engine_completed(op: str) -> None:
+    """The engines get the maps, not the array: the maps completed by the
+    layout gather reach the array after the call (a failed one too), and
+    the plans it cached are freed with the array."""
+    part = DistArray.from_global(G, dist="bn", grid_shape=(SIZE, 1), comm=COMM).maps[0]
+    mine = BlockMap(ROWS, SIZE, RANK, part.start, part.stop)     # no bounds
+    d = DistArray(G[part.start:part.stop].copy(), [mine, BlockMap(9, 1, 0, 0, 9)],
+                  comm=COMM)
+    rows = (np.arange(ROWS), np.zeros(ROWS, int))
+    with pytest.raises(IndexError, match="knows only its own section"):
+        d.owner(rows)
+    if op == "failed redistribute":
+        with pytest.raises(TypeError, match="out=list: must be a DistArray"):
+            d.redistribute(dist="nb", out=[])       # type: ignore[arg-type]
+    elif op == "redistribute":
+        d.redistribute(dist="nb")
+    else:
+        getattr(d, op)()
+    assert list(d.owner(rows)) == list(part.owner(rows[0]))
+    assert d._mpi.maps is None                  # taken, not left behind
+    assert d._mpi._finalizer is not None and d._mpi._finalizer.alive

@@ -162,8 +162,8 @@ def raw_halo_exchange(darr: Any) -> Tuple[Callable[[], None], int]:
     (``Sendrecv`` where a stage has one peer each way, ``Isend``/``Irecv``
     otherwise), and the bytes this process sends."""
     from .distarray._datatypes import count
-    from .distarray._halo import call_sequence, halo_plan
-    halo = halo_plan(darr)
+    from .distarray._halo import call_sequence
+    halo = darr._halo_plan()
     comm = darr.comm
     itemsize = darr.dtype.itemsize
     stages = []

@@ -4,7 +4,8 @@ A ``DistArray`` holds its local buffer (any extended-buffer exporter, CPU
 or device), the index maps of every dimension and one ``MPIState`` (its
 communicator and what the MPI operations reuse).  The process-local part
 (construction, the protocol, index maps) needs no MPI; the collective
-methods call the MPI layer (``_redistribute``, ``_halo``).
+methods hand the MPI layer (``_redistribute``, ``_halo``) their parts
+(state, maps, buffer, shape, dtype) and build the results themselves.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ._layout import Layout
 from ._maps import BlockMap, DimMap, map_from_dim_dict
 from ._protocol import EXPORT_VERSION, check
 from ._spec import DistSpec
+from ._redistribute import Out
 from ._state import MPIState
 
 __all__ = ["DistArray"]
@@ -315,16 +317,30 @@ class DistArray:
                 f"local_shape={self.local_shape}, device={self.device!r})")
 
     # -- the MPI layer (_redistribute, _halo) -----------------------------
+    def _adopt(self, state: MPIState) -> None:
+        """After an engine call, even a failed one: take the maps its layout
+        gather completed, and free the plans it made with this array."""
+        if state.maps is not None:
+            self._maps, state.maps = state.maps, None
+        state.keep(self)
+
     def _mpi_layout(self) -> Layout:
         """Every process's layout (collective the first time: everyone's
         dim_data are gathered and checked, and the maps learn the other
         processes' sections; cached afterwards)."""
         state = self._mpi
-        if state.layout is None:
-            layout, maps = state.gather_layout(self.maps, self.grid_shape)
-            self._maps = tuple(maps)
-            return layout
-        return state.layout
+        try:
+            return state.layout_of(self.maps)
+        finally:
+            self._adopt(state)
+
+    def _halo_plan(self) -> Any:
+        """The halo plan (``_halo.Halo``; collective the first time)."""
+        state = self._mpi
+        try:
+            return _halo.halo_plan(state, self.maps, self._shape)
+        finally:
+            self._adopt(state)
 
     @classmethod
     def scatter(cls, array: Any, *, dist: Union[str, Sequence[str]],
@@ -339,19 +355,33 @@ class DistArray:
         the same on every process (``indices`` included).  Collective over
         ``comm`` (None: as in :meth:`from_global`).
         """
-        return _redistribute.scatter(
-            cls, array, dist=dist, grid_shape=grid_shape, block_size=block_size,
+        comm = resolve(comm)
+        buffer, maps, dtype, layout = _redistribute.scatter(
+            array, dist=dist, grid_shape=grid_shape, block_size=block_size,
             padding=padding, periodic=periodic, indices=indices, split=split,
-            device=device, comm=resolve(comm), root=root)
+            device=device, comm=comm, root=root)
+        out = cls(buffer, maps, device=device, dtype=dtype, comm=comm)
+        out._mpi.layout = layout
+        return out
 
     def gather(self, root: int = 0) -> Optional[np.ndarray]:
         """The global array (a numpy array) on process ``root``, None on the
         others.  Collective over :attr:`comm`."""
-        return _redistribute.gather(self, root)
+        state = self._mpi
+        try:
+            return _redistribute.gather(state, self.maps, self._buffer, self._shape,
+                                        self.dtype, root)
+        finally:
+            self._adopt(state)
 
     def allgather(self) -> np.ndarray:
         """The global array (a numpy array) on every process.  Collective."""
-        return _redistribute.allgather(self)
+        state = self._mpi
+        try:
+            return _redistribute.allgather(state, self.maps, self._buffer, self._shape,
+                                           self.dtype)
+        finally:
+            self._adopt(state)
 
     def redistribute(self, *, dist: Union[str, Sequence[str]],
                      grid_shape: Optional[Sequence[int]] = None, block_size: Any = None,
@@ -366,19 +396,58 @@ class DistArray:
         communicator, written in place of allocating a new one (every cell,
         padding included, as in a new result) and returned.  Collective over
         :attr:`comm`."""
-        return _redistribute.redistribute(
-            self, dist=dist, grid_shape=grid_shape, block_size=block_size, split=split,
-            padding=padding, periodic=periodic, indices=indices, device=device, out=out)
+        state, dtype = self._mpi, self.dtype
+        device = self.device if device is None else device
+        target = None if out is None else self._out(out, device)
+        try:
+            buffer, maps, layout = _redistribute.redistribute(
+                state, self.maps, self._buffer, self._shape, dtype, dist=dist,
+                grid_shape=grid_shape, block_size=block_size, split=split,
+                padding=padding, periodic=periodic, indices=indices, device=device,
+                out=target)
+        finally:
+            self._adopt(state)
+        if out is not None:
+            return out
+        result = type(self)(buffer, maps, device=device, dtype=dtype, comm=state.comm)
+        result._mpi.layout = layout
+        return result
+
+    def _out(self, out: Any, device: str) -> Out:
+        """``redistribute``'s ``out`` as data: a DistArray with this dtype,
+        ``device`` and communicator, not sharing this array's memory.  A
+        problem is kept, not raised: the engine raises it on every process
+        (it checks the distribution itself)."""
+        try:
+            if not isinstance(getattr(out, "_mpi", None), MPIState):
+                raise TypeError(f"out={type(out).__name__}: must be a DistArray")
+            if out is self or (device == "cpu" == out.device == self.device
+                               and np.may_share_memory(out.local, self.local)):
+                raise ValueError("out: shares memory with the source array")
+            if out.comm is not self.comm:
+                raise ValueError("out: its comm is not the source array's communicator")
+            if out.dtype != self.dtype:
+                raise TypeError(f"out.dtype={out.dtype}: must be the source dtype "
+                                f"{self.dtype}")
+            if out.device != device:
+                raise ValueError(f"out.device={out.device!r}: must be {device!r}")
+            return Out(out._buffer, out.maps)
+        except Exception as exc:       # noqa: BLE001 - raised by the engine
+            return Out(None, (), exc)
 
     def update_halos(self) -> None:
         """Fill communication padding with the neighbours' owned values;
         on periodic dimensions also fill the edge (boundary) padding from
         the opposite end (wrap-around).  Collective over :attr:`comm`."""
-        call = self._mpi.halo_call
+        state = self._mpi
+        call = state.halo_call
         if call is not None:            # prepared: one Sendrecv per dimension
             call()
-        else:
-            _halo.update_halos(self)
+            return
+        try:
+            _halo.update_halos(state, self.maps, self._buffer, self._shape, self.dtype)
+        finally:
+            self._adopt(state)
 
     # -- index maps --------------------------------------------------------
     def _split(self, index: Any, what: str) -> Tuple[Any, ...]:

@@ -7,12 +7,14 @@ going through staging arrays; when every stage is one ``Sendrecv`` the
 prepared calls are kept as ``MPIState.halo_call``, which
 ``DistArray.update_halos`` calls directly.  Device memory is handed
 to CUDA-aware MPI (local copies then go through MPI too) or staged.
+
+``halo_plan`` and ``update_halos`` take the array's parts (``MPIState``,
+maps, buffer, shape, dtype), not the ``DistArray``.
 """
 
 from __future__ import annotations
 
-from typing import (TYPE_CHECKING, Any, Callable, List, NamedTuple, Optional,
-                    Sequence, Tuple)
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -21,9 +23,8 @@ from ._buffers import Acquisitions, Kind
 from ._comm import cuda_aware, mpi, rank, size
 from ._datatypes import COUNT_LIMIT, contiguous, count, datatype, index
 from ._layout import DimLayout, Layout, Range, Sel, intersect
-
-if TYPE_CHECKING:
-    from ._array import DistArray
+from ._maps import DimMap
+from ._state import MPIState
 
 __all__ = ["Halo", "call_sequence", "halo_plan", "update_halos"]
 
@@ -276,29 +277,29 @@ def call_sequence(fn: Callable[..., Any], calls: List[Any]) -> Callable[[], None
     return run
 
 
-def halo_plan(darr: "DistArray") -> Halo:
-    """The halo plan of ``darr`` (made once; collective the first time)."""
-    state = darr._mpi
+def halo_plan(state: MPIState, maps: Sequence[DimMap],
+              local_shape: Tuple[int, ...]) -> Halo:
+    """The halo plan of the array with this state, maps and local shape
+    (made once; collective the first time)."""
     if state.halo is None:
-        state.halo = Halo(darr._mpi_layout(), rank(state.comm), darr.grid_shape,
-                          darr.local_shape, state.options.count_limit)
-        state.keep(darr)
+        state.halo = Halo(state.layout_of(maps), rank(state.comm),
+                          tuple(m.grid_size for m in maps), local_shape,
+                          state.options.count_limit)
     return state.halo
 
 
-def update_halos(darr: "DistArray") -> None:
+def update_halos(state: MPIState, maps: Sequence[DimMap], buffer: Any,
+                 local_shape: Tuple[int, ...], dtype: np.dtype) -> None:
     """``DistArray.update_halos`` (when no prepared call is kept yet)."""
-    state = darr._mpi
     comm = state.comm
-    halo = halo_plan(darr)          # raises alike on every rank (same layout)
-    dtype = darr.dtype
+    halo = halo_plan(state, maps, local_shape)  # raises alike on every rank
     if state.pinned is not None:
         halo.run(comm, state.pinned.mpi, dtype, persistent=True)
         return
     aware = cuda_aware()
     with Acquisitions(comm) as held:
-        local = held.take(lambda: held.add(darr.buffer, darr.local_shape, dtype,
-                                           write=True, aware=aware))
+        local = held.take(lambda: held.add(buffer, local_shape, dtype, write=True,
+                                           aware=aware))
         if local.kind is Kind.CPU:
             # persistent requests point into this memory: keep it acquired
             # for the array's lifetime (released by MPIState.close)

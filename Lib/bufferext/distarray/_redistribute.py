@@ -8,13 +8,17 @@ buffers are packed with numpy or selected in place by derived datatypes,
 whichever a plan's first calls timed faster (``Options.strategy``); the own
 piece is a numpy copy overlapped with the exchange.  Buffers enter MPI
 through ``_buffers``.
+
+The functions take the array's parts (``MPIState``, maps, buffer, shape,
+dtype), not the ``DistArray``, and give back the result's parts;
+``DistArray`` builds the result.
 """
 
 from __future__ import annotations
 
 import operator
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -29,10 +33,7 @@ from ._maps import DimMap
 from ._spec import DistSpec
 from ._state import MPIState, Options
 
-if TYPE_CHECKING:
-    from ._array import DistArray
-
-__all__ = ["Plan", "allgather", "gather", "redistribute", "scatter"]
+__all__ = ["Out", "Plan", "allgather", "gather", "redistribute", "scatter"]
 
 
 #: Staging pieces start at the same address modulo a page as the elements
@@ -318,11 +319,13 @@ def _check_root(comm: Any, root: Any) -> int:
     return int(root)
 
 
-def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
+def scatter(array: Any, *, dist: Any, grid_shape: Any = None,
             block_size: Any = None, padding: Any = None, periodic: Any = None,
             indices: Any = None, split: str = "balanced", device: str = "cpu",
-            comm: Any = None, root: int = 0) -> "DistArray":
-    """``DistArray.scatter``: root's global array to every process's section."""
+            comm: Any = None, root: int = 0
+            ) -> Tuple[Any, List[DimMap], np.dtype, Layout]:
+    """``DistArray.scatter``: root's global array to every process's
+    section, as ``(buffer, maps, dtype, layout)``."""
     me = rank(comm)
     if size(comm) > 1:
         args = (("dist", dist), ("grid_shape", grid_shape), ("block_size", block_size),
@@ -372,13 +375,12 @@ def scatter(cls: Any, array: Any, *, dist: Any, grid_shape: Any = None,
             plan.run(comm, src, tgt.mpi, dtype)
     finally:
         plan.free()
-    out = cls(buffer, maps, device=device, dtype=dtype, comm=comm)
-    out._mpi.layout = tgt_layout
-    return out
+    return buffer, maps, dtype, tgt_layout
 
 
-def _collect(darr: "DistArray", root: Optional[int]) -> Optional[np.ndarray]:
-    state = darr._mpi
+def _collect(state: MPIState, maps: Sequence[DimMap], buffer: Any,
+             local_shape: Tuple[int, ...], dtype: np.dtype,
+             root: Optional[int]) -> Optional[np.ndarray]:
     comm = state.comm
     if root is not None:
         if size(comm) > 1:
@@ -388,51 +390,53 @@ def _collect(darr: "DistArray", root: Optional[int]) -> Optional[np.ndarray]:
                       error=unkeyable)
         root = agree(comm, lambda: _check_root(comm, root))
     me = rank(comm)
-    src_layout = darr._mpi_layout()         # raises alike on every rank
-    shape, dtype = darr.global_shape, darr.dtype
+    src_layout = state.layout_of(maps)      # raises alike on every rank
+    shape = tuple(m.size for m in maps)
     key = ("collect", root, state.options)
     plan = state.plans.get(key)
     if plan is None:
         plan = state.plans[key] = Plan(src_layout, root_layout(shape, root), me,
                                        size(comm), state.options)
-        state.keep(darr)
     out = host_result(shape if root is None or me == root else (0,) * len(shape),
                       dtype)
     aware = cuda_aware()
     with Acquisitions(comm) as held:
-        src = held.take(lambda: held.add(darr.buffer, darr.local_shape, dtype,
-                                         write=False, aware=aware))
+        src = held.take(lambda: held.add(buffer, local_shape, dtype, write=False,
+                                         aware=aware))
         plan.run(comm, src.mpi, out, dtype)
     return out if root is None or me == root else None
 
 
-def gather(darr: "DistArray", root: int = 0) -> Optional[np.ndarray]:
+def gather(state: MPIState, maps: Sequence[DimMap], buffer: Any,
+           local_shape: Tuple[int, ...], dtype: np.dtype, root: int = 0
+           ) -> Optional[np.ndarray]:
     """``DistArray.gather``: the global array on ``root``, None elsewhere."""
-    return _collect(darr, root)
+    return _collect(state, maps, buffer, local_shape, dtype, root)
 
 
-def allgather(darr: "DistArray") -> np.ndarray:
+def allgather(state: MPIState, maps: Sequence[DimMap], buffer: Any,
+              local_shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """``DistArray.allgather``: the global array on every process."""
-    out = _collect(darr, None)
+    out = _collect(state, maps, buffer, local_shape, dtype, None)
     assert out is not None
     return out
 
 
-def _check_out(darr: "DistArray", out: Any, maps: Sequence[DimMap], device: str) -> None:
-    """``out=`` of ``redistribute``: a DistArray with the target
-    distribution, dtype, device and communicator, not sharing the source's
-    memory."""
-    if not isinstance(getattr(out, "_mpi", None), MPIState):
-        raise TypeError(f"out={type(out).__name__}: must be a DistArray")
-    if out is darr or (device == "cpu" == out.device == darr.device
-                       and np.may_share_memory(out.local, darr.local)):
-        raise ValueError("out: shares memory with the source array")
-    if out.comm is not darr.comm:
-        raise ValueError("out: its comm is not the source array's communicator")
-    if out.dtype != darr.dtype:
-        raise TypeError(f"out.dtype={out.dtype}: must be the source dtype {darr.dtype}")
-    if out.device != device:
-        raise ValueError(f"out.device={out.device!r}: must be {device!r}")
+class Out(NamedTuple):
+    """``redistribute(out=...)`` as data: the target's buffer and maps, or
+    the problem ``DistArray`` found with it, raised where the buffers are
+    taken so that every process raises it."""
+
+    buffer: Any
+    maps: Sequence[DimMap]
+    problem: Optional[Exception] = None
+
+
+def _check_out(out: Out, maps: Sequence[DimMap]) -> None:
+    """``out=`` of ``redistribute``: the target distribution (the rest was
+    checked by ``DistArray``, into ``out.problem``)."""
+    if out.problem is not None:
+        raise out.problem
     want = [m.full_dim_dict() for m in maps]
     have = [m.full_dim_dict() for m in out.maps]
     if len(have) != len(want):
@@ -449,17 +453,17 @@ def _check_out(darr: "DistArray", out: Any, maps: Sequence[DimMap], device: str)
                                  for k in keys))
 
 
-def redistribute(darr: "DistArray", *, dist: Any, grid_shape: Any = None,
-                 block_size: Any = None, split: Optional[str] = None,
-                 padding: Any = None, periodic: Any = None, indices: Any = None,
-                 device: Optional[str] = None, out: Optional["DistArray"] = None
-                 ) -> "DistArray":
+def redistribute(state: MPIState, maps: Sequence[DimMap], buffer: Any,
+                 local_shape: Tuple[int, ...], dtype: np.dtype, *, dist: Any,
+                 grid_shape: Any = None, block_size: Any = None,
+                 split: Optional[str] = None, padding: Any = None, periodic: Any = None,
+                 indices: Any = None, device: str, out: Optional[Out] = None
+                 ) -> Tuple[Any, List[DimMap], Layout]:
     """``DistArray.redistribute``: the same global array, another
-    distribution; written into ``out`` (and ``out`` returned) if given."""
-    state = darr._mpi
+    distribution (on ``device``), as ``(buffer, maps, layout)``; the
+    buffer is ``out.buffer`` if ``out`` is given."""
     comm = state.comm
     me = rank(comm)
-    device = darr.device if device is None else device
 
     args = (("dist", dist), ("grid_shape", grid_shape), ("block_size", block_size),
             ("split", split), ("padding", padding), ("periodic", periodic),
@@ -478,37 +482,30 @@ def redistribute(darr: "DistArray", *, dist: Any, grid_shape: Any = None,
     if entry is None:
         def prepare() -> Any:
             producer_class(device)
-            return DistSpec(darr.global_shape, dist, grid_shape, block_size, padding,
-                            periodic, indices, split, size(comm))
+            return DistSpec(tuple(m.size for m in maps), dist, grid_shape, block_size,
+                            padding, periodic, indices, split, size(comm))
 
         spec = agree(comm, prepare)
-        src_layout = darr._mpi_layout()     # raises alike on every rank
+        src_layout = state.layout_of(maps)  # raises alike on every rank
         tgt_layout = spec_layout(spec)
         entry = Plan(src_layout, tgt_layout, me, size(comm), state.options)
         entry.target = (tgt_layout, spec.maps(me))
         entry.signature = signature
         state.plans[key] = entry            # same key on every rank: same path
-        state.keep(darr)
     assert entry.target is not None
-    tgt_layout, maps = entry.target
-    dtype = darr.dtype
-    shape = tuple(m.extent for m in maps)
+    tgt_layout, tgt_maps = entry.target
+    shape = tuple(m.extent for m in tgt_maps)
     fills = entry.fills_target
     aware = cuda_aware()
     with Acquisitions(comm) as held:
         def take() -> Tuple[Any, Any, Any]:
             if out is not None:
-                _check_out(darr, out, maps, device)
+                _check_out(out, tgt_maps)
             buf = out.buffer if out is not None else new_buffer(device, shape, dtype,
                                                                  fills)
-            src = held.add(darr.buffer, darr.local_shape, dtype, write=False,
-                           aware=aware)
+            src = held.add(buffer, local_shape, dtype, write=False, aware=aware)
             return buf, src, held.add(buf, shape, dtype, write=True, aware=aware,
                                       read=not fills)
-        buffer, src, tgt = held.take(take)
+        result, src, tgt = held.take(take)
         entry.run(comm, src.mpi, tgt.mpi, dtype)
-    if out is not None:
-        return out
-    result = type(darr)(buffer, maps, device=device, dtype=dtype, comm=comm)
-    result._mpi.layout = tgt_layout
-    return result
+    return result, tgt_maps, tgt_layout

@@ -1,9 +1,13 @@
-"""What the MPI layer keeps for one ``DistArray`` (``DistArray._mpi``)."""
+"""What the MPI layer keeps for one ``DistArray`` (``DistArray._mpi``).
+
+The engines (``_redistribute``, ``_halo``) get this state with the array's
+maps and buffer, never the array: what they leave for it (the maps a layout
+gather completed) waits in ``MPIState.maps`` until ``DistArray`` takes it."""
 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -58,11 +62,15 @@ class MPIState:
         #: dimension), called directly by ``DistArray.update_halos``.
         self.halo_call: Optional[Any] = None
         self.pinned: Any = None
+        #: The array's maps completed by the layout gather (every process's
+        #: section), kept until the array adopts them.
+        self.maps: Optional[Tuple[DimMap, ...]] = None
         self._finalizer: Optional[weakref.finalize] = None
 
     def keep(self, owner: Any) -> None:
-        """Free this state's MPI objects when ``owner`` is collected."""
-        if self._finalizer is None:
+        """Free this state's MPI objects when ``owner`` is collected (from
+        the first plan on: before, there is nothing to free)."""
+        if self._finalizer is None and (self.plans or self.halo is not None):
             self._finalizer = weakref.finalize(owner, self.close)
 
     def close(self) -> None:
@@ -82,12 +90,18 @@ class MPIState:
             self.pinned.release()
             self.pinned = None
 
-    def gather_layout(self, maps: Sequence[DimMap], grid: Tuple[int, ...]
-                      ) -> Tuple[Layout, List[DimMap]]:
+    def layout_of(self, maps: Sequence[DimMap]) -> Layout:
+        """Every process's layout, from this process's ``maps`` (collective
+        the first time, cached afterwards; see :meth:`gather_layout`)."""
+        if self.layout is None:
+            return self.gather_layout(maps, tuple(m.grid_size for m in maps))
+        return self.layout
+
+    def gather_layout(self, maps: Sequence[DimMap], grid: Tuple[int, ...]) -> Layout:
         """Everyone's ``dim_data`` gathered and checked (collective; raises
-        the same ProtocolError on every process): the layout, and ``maps``
+        the same ProtocolError on every process): the layout, with ``maps``
         completed with every process's section (block bounds, unstructured
-        owner tables)."""
+        owner tables) left in :attr:`maps`."""
         comm = self.comm
         mine = tuple(m.full_dim_dict() for m in maps)
         everyone = [mine] if size(comm) == 1 else comm.allgather(mine)
@@ -95,8 +109,9 @@ class MPIState:
         if problems:
             raise ProtocolError(problems)
         cols = per_coord(everyone, grid)
+        self.maps = tuple(_full_map(m, col) for m, col in zip(maps, cols))
         self.layout = grid_layout([dim_layout(col) for col in cols], grid)
-        return self.layout, [_full_map(m, col) for m, col in zip(maps, cols)]
+        return self.layout
 
 
 def _full_map(m: DimMap, col: Sequence[Dict[str, Any]]) -> DimMap:
