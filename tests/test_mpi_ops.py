@@ -4,6 +4,7 @@ with pytest-mpi (``--with-mpi``); skipped in a single-process run."""
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Any, List, Optional
 
 import numpy as np
@@ -471,6 +472,32 @@ def test_a_buffer_unlike_the_plan_fails_on_every_rank(op: str, lie: str) -> None
         assert same_everywhere(str(info.value))
     COMM.Barrier()                                     # nobody is stuck
     assert np.array_equal(good.allgather(), G)         # the communicator still works
+
+
+@pytest.mark.parametrize("op", ["gather", "allgather", "redistribute", "update_halos"])
+def test_a_dtype_unreadable_on_one_rank_fails_on_every_rank(
+        op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The maps and dtype an engine takes are read lazily; rank 1 cannot
+    read its bfloat16 buffer's dtype (no ml_dtypes there): every rank
+    raises the same TypeError naming rank 1 before any engine runs, and
+    nobody is left waiting in it."""
+    import bufferext
+    pytest.importorskip("ml_dtypes", reason="rank 0 holds bfloat16 as ml_dtypes'")
+    buf = bufferext.CPUBuffer((3, 2), "bfloat16")
+    d = DistArray(buf, [BlockMap(3 * SIZE, SIZE, RANK, 3 * RANK, 3 * RANK + 3),
+                        BlockMap(2, 1, 0, 0, 2)], comm=COMM)
+    if RANK == 1:
+        monkeypatch.setitem(sys.modules, "ml_dtypes", None)   # as if not installed
+    call = (lambda: d.redistribute(dist="nb")) if op == "redistribute" \
+        else getattr(d, op)
+    with pytest.raises(TypeError, match=rf"^rank 1 of {SIZE}: DistArray: a "
+                       r"CPUBuffer of \[bfloat16\]: a DistArray holds it as "
+                       r"ml_dtypes' type") as info:
+        call()
+    assert same_everywhere(str(info.value))
+    monkeypatch.undo()
+    COMM.Barrier()                                     # nobody is stuck
+    assert d.allgather().shape == (3 * SIZE, 2)        # readable again
 
 
 def test_redistribute_into_a_read_only_out_fails_on_every_rank() -> None:

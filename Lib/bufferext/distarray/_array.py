@@ -75,6 +75,7 @@ class DistArray:
         self._dim_data: Optional[Tuple[Dict[str, Any], ...]] = None
         self._shape: Tuple[int, ...] = tuple(m.extent for m in self._maps)
         self._mpi = MPIState(resolve(comm))
+        self._parts_agreed = False      # see _parts
 
     # -- construction ------------------------------------------------------
     @classmethod
@@ -198,6 +199,7 @@ class DistArray:
         self._dim_data = None
         self._shape = shape
         self._mpi = MPIState(None)
+        self._parts_agreed = False
         return self
 
     # -- the protocol ------------------------------------------------------
@@ -324,21 +326,35 @@ class DistArray:
             self._maps, state.maps = state.maps, None
         state.keep(self)
 
+    def _parts(self) -> Tuple[Tuple[DimMap, ...], np.dtype]:
+        """The maps and dtype an engine takes.  Both are read lazily (an
+        imported array's maps, a local buffer's dtype), so a read may raise,
+        and on some processes only: reads are agreed, so that every process
+        raises alike and none is left waiting in the engine, until one has
+        succeeded everywhere (a flag every process sets alike; what one
+        process cached says nothing of the others).  Then they are cached
+        and cannot fail."""
+        if not self._parts_agreed:
+            parts = agree(self._mpi.comm, lambda: (self.maps, self.dtype))
+            self._parts_agreed = True
+            return parts
+        return self.maps, self.dtype
+
     def _mpi_layout(self) -> Layout:
         """Every process's layout (collective the first time: everyone's
         dim_data are gathered and checked, and the maps learn the other
         processes' sections; cached afterwards)."""
-        state = self._mpi
+        state, (maps, _) = self._mpi, self._parts()
         try:
-            return state.layout_of(self.maps)
+            return state.layout_of(maps)
         finally:
             self._adopt(state)
 
     def _halo_plan(self) -> Any:
         """The halo plan (``_halo.Halo``; collective the first time)."""
-        state = self._mpi
+        state, (maps, _) = self._mpi, self._parts()
         try:
-            return _halo.halo_plan(state, self.maps, self._shape)
+            return _halo.halo_plan(state, maps, self._shape)
         finally:
             self._adopt(state)
 
@@ -367,19 +383,18 @@ class DistArray:
     def gather(self, root: int = 0) -> Optional[np.ndarray]:
         """The global array (a numpy array) on process ``root``, None on the
         others.  Collective over :attr:`comm`."""
-        state = self._mpi
+        state, (maps, dtype) = self._mpi, self._parts()
         try:
-            return _redistribute.gather(state, self.maps, self._buffer, self._shape,
-                                        self.dtype, root)
+            return _redistribute.gather(state, maps, self._buffer, self._shape, dtype,
+                                        root)
         finally:
             self._adopt(state)
 
     def allgather(self) -> np.ndarray:
         """The global array (a numpy array) on every process.  Collective."""
-        state = self._mpi
+        state, (maps, dtype) = self._mpi, self._parts()
         try:
-            return _redistribute.allgather(state, self.maps, self._buffer, self._shape,
-                                           self.dtype)
+            return _redistribute.allgather(state, maps, self._buffer, self._shape, dtype)
         finally:
             self._adopt(state)
 
@@ -396,12 +411,12 @@ class DistArray:
         communicator, written in place of allocating a new one (every cell,
         padding included, as in a new result) and returned.  Collective over
         :attr:`comm`."""
-        state, dtype = self._mpi, self.dtype
+        state, (maps, dtype) = self._mpi, self._parts()
         device = self.device if device is None else device
         target = None if out is None else self._out(out, device)
         try:
-            buffer, maps, layout = _redistribute.redistribute(
-                state, self.maps, self._buffer, self._shape, dtype, dist=dist,
+            buffer, new_maps, layout = _redistribute.redistribute(
+                state, maps, self._buffer, self._shape, dtype, dist=dist,
                 grid_shape=grid_shape, block_size=block_size, split=split,
                 padding=padding, periodic=periodic, indices=indices, device=device,
                 out=target)
@@ -409,7 +424,7 @@ class DistArray:
             self._adopt(state)
         if out is not None:
             return out
-        result = type(self)(buffer, maps, device=device, dtype=dtype, comm=state.comm)
+        result = type(self)(buffer, new_maps, device=device, dtype=dtype, comm=state.comm)
         result._mpi.layout = layout
         return result
 
@@ -444,8 +459,9 @@ class DistArray:
         if call is not None:            # prepared: one Sendrecv per dimension
             call()
             return
+        maps, dtype = self._parts()
         try:
-            _halo.update_halos(state, self.maps, self._buffer, self._shape, self.dtype)
+            _halo.update_halos(state, maps, self._buffer, self._shape, dtype)
         finally:
             self._adopt(state)
 
