@@ -97,7 +97,7 @@ bufferext_cuda_ctx_pop(void)
     (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
 }
 
-/* Bridges (adapter.c).  The per-device stream DLPack producers are asked to
+/* Bridges (dlpack.c).  The per-device stream DLPack producers are asked to
  * make their data ready on, as an int; NULL with an exception. */
 PyObject *bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal);
 /* Describe CUDA memory at `ptr` imported from another protocol: ordinal and
