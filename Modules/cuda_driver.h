@@ -127,7 +127,7 @@ int bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
                                PyObject *stream);
 
 /* Host staging of device memory, for BufferView.synchronize, copy_to_host
- * and copy_from_host (view.c). */
+ * and copy_from_host (staging.c). */
 typedef enum {
     BUFFEREXT_STAGE_WAIT,       /* wait for the exporter's pending work */
     BUFFEREXT_STAGE_TO_HOST,    /* ... then copy the memory to the host */
