@@ -24,7 +24,7 @@ typedef struct {
     Py_ssize_t len_items;           /* shape when the exporter gave none */
     Py_ssize_t itemsize_one;        /* stride then */
     Py_ssize_t *computed_strides;   /* C strides when it gave none */
-    int64_t *items;                 /* strides in items (see parts.h) */
+    int64_t *items;                 /* strides in items (see export.h) */
     int64_t items_inline[8];        /* ... without an allocation */
     Py_ssize_t exports;
     Py_ssize_t busy;                /* waits and copies without the GIL */
@@ -35,7 +35,7 @@ typedef struct {
 
 #if BUFFEREXT_FREELIST > 0
 /* Memory of dead views, for the next get_buffer(); open while the module
- * is (see parts.h). */
+ * is (see freelist.h). */
 static bufferext_freelist view_freelist;
 #endif
 
