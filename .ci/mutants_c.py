@@ -1,5 +1,5 @@
 """Planted bugs in the C code that holds the re-entrancy rule and the owner
-checks (docs/internals.rst, "Re-entrancy"): each drops one pin, one
+checks (docs/reentrancy.rst): each drops one pin, one
 re-read, one owner check or one mark.  .ci/mutation_c.sh builds the tree
 with each in turn and runs the tests that must notice; a mutant the suite
 does not kill is reported as surviving.
