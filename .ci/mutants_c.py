@@ -1,5 +1,5 @@
 """Planted bugs in the C code that holds the re-entrancy rule and the owner
-checks (docs/internals.rst, "Re-entrancy"): each drops one pin, one
+checks (docs/reentrancy.rst): each drops one pin, one
 re-read, one owner check or one mark.  .ci/mutation_c.sh builds the tree
 with each in turn and runs the tests that must notice; a mutant the suite
 does not kill is reported as surviving.
@@ -156,7 +156,7 @@ MUTANTS: List[Mutant] = [
      "                                                  p->layout.shape))",
      "3.11", REENTRANCY),
     ("dlpack import: Python code between reading the capsule and using it",
-     "Modules/adapter.c",
+     "Modules/dlpack.c",
      "    if (check_tensor(tensor) < 0) {\n        goto error;",
      "    PyGC_Collect();\n    if (check_tensor(tensor) < 0) {\n        goto error;",
      "3.11", ["tests/test_bridges.py"]),
@@ -183,7 +183,7 @@ MUTANTS: List[Mutant] = [
        "    /* Both export this buffer")],
      None, "3.11", ["tests/test_cpubuffer_pickle.py"]),
     ("arrow import: the capsules not read again after the wait",
-     "Modules/adapter.c",
+     "Modules/arrow.c",
      "        if (bufferext_cuda_event_wait(st, \"arrow\", in.event) < 0 ||\n"
      "            bufferext_arrow_read(args[1], args[2], device, &in) < 0) {",
      "        if (bufferext_cuda_event_wait(st, \"arrow\", in.event) < 0) {",

@@ -9,10 +9,10 @@ A report is one of:
   drivers excepted) in either access, on memory that is not the contents of
   an exported buffer: a race on bufferext's state.  Any is a failure.
 * **contents** -- both accesses copy the *contents* of a buffer (the
-  racing block was allocated by ``cpubuffer_alloc``, or is a stand-in's
-  device memory): two threads writing and reading one array's elements at
-  once, a race of the program's data that the buffer protocol leaves to its
-  users, as numpy does.  Reported, not failed.
+  racing block was allocated by ``bufferext_block_alloc``, or is a
+  stand-in's device memory): two threads writing and reading one array's
+  elements at once, a race of the program's data that the buffer protocol
+  leaves to its users, as numpy does.  Reported, not failed.
 * **elsewhere** -- no frame of ours (CPython's own, numpy's): reported.
 
 Exit status 1 when any report is ours.
@@ -32,8 +32,8 @@ from typing import Dict, List
 # under Modules/ (_threadmodule.c, _pickle.c) are not ours
 OURS = re.compile(r"\((?:_bufferext|testcapi_\w+)\.[^)]*\.so\+|"
                   r"Include/bufferext/")
-DATA = re.compile(r"cpubuffer_alloc|standin_veo|standin_cuda|cuMemAlloc|"
-                  r"veo_alloc_hmem")
+DATA = re.compile(r"bufferext_block_alloc|standin_veo|standin_cuda|"
+                  r"cuMemAlloc|veo_alloc_hmem")
 
 
 def reports(directory: str) -> List[str]:

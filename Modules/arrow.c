@@ -11,8 +11,10 @@
  * callback takes the GIL only to give the export back.
  *
  * In: bufferext_arrow_read validates the capsules without touching them;
- * adapter.c then moves the array out (bufferext_arrow_take) and calls its
- * release exactly once when the adapter dies (bufferext_arrow_release). */
+ * bufferext_adapter_from_arrow then moves the array out into a BufferAdapter
+ * (bufferext_arrow_take), whose dealloc (adapter.c) calls its release
+ * exactly once (bufferext_arrow_release). */
+#include "adapterobject.h"
 #include "arrow.h"
 #include "dlpack.h"
 #include "dlpack_abi.h"
@@ -608,4 +610,89 @@ bufferext_arrow_release(void *taken)
         array->release(array);
     }
     PyMem_RawFree(taken);
+}
+
+/* _adapter_from_arrow(source, schema, array, device, readonly): import the
+ * capsules of __arrow_c_array__ (device False) or __arrow_c_device_array__
+ * (True).  Arrow data is immutable: readonly=False is refused. */
+PyObject *
+bufferext_adapter_from_arrow(PyObject *module, PyObject *const *args,
+                             Py_ssize_t nargs)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    bufferext_arrow_import in;
+    bufferext_export_layout *l;
+    AdapterObject *self;
+    BxDLDevice where;
+    int device;
+
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "_adapter_from_arrow(source, "
+                        "schema, array, device, readonly)");
+        return NULL;
+    }
+    if ((device = PyObject_IsTrue(args[3])) < 0) {
+        return NULL;
+    }
+    if (args[4] == Py_False) {
+        PyErr_SetString(PyExc_BufferError, "arrow: Arrow arrays are "
+                        "immutable; readonly=False cannot be honoured");
+        return NULL;
+    }
+    /* As for DLPack: everything that can run Python code (the GC of this
+     * allocation) comes before the capsules are read. */
+    self = adapter_new(st, args[0]);
+    if (self == NULL || bufferext_arrow_read(args[1], args[2], device,
+                                             &in) < 0) {
+        goto error;
+    }
+    if (in.device_type != BX_kDLCUDA && in.event != NULL) {
+        /* memory the CPU reads at once (CUDA host or managed): the
+         * producer's pending work is waited for here, without the GIL, so
+         * the capsules are read again after (another thread may have
+         * taken the array meanwhile) */
+        if (bufferext_cuda_event_wait(st, "arrow", in.event) < 0 ||
+            bufferext_arrow_read(args[1], args[2], device, &in) < 0) {
+            goto error;
+        }
+    }
+    if (adapter_set_dims(self, device ? "arrow_device" : "arrow", 1) < 0 ||
+        adapter_set_format(self, in.format) < 0) {
+        goto error;
+    }
+    l = &self->layout;
+    l->shape[0] = in.length;
+    l->strides[0] = in.itemsize;
+    l->itemsize = in.itemsize;
+    l->buf = in.data;
+    l->readonly = 1;
+    where.device_type = in.device_type;
+    where.device_id = (int32_t)in.device_id;
+    if (in.device_id != (int64_t)where.device_id && in.device_type != BX_kDLCPU) {
+        PyErr_Format(PyExc_BufferError, "arrow: device_id = %lld is out of "
+                     "range", (long long)in.device_id);
+        goto error;
+    }
+    if (adapter_dl_device(self, &where, "arrow") < 0 ||
+        adapter_finish_layout(self, "arrow") < 0) {
+        goto error;
+    }
+    if (self->device != NULL) {
+        /* the producer's event (alive until its release), not ours */
+        if (bufferext_cuda_import(st, (uintptr_t)l->buf, 0,
+                                  self->info.cuda.device,
+                                  &self->info.cuda) < 0) {
+            goto error;
+        }
+        self->info.cuda.event = in.event;
+    }
+
+    /* Taken: from here on the adapter releases the array. */
+    if ((self->arrow = bufferext_arrow_take(&in)) == NULL) {
+        goto error;
+    }
+    return (PyObject *)self;
+error:
+    Py_XDECREF(self);
+    return NULL;
 }

@@ -1,6 +1,6 @@
 /* arrow.h -- the Arrow C Data and C Device interfaces (arrow.c): export of
- * any of our exporters through the PyCapsule protocol, and the reading of
- * an imported array that adapter.c wraps. */
+ * any of our exporters through the PyCapsule protocol, and the import of an
+ * array into a BufferAdapter. */
 #ifndef BUFFEREXT_MODULES_ARROW_H
 #define BUFFEREXT_MODULES_ARROW_H
 #include "parts.h"
@@ -69,5 +69,10 @@ void *bufferext_arrow_take(const bufferext_arrow_import *in);
 /* Call a taken array's release callback (once) and free it; the GIL is
  * held. */
 void bufferext_arrow_release(void *taken);
+
+/* _adapter_from_arrow(source, schema, array, device, readonly), for
+ * _bridges (adapter.c lists it). */
+PyObject *bufferext_adapter_from_arrow(PyObject *module, PyObject *const *args,
+                                       Py_ssize_t nargs);
 
 #endif

@@ -1,28 +1,17 @@
 /* cpubuffer.c -- CPUBuffer, the package's CPU allocator: DistArray's local
- * pieces in CPU memory are CPUBuffers (distarray/_buffers.py).  It
- * keeps a huge-page block cache, exports through the inline path of the
+ * pieces in CPU memory are CPUBuffers (distarray/_buffers.py).  Its blocks
+ * come from blockcache.c (huge pages, a cache of freed blocks); it exports
+ * through the inline path of the
  * shared producer core (producer.c: no allocation per export, shape and
  * strides point into the object), answers PyBUF_DEVICE explicitly with CPU
  * memory, and refuses to be closed or resized while exported or pinned.
  * It is not a teaching sample: an exporter as an outside author writes it,
  * against the public header alone, is docs/examples/example.c. */
 #include "arrow.h"
+#include "blockcache.h"
 #include "dlpack.h"
 #include "producer.h"
 #include "state.h"
-
-#include <errno.h>
-#include <stdlib.h>
-#ifdef __linux__
-#  include <sys/mman.h>
-#endif
-
-#define CPU_ALIGNMENT 64
-/* Blocks from this size on come straight from mmap, rounded up to whole
- * 2 MiB pages, and ask the kernel for transparent huge pages (Linux): the
- * first touch of fresh memory then faults once per 2 MiB instead of once
- * per 4 KiB.  Smaller blocks come from the C allocator. */
-#define CPU_HUGE_BLOCK ((size_t)2 << 20)
 
 /* The request flags CPUBuffer honours: every legacy flag and PyBUF_DEVICE. */
 #define CPUBUFFER_SUPPORTED_FLAGS (BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE)
@@ -34,96 +23,6 @@ typedef struct {
 } CPUBufferObject;
 
 #define CPUBuffer_CAST(op) ((CPUBufferObject *)(op))
-
-#ifdef __linux__
-/* ---- the block cache --------------------------------------------------
- * Even with huge pages, a fresh block costs the kernel's zeroing plus a
- * fault per page on first touch: about as long as filling it.  So freed
- * mapped blocks are kept, up to CACHE_SLOTS blocks and cache_limit bytes
- * (BUFFEREXT_CPU_CACHE_BYTES), and CPUBuffer.empty() of the same rounded
- * size takes one back: code that makes and drops buffers of one size in a
- * loop (a redistribution per step) writes into memory already mapped.
- * Kept blocks are marked MADV_FREE, so under memory pressure the kernel
- * takes their pages back (they read as zero then): the cache never holds
- * memory the system needs.  The zero-filled constructor takes kept blocks
- * too and clears them: no slower than the kernel's zeroing of fresh pages,
- * whereas faulting in fresh blocks while others sit in the cache measured
- * seven times slower on the 2-core VM this was written on.  Guarded by
- * the GIL, which every caller holds, and without it by cache_mutex. */
-#define CACHE_SLOTS 8
-#define CACHE_ENV "BUFFEREXT_CPU_CACHE_BYTES"
-
-static struct { void *block; size_t size; } cache[CACHE_SLOTS];
-static int cache_count;             /* oldest first */
-static size_t cache_bytes;
-static size_t cache_limit = (size_t)256 << 20;
-BUFFEREXT_MUTEX(cache_mutex);
-
-static void
-cache_drop_oldest(void)
-{
-    (void)munmap(cache[0].block, cache[0].size);
-    cache_bytes -= cache[0].size;
-    cache_count--;
-    memmove(&cache[0], &cache[1], (size_t)cache_count * sizeof cache[0]);
-}
-
-/* A kept block of exactly `size` bytes (the newest), or NULL. */
-static void *
-cache_take(size_t size)
-{
-    void *block = NULL;
-
-    BUFFEREXT_MUTEX_LOCK(cache_mutex);
-    for (int i = cache_count - 1; i >= 0; i--) {
-        if (cache[i].size == size) {
-            block = cache[i].block;
-            cache_bytes -= size;
-            cache_count--;
-            memmove(&cache[i], &cache[i + 1],
-                    (size_t)(cache_count - i) * sizeof cache[0]);
-            break;
-        }
-    }
-    BUFFEREXT_MUTEX_UNLOCK(cache_mutex);
-    return block;
-}
-
-static void
-cache_keep(void *block, size_t size)
-{
-    if (size > cache_limit) {
-        (void)munmap(block, size);
-        return;
-    }
-#  ifdef MADV_FREE
-    (void)madvise(block, size, MADV_FREE);
-#  endif
-    BUFFEREXT_MUTEX_LOCK(cache_mutex);
-    while (cache_count == CACHE_SLOTS || cache_bytes + size > cache_limit) {
-        cache_drop_oldest();
-    }
-    cache[cache_count].block = block;
-    cache[cache_count].size = size;
-    cache_count++;
-    cache_bytes += size;
-    BUFFEREXT_MUTEX_UNLOCK(cache_mutex);
-}
-#endif  /* __linux__ */
-
-/* Give back a block from cpubuffer_alloc. */
-static void
-cpubuffer_free_block(void *allocation, size_t mapped)
-{
-#ifdef __linux__
-    if (mapped) {
-        cache_keep(allocation, mapped);
-        return;
-    }
-#endif
-    (void)mapped;
-    PyMem_RawFree(allocation);
-}
 
 static void
 cpubuffer_free_memory(PyObject *op)
@@ -139,66 +38,13 @@ cpubuffer_free_memory(PyObject *op)
     self->mapped = 0;
     self->head.layout.buf = NULL;
     self->head.open = 0;
-    cpubuffer_free_block(allocation, mapped);
+    bufferext_block_free(allocation, mapped);
 }
 
 static const bufferext_producer_kind cpubuffer_kind = {
     "CPUBuffer", "release the views, DLPack capsules and Arrow arrays first",
     cpubuffer_free_memory, bufferext_producer_close,
 };
-
-/* Memory for `nbytes` bytes, zero-filled if `zeroed`, else with
- * unspecified contents (possibly a cached block): the block to free, its
- * aligned start in *data, its mapped size in *mapped (0 if it came from
- * the C allocator).  NULL with ValueError or MemoryError. */
-static void *
-cpubuffer_alloc(Py_ssize_t nbytes, int zeroed, char **data, size_t *mapped)
-{
-    void *allocation = NULL;
-
-    if ((size_t)nbytes > (size_t)PY_SSIZE_T_MAX - CPU_HUGE_BLOCK) {
-        PyErr_SetString(PyExc_ValueError, "CPUBuffer: size is too large");
-        return NULL;
-    }
-    *mapped = 0;
-#ifdef __linux__
-    if ((size_t)nbytes >= CPU_HUGE_BLOCK) {
-        size_t size = ((size_t)nbytes + CPU_HUGE_BLOCK - 1) &
-                      ~(CPU_HUGE_BLOCK - 1);
-        void *block = cache_take(size);
-        if (block != NULL) {
-            if (zeroed) {
-                memset(block, 0, (size_t)nbytes);
-            }
-        }
-        else {
-            block = mmap(NULL, size, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (block == MAP_FAILED) {  /* try the C allocator instead */
-                block = NULL;
-            }
-            else {                      /* zero-filled by the kernel */
-                (void)madvise(block, size, MADV_HUGEPAGE);
-            }
-        }
-        if (block != NULL) {
-            *mapped = size;
-            *data = block;              /* page-aligned */
-            return block;
-        }
-    }
-#endif
-    allocation = zeroed ? PyMem_RawCalloc(1, (size_t)nbytes + CPU_ALIGNMENT)
-                        : PyMem_RawMalloc((size_t)nbytes + CPU_ALIGNMENT);
-    if (allocation == NULL) {
-        PyErr_Format(PyExc_MemoryError,
-                     "CPUBuffer: cannot allocate %zd bytes", nbytes);
-        return NULL;
-    }
-    *data = (char *)(((uintptr_t)allocation + CPU_ALIGNMENT - 1) &
-                     ~(uintptr_t)(CPU_ALIGNMENT - 1));
-    return allocation;
-}
 
 /* The object owns `allocation` from here on. */
 static void
@@ -223,7 +69,7 @@ cpubuffer_from_spec(PyTypeObject *type, bufferext_producer_spec *spec,
     size_t mapped;
     char *data;
 
-    allocation = cpubuffer_alloc(spec->layout.nbytes, zeroed, &data,
+    allocation = bufferext_block_alloc(spec->layout.nbytes, zeroed, &data,
                                  &mapped);
     if (allocation == NULL) {
         bufferext_dtype_clear(&spec->dt);
@@ -234,7 +80,7 @@ cpubuffer_from_spec(PyTypeObject *type, bufferext_producer_spec *spec,
         bufferext_producer_setup(&self->head, &cpubuffer_kind, spec,
                                  readonly) < 0) {
         bufferext_dtype_clear(&spec->dt);
-        cpubuffer_free_block(allocation, mapped);
+        bufferext_block_free(allocation, mapped);
         Py_XDECREF(self);
         return NULL;
     }
@@ -288,18 +134,9 @@ cpubuffer_empty(PyObject *cls, PyObject *args, PyObject *kwargs)
 static PyObject *
 cpubuffer_clear_cache(PyObject *cls, PyObject *unused)
 {
-    size_t released = 0;
     (void)cls;
     (void)unused;
-#ifdef __linux__
-    BUFFEREXT_MUTEX_LOCK(cache_mutex);
-    released = cache_bytes;
-    while (cache_count) {
-        cache_drop_oldest();
-    }
-    BUFFEREXT_MUTEX_UNLOCK(cache_mutex);
-#endif
-    return PyLong_FromSize_t(released);
+    return PyLong_FromSize_t(bufferext_block_cache_clear());
 }
 
 /* ---- the buffer protocol ---------------------------------------------- */
@@ -400,7 +237,7 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
     if (rc < 0 ||
         bufferext_layout_parse("CPUBuffer.resize", shape,
                                self->head.layout.itemsize, &layout) < 0 ||
-        (allocation = cpubuffer_alloc(layout.nbytes, 1, &data, &mapped)) ==
+        (allocation = bufferext_block_alloc(layout.nbytes, 1, &data, &mapped)) ==
             NULL) {
         return NULL;
     }
@@ -420,10 +257,10 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
     }
     BUFFEREXT_LOCKED_END();
     if (rc < 0) {
-        cpubuffer_free_block(allocation, mapped);
+        bufferext_block_free(allocation, mapped);
         return NULL;
     }
-    cpubuffer_free_block(old_allocation, old_mapped);
+    bufferext_block_free(old_allocation, old_mapped);
     Py_RETURN_NONE;
 }
 
@@ -847,23 +684,9 @@ static PyType_Spec cpubuffer_spec = {
 int
 bufferext_init_cpubuffer(PyObject *module)
 {
-#ifdef __linux__
-    const char *env = getenv(CACHE_ENV);
-    if (env != NULL && *env != '\0') {
-        char *end;
-        unsigned long long limit;
-        errno = 0;
-        limit = strtoull(env, &end, 10);
-        if (errno || *end != '\0' || *env < '0' || *env > '9' ||
-            limit > PY_SSIZE_T_MAX) {
-            PyErr_Format(PyExc_ValueError,
-                         CACHE_ENV "='%.100s': must be a byte count (0 turns the "
-                         "CPUBuffer block cache off)", env);
-            return -1;
-        }
-        cache_limit = (size_t)limit;
+    if (bufferext_block_cache_configure() < 0) {
+        return -1;
     }
-#endif
     bufferext_cpubuffer_slot = cpubuffer_getbuffer;
     return bufferext_add_type(module, &cpubuffer_spec,
                               CPUBUFFER_SUPPORTED_FLAGS,

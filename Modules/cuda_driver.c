@@ -7,6 +7,7 @@
  * host staging of any exporter's CUDA memory for BufferView. */
 #include "cuda_driver.h"
 #include "loader.h"
+#include "state.h"
 
 #define AS_NAME(name, params) #name,
 #define AS_ONE(name, params) +1

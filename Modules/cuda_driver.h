@@ -97,7 +97,7 @@ bufferext_cuda_ctx_pop(void)
     (void)bufferext_cuda.cuCtxPopCurrent_v2(&popped);
 }
 
-/* Bridges (adapter.c).  The per-device stream DLPack producers are asked to
+/* Bridges (dlpack.c).  The per-device stream DLPack producers are asked to
  * make their data ready on, as an int; NULL with an exception. */
 PyObject *bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal);
 /* Describe CUDA memory at `ptr` imported from another protocol: ordinal and
@@ -127,7 +127,7 @@ int bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
                                PyObject *stream);
 
 /* Host staging of device memory, for BufferView.synchronize, copy_to_host
- * and copy_from_host (view.c). */
+ * and copy_from_host (staging.c). */
 typedef enum {
     BUFFEREXT_STAGE_WAIT,       /* wait for the exporter's pending work */
     BUFFEREXT_STAGE_TO_HOST,    /* ... then copy the memory to the host */

@@ -1,8 +1,10 @@
-/* dlpack.c -- DLPack export of any extended-buffer exporter: __dlpack__ and
- * __dlpack_device__ for every producer type and for BufferView.  The
- * capsule holds one extended-buffer export of the exporter for its whole
- * life, so export counting (and refusing close() meanwhile) comes for free;
- * one allocation per capsule holds the managed tensor, shape and strides. */
+/* dlpack.c -- DLPack both ways.  Out: __dlpack__ and __dlpack_device__
+ * for every producer type and for BufferView.  The capsule holds one
+ * extended-buffer export of the exporter for its whole life, so export
+ * counting (and refusing close() meanwhile) comes for free; one allocation
+ * per capsule holds the managed tensor, shape and strides.  In: a consumed
+ * capsule's tensor owned by a BufferAdapter (at the end of the file). */
+#include "adapterobject.h"
 #include "cuda_driver.h"
 #include "dlpack.h"
 #include "dlpack_abi.h"
@@ -623,4 +625,281 @@ bufferext_producer_dlpack(PyObject *op, PyObject *const *args,
         return NULL;
     }
     return bufferext_dlpack(op, args, nargs, kwnames);
+}
+
+/* ---- import: a consumed tensor into a BufferAdapter -------------------- */
+
+static int
+dl_format(const BxDLDataType *dt, char *out, Py_ssize_t *itemsize)
+{
+    static const char ints[] = "bhiq", uints[] = "BHIQ";
+    const char *name;
+    int bits;
+    int index = dt->bits == 8 ? 0 : dt->bits == 16 ? 1 : dt->bits == 32 ? 2
+              : dt->bits == 64 ? 3 : -1;
+
+    if (dt->lanes != 1) {
+        PyErr_Format(PyExc_BufferError, "dlpack: dtype lanes = %d: only "
+                     "scalar (lanes == 1) types have a buffer format",
+                     (int)dt->lanes);
+        return -1;
+    }
+    out[1] = out[2] = '\0';
+    switch (dt->code) {
+    case BX_kDLInt:
+        if (index < 0) goto bad;
+        out[0] = ints[index];
+        break;
+    case BX_kDLUInt:
+        if (index < 0) goto bad;
+        out[0] = uints[index];
+        break;
+    case BX_kDLFloat:
+        if (index < 1 || index > 3) goto bad;
+        out[0] = "efd"[index - 1];
+        break;
+    case BX_kDLComplex:
+        if (dt->bits != 32 && dt->bits != 64 && dt->bits != 128) goto bad;
+        out[0] = 'Z';
+        out[1] = dt->bits == 32 ? 'e' : dt->bits == 64 ? 'f' : 'd';
+        break;
+    case BX_kDLBool:
+        if (dt->bits != 8) goto bad;
+        out[0] = '?';
+        break;
+    default:
+        name = bufferext_lowp_name(dt->code, &bits);
+        if (name == NULL || bits != dt->bits) goto bad;
+        if (bits % 8 != 0) {
+            PyErr_Format(PyExc_BufferError, "dlpack: dtype %s (code=%d, "
+                         "bits=%d) packs items into less than a byte; a "
+                         "buffer's items are whole bytes", name,
+                         (int)dt->code, bits);
+            return -1;
+        }
+        snprintf(out, BUFFEREXT_FORMAT_MAX, "[%s]", name);
+        break;
+    }
+    *itemsize = dt->bits / 8;
+    return 0;
+bad:
+    name = bufferext_lowp_name(dt->code, &bits);
+    PyErr_Format(PyExc_BufferError,
+                 "dlpack: dtype %s%s(code=%d, bits=%d) has no buffer-protocol "
+                 "format", name ? name : "", name ? " " : "", (int)dt->code,
+                 (int)dt->bits);
+    return -1;
+}
+
+/* Fill the adapter from a validated DLTensor. */
+static int
+adapter_from_tensor(AdapterObject *self, const BxDLTensor *t, int readonly)
+{
+    bufferext_export_layout *l = &self->layout;
+    char format[BUFFEREXT_FORMAT_MAX];
+    int i;
+
+    if (dl_format(&t->dtype, format, &l->itemsize) < 0 ||
+        adapter_set_format(self, format) < 0 ||
+        adapter_dl_device(self, &t->device, "dlpack") < 0) {
+        return -1;
+    }
+    for (i = 0; i < t->ndim; i++) {
+        l->shape[i] = (Py_ssize_t)t->shape[i];
+    }
+    if (t->strides == NULL) {        /* allowed before DLPack 1.2 */
+        Py_ssize_t stride = l->itemsize;
+        for (i = t->ndim - 1; i >= 0; i--) {
+            Py_ssize_t n = l->shape[i] ? l->shape[i] : 1;
+            l->strides[i] = stride;
+            if (i == 0) {
+                break;              /* shape[0] makes no stride */
+            }
+            /* a zero-size dimension elsewhere keeps the total size 0, so
+             * the strides must be checked on their own */
+            if (stride > PY_SSIZE_T_MAX / n) {
+                PyErr_Format(PyExc_BufferError, "dlpack: the C-contiguous "
+                             "strides of shape[%d:] overflow", i);
+                return -1;
+            }
+            stride *= n;
+        }
+    }
+    else {
+        for (i = 0; i < t->ndim; i++) {
+            if (t->strides[i] > PY_SSIZE_T_MAX / l->itemsize ||
+                t->strides[i] < -(PY_SSIZE_T_MAX / l->itemsize)) {
+                PyErr_Format(PyExc_BufferError, "dlpack: strides[%d] = %lld "
+                             "is out of range", i, (long long)t->strides[i]);
+                return -1;
+            }
+            l->strides[i] = (Py_ssize_t)t->strides[i] * l->itemsize;
+        }
+    }
+    if (t->data != NULL &&
+        t->byte_offset > UINTPTR_MAX - (uintptr_t)t->data) {
+        PyErr_Format(PyExc_BufferError, "dlpack: byte_offset = %llu puts "
+                     "the data past the end of the address space",
+                     (unsigned long long)t->byte_offset);
+        return -1;
+    }
+    /* in integers: a pointer may not be moved out of its object */
+    l->buf = t->data == NULL ? NULL
+           : (void *)((uintptr_t)t->data + (uintptr_t)t->byte_offset);
+    l->readonly = readonly;
+    return adapter_finish_layout(self, "dlpack");
+}
+
+static int
+check_tensor(const BxDLTensor *t)
+{
+    int i;
+
+    if (t->ndim < 0 || t->ndim > PyBUF_MAX_NDIM) {
+        PyErr_Format(PyExc_BufferError, "dlpack: ndim = %d is out of range "
+                     "(0..%d)", (int)t->ndim, PyBUF_MAX_NDIM);
+        return -1;
+    }
+    if (t->ndim > 0 && t->shape == NULL) {
+        PyErr_Format(PyExc_BufferError, "dlpack: shape is NULL for ndim = %d",
+                     (int)t->ndim);
+        return -1;
+    }
+    for (i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0 || t->shape[i] > PY_SSIZE_T_MAX) {
+            PyErr_Format(PyExc_BufferError, "dlpack: shape[%d] = %lld is "
+                         "out of range", i, (long long)t->shape[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* _cuda_bridge_stream(ordinal): the stream _bridges asks a DLPack producer
+ * to make CUDA data ready on. */
+PyObject *
+bufferext_dlpack_bridge_stream(PyObject *module, PyObject *arg)
+{
+    long ordinal = PyLong_AsLong(arg);
+    if (ordinal == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (ordinal < 0 || ordinal > INT_MAX) {
+        PyErr_Format(PyExc_BufferError, "as_buffer: CUDA device %R does "
+                     "not exist", arg);
+        return NULL;
+    }
+    return bufferext_cuda_bridge_stream(bufferext_get_state(module),
+                                        (int)ordinal);
+}
+
+/* _adapter_from_dlpack(source, capsule, readonly[, stream]): consume the
+ * capsule.  `stream` is the CUstream (an int) the producer was asked to
+ * make CUDA data ready on. */
+PyObject *
+bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
+                              Py_ssize_t nargs)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    PyObject *capsule;
+    void *managed;
+    const BxDLTensor *tensor;
+    AdapterObject *self;
+    int versioned, readonly = 0, force;
+
+    uintptr_t stream = 0;
+
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "_adapter_from_dlpack(source, "
+                        "capsule, readonly[, stream])");
+        return NULL;
+    }
+    if (!PyCapsule_CheckExact(args[1])) {
+        PyErr_Format(PyExc_TypeError,
+                     "%.200s.__dlpack__() returned a '%.200s', not a DLPack "
+                     "capsule", Py_TYPE(args[0])->tp_name,
+                     Py_TYPE(args[1])->tp_name);
+        return NULL;
+    }
+    if (nargs == 4 && args[3] != Py_None) {
+        stream = (uintptr_t)PyLong_AsVoidPtr(args[3]);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    capsule = args[1];
+    force = -1;                        /* readonly=None: as the tensor says */
+    if (args[2] != Py_None && (force = PyObject_IsTrue(args[2])) < 0) {
+        return NULL;
+    }
+    /* Everything that can run Python code (the arguments above, the GC of
+     * this allocation) comes before the capsule is read: a finalizer could
+     * hand the same capsule to another consumer, which renames it and owns
+     * (and may free) its tensor. */
+    self = adapter_new(st, args[0]);
+    if (self == NULL) {
+        return NULL;
+    }
+    if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE_VERSIONED)) {
+        versioned = 1;
+    }
+    else if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE)) {
+        versioned = 0;
+    }
+    else {
+        const char *name = PyCapsule_GetName(capsule);
+        PyErr_Clear();
+        PyErr_Format(PyExc_BufferError,
+                     "dlpack: capsule name is '%s', expected 'dltensor' or "
+                     "'dltensor_versioned' (a consumed capsule cannot be "
+                     "used twice)", name ? name : "(null)");
+        goto error;
+    }
+    managed = PyCapsule_GetPointer(capsule, versioned
+                                   ? BX_DLPACK_CAPSULE_VERSIONED
+                                   : BX_DLPACK_CAPSULE);
+    if (managed == NULL) {
+        goto error;
+    }
+    if (versioned) {
+        BxDLManagedTensorVersioned *m = managed;
+        if (m->version.major != BX_DLPACK_MAJOR) {
+            PyErr_Format(PyExc_BufferError,
+                         "dlpack: capsule has DLPack version %u.%u; only "
+                         "major version %d is understood",
+                         (unsigned)m->version.major,
+                         (unsigned)m->version.minor, BX_DLPACK_MAJOR);
+            goto error;    /* not consumed: its destructor frees it */
+        }
+        readonly = (m->flags & BX_DLPACK_FLAG_READ_ONLY) != 0;
+        tensor = &m->dl_tensor;
+    }
+    else {
+        tensor = &((BxDLManagedTensor *)managed)->dl_tensor;
+    }
+    if (check_tensor(tensor) < 0) {
+        goto error;
+    }
+    if (force == 0 && readonly) {
+        PyErr_SetString(PyExc_BufferError, "dlpack: the tensor is "
+                        "read-only (DLPack READ_ONLY flag) but readonly=False "
+                        "was requested");
+        goto error;
+    }
+    /* Validate everything first: a rejected capsule stays its producer's. */
+    if (adapter_set_dims(self, versioned ? "dlpack" : "dlpack-legacy",
+                         (int)tensor->ndim) < 0 ||
+        adapter_from_tensor(self, tensor, force == 1 || readonly) < 0 ||
+        (self->device != NULL && adapter_import_cuda(st, self, stream) < 0) ||
+        PyCapsule_SetName(capsule, versioned ? "used_dltensor_versioned"
+                                             : "used_dltensor") < 0) {
+        goto error;
+    }
+    /* Consumed: from here on the adapter owns the tensor. */
+    self->dl_managed = managed;
+    self->dl_versioned = versioned;
+    return (PyObject *)self;
+error:
+    Py_DECREF(self);
+    return NULL;
 }

@@ -1,5 +1,5 @@
 /* dlpack.h -- DLPack export of any extended-buffer exporter and the
- * import of consumed tensors (dlpack.c). */
+ * import of consumed tensors into a BufferAdapter (dlpack.c). */
 #ifndef BUFFEREXT_MODULES_DLPACK_H
 #define BUFFEREXT_MODULES_DLPACK_H
 #include "parts.h"
@@ -30,5 +30,12 @@ void bufferext_dlpack_delete_locked(void *managed, int versioned);
  * is closed, else bufferext_dlpack. */
 PyObject *bufferext_producer_dlpack(PyObject *op, PyObject *const *args,
                                     Py_ssize_t nargs, PyObject *kwnames);
+
+/* _adapter_from_dlpack(source, capsule, readonly[, stream]) and
+ * _cuda_bridge_stream(ordinal), for _bridges (adapter.c lists them). */
+PyObject *bufferext_adapter_from_dlpack(PyObject *module,
+                                        PyObject *const *args,
+                                        Py_ssize_t nargs);
+PyObject *bufferext_dlpack_bridge_stream(PyObject *module, PyObject *arg);
 
 #endif

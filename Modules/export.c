@@ -2,6 +2,7 @@
  * types (through bufferext._dtypes), shapes, contiguity. */
 #include "export.h"
 #include "dlpack_abi.h"
+#include "state.h"
 
 BUFFEREXT_MUTEX(resolver_mutex);
 

@@ -175,7 +175,7 @@ bufferext_fill_view(Py_buffer *view, int flags,
     view->shape = layout->shape;
     view->strides = REQ_STRIDES(flags) ? layout->strides : NULL;
     view->suboffsets = layout->suboffsets;
-    view->internal = (void *)layout;         /* ours: see parts.h */
+    view->internal = (void *)layout;         /* ours: see state.h */
     if (!REQ_SHAPE(flags)) {
         view->ndim = 1;
         view->shape = NULL;

@@ -3,6 +3,7 @@
  * environment variable names another path or "none"; "not found" and
  * "found but failed to load" are distinct messages, never a crash. */
 #include "loader.h"
+#include "state.h"
 
 #ifdef _WIN32
 #  include <windows.h>

@@ -2,8 +2,8 @@
  * its state (from the module object or any of our types), the creation of
  * our types, the registry of our getbuffer functions (which export carries
  * our layout), and the parsing of the (obj, flags) arguments the
- * module-level functions share.  Below every other file but the drivers:
- * it calls none of them. */
+ * module-level functions share.  Below every other file: it calls none of
+ * them (the drivers, on its floor, read the state's fields). */
 #include "state.h"
 
 /* The module's definition, set by module.c before the files' inits run. */

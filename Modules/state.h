@@ -1,9 +1,30 @@
-/* state.h -- the module state from any object or type, our types'
- * registration, the own-getbuffer registry, argument parsing every function
- * shares, and releases that keep a pending exception (state.c). */
+/* state.h -- the module state and how to reach it from any object or
+ * type, our types' registration, the own-getbuffer registry, argument
+ * parsing every function shares, and releases that keep a pending
+ * exception (state.c). */
 #ifndef BUFFEREXT_MODULES_STATE_H
 #define BUFFEREXT_MODULES_STATE_H
 #include "parts.h"
+
+/* Module state.  Types are heap types made from specs. */
+struct bufferext_state {
+    PyTypeObject *BufferView_Type;
+    PyTypeObject *CPUBuffer_Type;
+    PyTypeObject *CUDABuffer_Type;
+    PyTypeObject *VEBuffer_Type;
+    PyTypeObject *BufferAdapter_Type;
+    PyTypeObject *CUDADeviceInfo_Type;
+    PyTypeObject *VEDeviceInfo_Type;
+    PyTypeObject *OpaqueDeviceInfo_Type;
+    PyTypeObject *FastMethod_Type;      /* fastmethod.c */
+    PyTypeObject *FastBound_Type;
+    PyObject *DeviceUnavailableError;
+    PyObject *resolve_dtype;   /* bufferext._dtypes.resolve, fetched lazily */
+    PyObject *as_buffer_dispatch;   /* bufferext._bridges._dispatch, lazily */
+    PyObject *cpu_types;       /* bufferext._bridges._CPU_TYPES (a tuple) */
+    PyObject *str_dtype;       /* "dtype" and "isbuiltin", interned (adapter.c) */
+    PyObject *str_isbuiltin;
+};
 
 /* The module's definition, for bufferext_state_from_type (module.c, before
  * the files' inits). */

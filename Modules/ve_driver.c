@@ -9,6 +9,7 @@
  * interpreter is torn down when its last buffer goes away, so no HMEM is
  * ever freed after its process.  The node table has a mutex of its own,
  * never held while Python code runs. */
+#include "state.h"
 #include "ve_driver.h"
 
 /* ---- the VEO table ----------------------------------------------------- */

@@ -2,18 +2,16 @@
  * memoryview cannot carry the extension (it copies sizeof(Py_buffer)), so
  * this type holds a Py_buffer_extended, shows its fields, shows device_info
  * as a typed object, re-exports the buffer itself (CPU memory to anyone,
- * device memory only under PyBUF_DEVICE), and waits for and stages the
- * memory of any exporter of CPU, CUDA or VE memory through host memory.
- * Also get_buffer(). */
-#include "cuda_driver.h"
+ * device memory only under PyBUF_DEVICE), and pins it while staging.c waits
+ * for and stages its memory through host memory.  Also get_buffer(). */
 #include "arrow.h"
 #include "dlpack.h"
 #include "export.h"
 #include "fastmethod.h"
 #include "freelist.h"
 #include "gate.h"
+#include "staging.h"
 #include "state.h"
-#include "ve_driver.h"
 #include "view.h"
 
 typedef struct {
@@ -26,7 +24,7 @@ typedef struct {
     Py_ssize_t len_items;           /* shape when the exporter gave none */
     Py_ssize_t itemsize_one;        /* stride then */
     Py_ssize_t *computed_strides;   /* C strides when it gave none */
-    int64_t *items;                 /* strides in items (see parts.h) */
+    int64_t *items;                 /* strides in items (see export.h) */
     int64_t items_inline[8];        /* ... without an allocation */
     Py_ssize_t exports;
     Py_ssize_t busy;                /* waits and copies without the GIL */
@@ -37,7 +35,7 @@ typedef struct {
 
 #if BUFFEREXT_FREELIST > 0
 /* Memory of dead views, for the next get_buffer(); open while the module
- * is (see parts.h). */
+ * is (see freelist.h). */
 static bufferext_freelist view_freelist;
 #endif
 
@@ -515,7 +513,7 @@ view_dlpack_device(PyObject *op, PyObject *unused)
     return bufferext_dlpack_device(op);
 }
 
-/* ---- staging through host memory ---------------------------------------- */
+/* ---- staging through host memory (staging.c) ------------------------------ */
 
 /* Hold the export while Python code runs or a thread waits or copies
  * without the GIL: release() refuses while `busy` (another thread may call
@@ -543,146 +541,22 @@ view_unpin(BufferViewObject *self)
     BUFFEREXT_LOCKED_END();
 }
 
-/* CPU memory and the two devices whose device_info bufferext knows; any
- * other device has its own rules for readiness and copies. */
-static int
-check_stageable(BufferViewObject *self, const char *who)
-{
-    const char *device = self->ext.device;
-
-    if (!BufferExt_IsDevice(&self->ext) ||
-        strcmp(device, BUFFEREXT_DEVICE_CUDA) == 0 ||
-        strcmp(device, BUFFEREXT_DEVICE_VE) == 0) {
-        return 0;
-    }
-    PyErr_Format(PyExc_BufferError,
-                 "%s: device '%s' is not supported (bufferext waits for and "
-                 "copies CPU memory, '" BUFFEREXT_DEVICE_CUDA "' and '"
-                 BUFFEREXT_DEVICE_VE "')", who, device);
-    return -1;
-}
-
-/* The copies move nbytes as one block, on both sides. */
-static int
-check_c_contiguous(BufferViewObject *self, const char *who)
-{
-    PyObject *shape, *strides;
-
-    if (view_contiguous(self, 'C')) {
-        return 0;
-    }
-    shape = bufferext_tuple_from_ssize(self->layout.ndim, self->layout.shape);
-    strides = bufferext_tuple_from_ssize(self->layout.ndim,
-                                         self->layout.strides);
-    if (shape != NULL && strides != NULL) {
-        PyErr_Format(PyExc_BufferError,
-                     "%s: the view is not C-contiguous (shape=%R, "
-                     "strides=%R%s)", who, shape, strides,
-                     self->layout.suboffsets ? ", with suboffsets" : "");
-    }
-    Py_XDECREF(shape);
-    Py_XDECREF(strides);
-    return -1;
-}
-
-/* Acquire `obj`, the host side of a copy (`name` "target" or "source"):
- * CPU memory, C-contiguous, exactly the view's size, writable when
- * `writable`.  Asked with PyBUF_DEVICE so that device memory is named as
- * such rather than refused by its exporter.  0 with `host` held, or -1. */
-static int
-get_host_buffer(BufferViewObject *self, const char *who, const char *name,
-                PyObject *obj, int writable, Py_buffer_extended *host)
-{
-    if (!PyObject_CheckBuffer(obj)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s: %s must be a C-contiguous%s buffer of %zd bytes "
-                     "(a numpy array, bytearray...), not '%.200s'", who,
-                     name, writable ? " writable" : "", self->layout.len,
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    if (bufferext_gate_acquire(obj, host, PyBUF_FULL_RO | PyBUF_DEVICE) < 0) {
-        return -1;
-    }
-    if (BufferExt_IsDevice(host)) {
-        PyErr_Format(PyExc_BufferError,
-                     "%s: %s is memory on device '%s', not host memory", who,
-                     name, host->device);
-    }
-    else if (writable && host->view.readonly) {
-        PyErr_Format(PyExc_BufferError, "%s: %s is read-only", who, name);
-    }
-    else if (!PyBuffer_IsContiguous(&host->view, 'C')) {
-        PyErr_Format(PyExc_BufferError, "%s: %s is not C-contiguous", who,
-                     name);
-    }
-    else if (host->view.len != self->layout.len) {
-        PyErr_Format(PyExc_ValueError, "%s: %s has %zd bytes, the view %zd",
-                     who, name, host->view.len, self->layout.len);
-    }
-    else {
-        return 0;
-    }
-    bufferext_release_ext_raised(host);
-    return -1;
-}
-
-/* Wait until the memory is ready, then (TO_HOST, FROM_HOST) copy it to or
- * from `host`, by the rules of its device; the view is pinned and passed
- * check_stageable.  Complete on return.  0, or -1. */
-static int
-view_stage(BufferViewObject *self, const char *who, bufferext_stage what,
-           void *host)
-{
-    bufferext_state *st = bufferext_state_from_type(Py_TYPE(self));
-    void *memory = self->layout.buf;
-    size_t n = (size_t)self->layout.len;
-
-    if (st == NULL) {
-        return -1;
-    }
-    if (!BufferExt_IsDevice(&self->ext)) {
-        if (what != BUFFEREXT_STAGE_WAIT && n > 0) {
-            /* memmove: a target may share memory with the view */
-            Py_BEGIN_ALLOW_THREADS
-            if (what == BUFFEREXT_STAGE_TO_HOST) {
-                memmove(host, memory, n);
-            }
-            else {
-                memmove(memory, host, n);
-            }
-            Py_END_ALLOW_THREADS
-        }
-        return 0;
-    }
-    if (strcmp(self->ext.device, BUFFEREXT_DEVICE_CUDA) == 0) {
-        return bufferext_cuda_stage(st, who, self->ext.device_info, what,
-                                    memory, host, self->layout.len);
-    }
-    /* VE: veo_hmemcpy is synchronous, so the data is always ready */
-    if (what == BUFFEREXT_STAGE_TO_HOST) {
-        return bufferext_ve_hmemcpy(st, who, host, memory, self->layout.len);
-    }
-    if (what == BUFFEREXT_STAGE_FROM_HOST) {
-        return bufferext_ve_hmemcpy(st, who, memory, host, self->layout.len);
-    }
-    return 0;
-}
-
 static PyObject *
 view_synchronize(PyObject *op, PyObject *unused)
 {
     const char *who = "BufferView.synchronize";
     BufferViewObject *self = BufferView_CAST(op);
+    bufferext_state *st = bufferext_state_from_type(Py_TYPE(self));
     int rc;
     (void)unused;
 
-    if (view_pin(self) < 0) {
+    if (st == NULL || view_pin(self) < 0) {
         return NULL;
     }
-    rc = check_stageable(self, who);
+    rc = bufferext_stage_check(&self->ext, who);
     if (rc == 0) {
-        rc = view_stage(self, who, BUFFEREXT_STAGE_WAIT, NULL);
+        rc = bufferext_stage_memory(st, who, &self->ext, &self->layout,
+                                    BUFFEREXT_STAGE_WAIT, NULL);
     }
     view_unpin(self);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
@@ -692,39 +566,18 @@ view_synchronize(PyObject *op, PyObject *unused)
 static PyObject *
 view_copy_host(PyObject *op, PyObject *obj, bufferext_stage what)
 {
-    int to_host = what == BUFFEREXT_STAGE_TO_HOST;
-    const char *who = to_host ? "BufferView.copy_to_host"
-                              : "BufferView.copy_from_host";
+    const char *who = what == BUFFEREXT_STAGE_TO_HOST
+                      ? "BufferView.copy_to_host"
+                      : "BufferView.copy_from_host";
     BufferViewObject *self = BufferView_CAST(op);
-    Py_buffer_extended host;
+    bufferext_state *st = bufferext_state_from_type(Py_TYPE(self));
     int rc;
 
-    if (view_pin(self) < 0) {
+    if (st == NULL || view_pin(self) < 0) {
         return NULL;
     }
-    rc = check_stageable(self, who);
-    if (rc == 0 && !to_host && self->layout.readonly) {
-        PyErr_Format(PyExc_BufferError, "%s: the view is read-only", who);
-        rc = -1;
-    }
-    if (rc == 0) {
-        rc = check_c_contiguous(self, who);
-    }
-    if (rc == 0 && self->layout.buf == NULL && self->layout.len > 0) {
-        /* the gate refuses this for CPU memory only; a device library
-         * may not check it either */
-        PyErr_Format(PyExc_BufferError, "%s: the view's buf is NULL with "
-                     "nbytes = %zd", who, self->layout.len);
-        rc = -1;
-    }
-    if (rc == 0) {
-        rc = get_host_buffer(self, who, to_host ? "target" : "source", obj,
-                             to_host, &host);
-    }
-    if (rc == 0) {
-        rc = view_stage(self, who, what, host.view.buf);
-        bufferext_release_ext_raised(&host);
-    }
+    rc = bufferext_stage_copy(st, who, &self->ext, &self->layout,
+                              view_contiguous(self, 'C'), obj, what);
     view_unpin(self);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }

@@ -1,5 +1,5 @@
 """Hooks: objects through which Python code runs *inside* a bufferext
-operation, at the points docs/internals.rst lists (the re-entrancy table).
+operation, at the points docs/reentrancy.rst lists (the re-entrancy table).
 
 Each hook runs ``action()`` once (or every time), where the operation
 consumes it:

@@ -1,5 +1,5 @@
 """Find the points of Modules/ and Include/ where Python code can run inside
-one of our operations (grep-level), for docs/internals.rst's re-entrancy
+one of our operations (grep-level), for docs/reentrancy.rst's re-entrancy
 table and its test (tests/test_internals.py).
 
 A *hook call* is a call of a C API function that can run Python code:

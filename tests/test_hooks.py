@@ -10,7 +10,7 @@ sequence of mutating operations for the hook to run on the objects the
 entry point is working on (close, resize, release, export, copy,
 copy_from_host, pickle, get_buffer on the same object, ...).
 
-What must hold (docs/internals.rst, "Re-entrancy"): never a crash; a
+What must hold (docs/reentrancy.rst): never a crash; a
 refusal is a Python exception of the kinds an operation raises for a
 changed object (ValueError, TypeError, BufferError, OverflowError); a
 success describes memory that is alive and of the right size (every open

@@ -1,4 +1,4 @@
-"""docs/internals.rst kept current with the code: the re-entrancy table
+"""docs/reentrancy.rst kept current with the code: the re-entrancy table
 lists exactly the points where Python code can run inside our C code
 (tests/_reentrancy_scan.py finds them, grep-level)."""
 
@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _reentrancy_scan as scan  # noqa: E402
 
-DOC = os.path.join(scan.ROOT, "docs", "internals.rst")
+DOC = os.path.join(scan.ROOT, "docs", "reentrancy.rst")
 pytestmark = pytest.mark.skipif(
     not os.path.isdir(os.path.join(scan.ROOT, "Modules")) or
     not os.path.isfile(DOC),

@@ -56,6 +56,13 @@ BRIDGED = (("__arrow_c_device_array__", "the Arrow C Device interface"),
            ("__cuda_array_interface__", "the CUDA Array Interface"),
            ("__ve_array_interface__", "the VE Array Interface"),
            ("__array_interface__", "the NumPy array interface"))
+#: as_buffer's steps, in order, each named by what it reads (Arrow's step
+#: by the C Device interface it tries first).  This module's docstring and
+#: docs/bridges.rst list the same steps; tests/test_bridges_order.py holds
+#: both lists, BRIDGED and _dispatch's step comments to it.
+_ORDER = ("passes through", "__arrow_c_device_array__", "DLPack of a device",
+          "the buffer protocol", "DLPack", "__cuda_array_interface__",
+          "__ve_array_interface__", "__array_interface__")
 _DLPACK_MAX_VERSION = (1, 3)
 _CAI_MAX_VERSION = 3
 _VAI_VERSION = 1
