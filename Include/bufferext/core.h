@@ -248,16 +248,16 @@ typedef struct Py_buffer_extended {
  * ABI (BUFFEREXT_ABI_VERSION 3). */
 #define BUFFEREXT_MARK_CAPSULE "bufferext.extended_view"
 
-/* The calling thread's slot (borrowed), or NULL: none yet, or the key taken
- * by something else.  `create`: make it if there is none; NULL then means
- * an exception is set.  Runs no Python code but a first allocation's. */
-static inline PyObject *BufferExtInternal_MarkSlot(int create)
+/* The calling thread's slot (borrowed), made if there is none, or NULL
+ * with an exception (the key taken by something else, no memory).  Runs
+ * no Python code but a first allocation's. */
+static inline PyObject *BufferExtInternal_MarkSlot(void)
 {
     PyObject *dict = PyThreadState_GetDict();
     PyObject *key = (PyObject *)&PyCapsule_Type, *slot;
 
     if (dict == NULL) {
-        if (create && !PyErr_Occurred()) {
+        if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_RuntimeError,
                             "bufferext: the thread has no state dict");
         }
@@ -268,14 +268,12 @@ static inline PyObject *BufferExtInternal_MarkSlot(int create)
         if (PyCapsule_IsValid(slot, BUFFEREXT_MARK_CAPSULE)) {
             return slot;
         }
-        if (create) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "bufferext: the thread state's dict holds "
-                            "something else under the extended-view key");
-        }
+        PyErr_SetString(PyExc_RuntimeError,
+                        "bufferext: the thread state's dict holds something "
+                        "else under the extended-view key");
         return NULL;
     }
-    if (!create || PyErr_Occurred()) {
+    if (PyErr_Occurred()) {
         return NULL;
     }
     /* the pointer is a token (a capsule's may not be NULL); the view is
@@ -286,6 +284,31 @@ static inline PyObject *BufferExtInternal_MarkSlot(int create)
         return NULL;
     }
     Py_DECREF(slot);            /* the dict holds it */
+    return slot;
+}
+
+/* The calling thread's slot if something is stored under its key (borrowed;
+ * the caller checks what it is), or NULL; never an exception, and nothing
+ * made or allocated: outside the limited API the thread state's dict is
+ * read as it is (PyThreadState_GetDict would make one; no dict, no slot).
+ * Mirrors: PyThreadState.dict (Include/cpython/pystate.h, 3.9-3.15; check
+ * again at 3.16).  The lookup compares the key with a stored one of the
+ * same hash; only C code stores keys in that dict. */
+static inline PyObject *BufferExtInternal_ExistingSlot(void)
+{
+#ifdef Py_LIMITED_API
+    PyObject *dict = PyThreadState_GetDict(), *slot;
+#else
+    PyObject *dict = PyThreadState_Get()->dict, *slot;
+#endif
+
+    if (dict == NULL) {
+        return NULL;
+    }
+    slot = PyDict_GetItemWithError(dict, (PyObject *)&PyCapsule_Type);
+    if (slot == NULL && PyErr_Occurred()) {
+        PyErr_Clear();          /* a lookup of a type key cannot fail */
+    }
     return slot;
 }
 
@@ -341,48 +364,50 @@ typedef struct {
     void *previous;
 } BufferExtInternal_Marking;
 
+/* Record `view` in the thread's `slot`, keeping what it held in `m`. */
+static inline void BufferExtInternal_Record(BufferExtInternal_Marking *m,
+                                            PyObject *slot,
+                                            Py_buffer_extended *view)
+{
+    m->slot = Py_NewRef(slot);
+    m->previous = PyCapsule_GetContext(slot);
+    PyCapsule_SetContext(slot, &view->view);
+}
+
 /* Consumer side: mark `view` for a request of `flags`, before calling the
  * exporter.  0, or -1 with an exception (no slot could be made). */
 static inline int BufferExtInternal_SetMark(BufferExtInternal_Marking *m,
                                             Py_buffer_extended *view,
                                             int flags)
 {
+    PyObject *slot;
+
     m->slot = NULL;
     if (!(flags & PyBUF_DEVICE) || BufferExtInternal_NativeRuntime()) {
         return 0;               /* nothing to prove, or the flag proves it */
     }
-    m->slot = BufferExtInternal_MarkSlot(1);
-    if (m->slot == NULL) {
+    slot = BufferExtInternal_MarkSlot();
+    if (slot == NULL) {
         return -1;
     }
-    Py_INCREF(m->slot);
-    m->previous = PyCapsule_GetContext(m->slot);
-    PyCapsule_SetContext(m->slot, &view->view);
+    BufferExtInternal_Record(m, slot, view);
     return 0;
 }
 
 /* The same where the thread's slot exists already (a lookup, which makes
  * nothing): 1, or 0 with nothing marked and no exception when it does not.
- * For the header's inline path, outside the limited API. */
-#ifndef Py_LIMITED_API
+ * For the header's inline path. */
 static inline int BufferExtInternal_SetMarkInSlot(BufferExtInternal_Marking *m,
                                                   Py_buffer_extended *view)
 {
-    PyObject *dict = PyThreadState_Get()->dict, *slot;
+    PyObject *slot = BufferExtInternal_ExistingSlot();
 
-    if (dict == NULL ||
-        (slot = PyDict_GetItemWithError(dict, (PyObject *)&PyCapsule_Type))
-            == NULL ||
-        !PyCapsule_IsValid(slot, BUFFEREXT_MARK_CAPSULE)) {
-        PyErr_Clear();
+    if (slot == NULL || !PyCapsule_IsValid(slot, BUFFEREXT_MARK_CAPSULE)) {
         return 0;
     }
-    m->slot = Py_NewRef(slot);
-    m->previous = PyCapsule_GetContext(slot);
-    PyCapsule_SetContext(slot, &view->view);
+    BufferExtInternal_Record(m, slot, view);
     return 1;
 }
-#endif
 
 /* Consumer side, after the call: the slot holds what it held before. */
 static inline void BufferExtInternal_ClearMark(BufferExtInternal_Marking *m)
@@ -395,32 +420,14 @@ static inline void BufferExtInternal_ClearMark(BufferExtInternal_Marking *m)
 }
 
 /* Exporter side: whether `view` is the view a consumer marked on this
- * thread.  Reads nothing of the view.  A capsule under the key whose
- * context is this very view is the slot (no name check needed).  It
- * allocates nothing: outside the limited API the thread state's dict is
- * read as it is (PyThreadState_GetDict would make one; no dict, no mark).
- * Mirrors: PyThreadState.dict (Include/cpython/pystate.h, 3.9-3.15; check
- * again at 3.16).  The lookup compares the key with a stored one of the
- * same hash; only C code stores keys in that dict. */
+ * thread.  Reads nothing of the view, makes nothing.  A capsule under the
+ * key whose context is this very view is the slot (no name check
+ * needed). */
 static inline int BufferExtInternal_Marked(const Py_buffer *view)
 {
-#ifdef Py_LIMITED_API
-    PyObject *dict = PyThreadState_GetDict(), *slot;
-#else
-    PyObject *dict = PyThreadState_Get()->dict, *slot;
-#endif
+    PyObject *slot = BufferExtInternal_ExistingSlot();
 
-    if (dict == NULL) {
-        return 0;
-    }
-    slot = PyDict_GetItemWithError(dict, (PyObject *)&PyCapsule_Type);
-    if (slot == NULL) {
-        if (PyErr_Occurred()) {
-            PyErr_Clear();      /* a lookup of a type key cannot fail */
-        }
-        return 0;
-    }
-    return Py_IS_TYPE(slot, &PyCapsule_Type) &&
+    return slot != NULL && Py_IS_TYPE(slot, &PyCapsule_Type) &&
            PyCapsule_GetContext(slot) == (const void *)view;
 }
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 import numpy as np
 
 from .._bufferext import as_buffer, get_buffer
-from .._dtypes import LOWP, host_view, resolve, wire_dtype
+from .._dtypes import _is_lowp, host_view, resolve, wire_dtype
 from .._flags import BufferFlags
 from ._comm import agree
 
@@ -109,7 +109,7 @@ def held_dtype(fmt: str, what: str) -> np.dtype:
     except TypeError as exc:
         raise TypeError(f"{what} holding format {fmt!r}, which a DistArray "
                         f"cannot hold ({exc})") from None
-    if dtype.kind == "V" and dtype.name not in LOWP:   # no ml_dtypes
+    if dtype.kind == "V" and not _is_lowp(dtype):      # no ml_dtypes
         raise TypeError(f"{what} of {fmt}: a DistArray holds it as ml_dtypes' "
                         "type (pip install ml_dtypes)")
     return dtype
@@ -160,7 +160,7 @@ def host_result(shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised global result: a :class:`LowpArray` for a
     low-precision float, else numpy's array."""
     out = np.empty(shape, dtype)
-    return out.view(LowpArray) if dtype.name in LOWP else out
+    return out.view(LowpArray) if _is_lowp(dtype) else out
 
 
 def make_buffer(device: str, host: np.ndarray) -> Any:
