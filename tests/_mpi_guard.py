@@ -161,10 +161,38 @@ class MPIGuard:
                     stream.flush()
             except (OSError, ValueError):
                 pass
+        for fd in (1, self._stderr):
+            _wait_until_read(fd)
         try:
             self._abort(1)
         finally:
             os._exit(1)     # reached only if Abort returned or raised
+
+
+def _wait_until_read(fd: int, limit: float = 10.0) -> None:
+    """Return once the launcher has read what this rank wrote to ``fd``.
+
+    Under mpiexec a rank's stdout and stderr are pipes to the launcher's
+    proxy, and MPI_Abort makes the proxy end the job: what it has not read
+    by then is lost (under load the failing test's name went missing).  A
+    pipe counts its unread bytes (FIONREAD, on either end, Linux); anything
+    else, or ``limit`` seconds, returns at once.
+    """
+    try:
+        import fcntl
+        import stat
+        import struct
+        import termios
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            unread = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+            if struct.unpack("i", unread)[0] == 0:
+                return
+            time.sleep(0.005)
+    except (ImportError, OSError):
+        return
 
 
 def _failure_text(report: Any) -> str:
