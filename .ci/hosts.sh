@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # .ci/hosts.sh -- MPI across several hosts, made of network namespaces on
-# this one machine (docs/mpi.rst, "Several hosts on one machine").
+# this one machine (docs/mpi-internals.rst, "Several hosts on one machine").
 #
 #   bash .ci/hosts.sh [SRC [VENV]]
 #

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.skipif(
 LEFT_OUT = {"changes.rst": "the project's history: figures of past code"}
 #: Quantities that are settings, not measurements: (page, text).
 NOT_MEASURED = {
-    ("mpi.rst", "600 ms"): "the delay the CUDA stand-in is set to",
+    ("mpi-internals.rst", "600 ms"): "the delay the CUDA stand-in is set to",
 }
 
 UNITS = {"x": "ratio", "×": "ratio", "ns": "ns", "µs": "us", "us": "us",

@@ -354,7 +354,7 @@ def test_an_argument_without_contents_is_refused() -> None:
 
 def test_staging_pieces_start_congruent_to_their_elements_modulo_a_page(
 ) -> None:
-    # docs/mpi.rst promises it (4K aliasing made a packing copy 2.5-3x
+    # docs/mpi-internals.rst promises it (4K aliasing made a packing copy 2.5-3x
     # slower): every large staged piece starts at the same address modulo
     # 4 KiB as its first element in the buffer, whatever the staging array
     # and the buffer's own alignment

@@ -98,7 +98,7 @@ class Halo:
         (``(staging, view of the slab)`` appended to ``moves``: the caller
         copies into it before a send, out of it after a receive); else a
         derived datatype.  (MPICH moved a one-column slab of 1024 rows as a
-        vector in 380 us, packed by numpy in 9: docs/mpi.rst.)"""
+        vector in 380 us, packed by numpy in 9: docs/mpi-internals.rst.)"""
         if isinstance(buf, np.ndarray):
             run = contiguous(sels, self.shape)
             if run is not None and run[1] <= self.limit:
