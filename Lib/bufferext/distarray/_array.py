@@ -11,7 +11,7 @@ methods hand the MPI layer (``_redistribute``, ``_halo``) their parts
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from ._redistribute import Out
 from ._state import MPIState
 
 __all__ = ["DistArray"]
+
+T = TypeVar("T")
 
 
 def _bridged(buffer: Any) -> Any:
@@ -340,23 +342,30 @@ class DistArray:
             return parts
         return self.maps, self.dtype
 
+    def _engine(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(state, maps, buffer, local_shape, dtype, *args, **kwargs)``:
+        an engine given this array's parts (:meth:`_parts`); what its first
+        collective call completed is adopted after, even when it fails."""
+        state, (maps, dtype) = self._mpi, self._parts()
+        try:
+            return fn(state, maps, self._buffer, self._shape, dtype, *args, **kwargs)
+        finally:
+            self._adopt(state)
+
     def _mpi_layout(self) -> Layout:
         """Every process's layout (collective the first time: everyone's
         dim_data are gathered and checked, and the maps learn the other
         processes' sections; cached afterwards)."""
-        state, (maps, _) = self._mpi, self._parts()
-        try:
+        def layout(state: MPIState, maps: Sequence[DimMap], *_: Any) -> Layout:
             return state.layout_of(maps)
-        finally:
-            self._adopt(state)
+        return self._engine(layout)
 
     def _halo_plan(self) -> Any:
         """The halo plan (``_halo.Halo``; collective the first time)."""
-        state, (maps, _) = self._mpi, self._parts()
-        try:
-            return _halo.halo_plan(state, maps, self._shape)
-        finally:
-            self._adopt(state)
+        def plan(state: MPIState, maps: Sequence[DimMap], buffer: Any,
+                 local_shape: Tuple[int, ...], dtype: np.dtype) -> Any:
+            return _halo.halo_plan(state, maps, local_shape)
+        return self._engine(plan)
 
     @classmethod
     def scatter(cls, array: Any, *, dist: Union[str, Sequence[str]],
@@ -383,20 +392,11 @@ class DistArray:
     def gather(self, root: int = 0) -> Optional[np.ndarray]:
         """The global array (a numpy array) on process ``root``, None on the
         others.  Collective over :attr:`comm`."""
-        state, (maps, dtype) = self._mpi, self._parts()
-        try:
-            return _redistribute.gather(state, maps, self._buffer, self._shape, dtype,
-                                        root)
-        finally:
-            self._adopt(state)
+        return self._engine(_redistribute.gather, root)
 
     def allgather(self) -> np.ndarray:
         """The global array (a numpy array) on every process.  Collective."""
-        state, (maps, dtype) = self._mpi, self._parts()
-        try:
-            return _redistribute.allgather(state, maps, self._buffer, self._shape, dtype)
-        finally:
-            self._adopt(state)
+        return self._engine(_redistribute.allgather)
 
     def redistribute(self, *, dist: Union[str, Sequence[str]],
                      grid_shape: Optional[Sequence[int]] = None, block_size: Any = None,
@@ -411,20 +411,16 @@ class DistArray:
         communicator, written in place of allocating a new one (every cell,
         padding included, as in a new result) and returned.  Collective over
         :attr:`comm`."""
-        state, (maps, dtype) = self._mpi, self._parts()
         device = self.device if device is None else device
         target = None if out is None else self._out(out, device)
-        try:
-            buffer, new_maps, layout = _redistribute.redistribute(
-                state, maps, self._buffer, self._shape, dtype, dist=dist,
-                grid_shape=grid_shape, block_size=block_size, split=split,
-                padding=padding, periodic=periodic, indices=indices, device=device,
-                out=target)
-        finally:
-            self._adopt(state)
+        buffer, maps, layout = self._engine(
+            _redistribute.redistribute, dist=dist, grid_shape=grid_shape,
+            block_size=block_size, split=split, padding=padding, periodic=periodic,
+            indices=indices, device=device, out=target)
         if out is not None:
             return out
-        result = type(self)(buffer, new_maps, device=device, dtype=dtype, comm=state.comm)
+        result = type(self)(buffer, maps, device=device, dtype=self.dtype,
+                            comm=self.comm)
         result._mpi.layout = layout
         return result
 
@@ -454,16 +450,11 @@ class DistArray:
         """Fill communication padding with the neighbours' owned values;
         on periodic dimensions also fill the edge (boundary) padding from
         the opposite end (wrap-around).  Collective over :attr:`comm`."""
-        state = self._mpi
-        call = state.halo_call
+        call = self._mpi.halo_call
         if call is not None:            # prepared: one Sendrecv per dimension
             call()
             return
-        maps, dtype = self._parts()
-        try:
-            _halo.update_halos(state, maps, self._buffer, self._shape, dtype)
-        finally:
-            self._adopt(state)
+        self._engine(_halo.update_halos)
 
     # -- index maps --------------------------------------------------------
     def _split(self, index: Any, what: str) -> Tuple[Any, ...]:
