@@ -173,17 +173,21 @@ def make_buffer(device: str, host: np.ndarray) -> Any:
     return buf
 
 
-@functools.lru_cache(maxsize=256, typed=True)
 def _format_of(spelling: Any) -> Optional[str]:
     """The canonical buffer format of an exported format or of a dtype
     (``'<d'`` and ``float64`` are ``'d'`` here), None for one bufferext does
     not read.  Element types are compared by it, never by numpy's dtype:
-    without ml_dtypes every float8 is the same stand-in ``V1``.  Cached:
-    every MPI operation asks it for each buffer (``resolve`` takes ~5 us)."""
+    without ml_dtypes every float8 is the same stand-in ``V1``."""
     try:
         return resolve(spelling)[0]
     except (TypeError, ValueError):
         return None
+
+
+#: A DistArray's dtype as a canonical format, asked by every MPI operation
+#: for each buffer (``resolve`` takes ~5 us); cached by dtype only, so no
+#: foreign format string is kept.
+_dtype_format = functools.lru_cache(maxsize=64)(_format_of)
 
 
 class _DeviceMemory:
@@ -231,8 +235,9 @@ class Acquired:
                 raise BufferError(f"DistArray: the local buffer has {view.nbytes} "
                                   f"bytes, its shape {shape} and dtype {dtype} "
                                   f"need {nbytes}")
-            want = _format_of(dtype)        # None: a dtype no format names
-            if want is None or _format_of(view.format) != want:
+            want = _dtype_format(dtype)     # None: a dtype no format names
+            fmt = view.format               # as exported, or in another spelling
+            if want is None or (fmt != want and _format_of(fmt) != want):
                 raise BufferError(f"DistArray: the local buffer holds format "
                                   f"{view.format!r}, not dtype {dtype}")
             self.view, self.kind, self.write = view, kind, write
