@@ -438,6 +438,16 @@ BUFFEREXT_MUTEX(bridges_mutex);
 static PyObject *adapter_pass_through(PyObject *, PyObject *const *,
                                       Py_ssize_t);
 
+/* Whether `step` is our pass-through: a builtin function whose C function is
+ * adapter_pass_through, bound to any instance of the module. */
+static inline int
+is_pass_through(PyObject *step)
+{
+    return PyCFunction_Check(step) &&
+           PyCFunction_GET_FUNCTION(step) ==
+               (PyCFunction)(void (*)(void))adapter_pass_through;
+}
+
 /* The functions of the rows of `table` (_bridges._STEPS), in order: a new
  * tuple, or NULL with TypeError naming the malformed row.  Runs no Python
  * code but the allocation's: the table and its rows are tuples, held. */
@@ -498,6 +508,8 @@ load_bridges(bufferext_state *st)
     }
     BUFFEREXT_MUTEX_LOCK(bridges_mutex);
     if (st->as_buffer_steps == NULL) {      /* else a racing thread's won */
+        st->as_buffer_in_place = PyTuple_GET_SIZE(f) > 0 &&
+                                 is_pass_through(PyTuple_GET_ITEM(f, 0));
         st->as_buffer_steps = f;
         st->cpu_types = t;
         f = t = NULL;
@@ -509,15 +521,18 @@ load_bridges(bufferext_state *st)
 }
 
 /* The step functions (a tuple) and _CPU_TYPES (a tuple of types) the state
- * holds, as new references, read on first use.  0, or -1 with an
- * exception.  Inline: every as_buffer takes them. */
+ * holds, as new references, read on first use, and whether the first step
+ * is our pass-through.  0, or -1 with an exception.  Inline: every
+ * as_buffer takes them. */
 static inline int
-bridges(bufferext_state *st, PyObject **steps, PyObject **cpu_types)
+bridges(bufferext_state *st, PyObject **steps, PyObject **cpu_types,
+        int *in_place)
 {
     for (;;) {
         BUFFEREXT_MUTEX_LOCK(bridges_mutex);
         *steps = st->as_buffer_steps;
         *cpu_types = st->cpu_types;
+        *in_place = st->as_buffer_in_place;
         Py_XINCREF(*steps);
         Py_XINCREF(*cpu_types);
         BUFFEREXT_MUTEX_UNLOCK(bridges_mutex);
@@ -534,7 +549,7 @@ bridges(bufferext_state *st, PyObject **steps, PyObject **cpu_types)
  * 2: ml_dtypes' low-precision floats), whose items numpy exports neither
  * through the buffer protocol nor DLPack: a later row of the table
  * (_bridges._lowp_ndarray) reads them. */
-static int
+static inline int
 numpy_user_dtype(bufferext_state *st, PyObject *obj)
 {
     PyObject *dtype = PyObject_GetAttr(obj, st->str_dtype), *kind = NULL;
@@ -583,16 +598,6 @@ pass_through(bufferext_state *st, PyObject *obj, PyObject *readonly,
         return Py_NewRef(obj);
     }
     return adapter_reexport(st, obj, readonly == Py_True);
-}
-
-/* Whether `step` is our pass-through: a builtin function whose C function is
- * adapter_pass_through, bound to any instance of the module. */
-static inline int
-is_pass_through(PyObject *step)
-{
-    return PyCFunction_Check(step) &&
-           PyCFunction_GET_FUNCTION(step) ==
-               (PyCFunction)(void (*)(void))adapter_pass_through;
 }
 
 /* The first answer of steps[start:] that is not NotImplemented for `obj`
@@ -671,13 +676,11 @@ adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     readonly = nkw == 1 ? args[1] : Py_None;
     if (check_readonly("as_buffer", readonly) < 0 ||
-        bridges(st, &steps, &cpu_types) < 0) {
+        bridges(st, &steps, &cpu_types, &ours) < 0) {
         return NULL;
     }
     /* The pass-through in place when the table starts with ours (unless
      * replaced, it does): the common case, with no walk. */
-    ours = PyTuple_GET_SIZE(steps) > 0 &&
-           is_pass_through(PyTuple_GET_ITEM(steps, 0));
     if (ours && passes_through(st, args[0], cpu_types)) {
         result = readonly == Py_None
                      ? Py_NewRef(args[0])
@@ -700,6 +703,7 @@ adapter_pass_through(PyObject *module, PyObject *const *args,
 {
     bufferext_state *st = bufferext_get_state(module);
     PyObject *steps, *cpu_types, *result;
+    int in_place;
 
     if (nargs != 3) {
         PyErr_Format(PyExc_TypeError, "_pass_through() takes 3 positional "
@@ -707,7 +711,7 @@ adapter_pass_through(PyObject *module, PyObject *const *args,
         return NULL;
     }
     if (check_readonly("_pass_through", args[2]) < 0 ||
-        bridges(st, &steps, &cpu_types) < 0) {
+        bridges(st, &steps, &cpu_types, &in_place) < 0) {
         return NULL;
     }
     result = pass_through(st, args[0], args[2], cpu_types);
