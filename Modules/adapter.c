@@ -424,15 +424,23 @@ static PyType_Spec adapter_spec = {
     "value) for malformed descriptions."
 
 /* as_buffer's order is bufferext._bridges._STEPS, written there once: rows
- * (name, step), each step(obj, type(obj), readonly) answering the exporter
- * or NotImplemented (try the next).  as_buffer reads the table on first use
- * (importing _bridges imports numpy) and keeps a tuple of its functions
- * with _CPU_TYPES, under a mutex never held while Python code runs; then it
- * walks that tuple, calling each function in turn.  The pass-through's row
- * holds adapter_pass_through below, known by its C function (whose it is, not
- * where it was found): as_buffer runs it in place, with no call and no
- * Python frame, the common case.  Replacing _STEPS after the first
- * as_buffer changes nothing: the tuple is kept. */
+ * (name, step, needs), each step(obj, type(obj), readonly) answering the
+ * exporter or NotImplemented (try the next).  `needs` is the row's guard: a
+ * tuple of attribute names of which the type must have one (looked up on
+ * the type, through its MRO and metaclass, as hasattr(cls, name) does) for
+ * the step to be called; empty, the step is always called.  A guard only
+ * names what the step itself asks the type for first (hasattr(cls, ...)), so
+ * a failing guard skips only a call that would answer NotImplemented; a step
+ * that reads the instance (the array interfaces' getattr, the low-precision
+ * row's isinstance, which follows a __class__ property) has an empty guard.
+ * as_buffer reads the table on first use (importing _bridges imports numpy)
+ * and keeps a tuple of (function, needs) pairs, the names interned, with
+ * _CPU_TYPES, under a mutex never held while Python code runs; then it
+ * walks those pairs, calling each function whose guard holds.  The
+ * pass-through's row holds adapter_pass_through below, known by its C
+ * function (whose it is, not where it was found): as_buffer runs it in
+ * place, with no call and no Python frame, the common case.  Replacing
+ * _STEPS after the first as_buffer changes nothing: the tuple is kept. */
 BUFFEREXT_MUTEX(bridges_mutex);
 
 static PyObject *adapter_pass_through(PyObject *, PyObject *const *,
@@ -448,36 +456,118 @@ is_pass_through(PyObject *step)
                (PyCFunction)(void (*)(void))adapter_pass_through;
 }
 
-/* The functions of the rows of `table` (_bridges._STEPS), in order: a new
- * tuple, or NULL with TypeError naming the malformed row.  Runs no Python
- * code but the allocation's: the table and its rows are tuples, held. */
+/* A row's guard as as_buffer keeps it: a new tuple of the interned names of
+ * `needs`, or NULL with TypeError naming row `i` if `needs` is not a tuple
+ * of str.  Runs no Python code but the allocations'. */
+static PyObject *
+step_needs(PyObject *needs, Py_ssize_t i)
+{
+    PyObject *names, *name;
+    Py_ssize_t j;
+
+    if (!PyTuple_Check(needs)) {
+        PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS[%zd]'s "
+                     "needs must be a tuple of attribute names (str), not "
+                     "%.200s", i, Py_TYPE(needs)->tp_name);
+        return NULL;
+    }
+    names = PyTuple_New(PyTuple_GET_SIZE(needs));
+    for (j = 0; names != NULL && j < PyTuple_GET_SIZE(needs); j++) {
+        name = PyTuple_GET_ITEM(needs, j);
+        if (!PyUnicode_Check(name)) {
+            PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS[%zd]'s "
+                         "needs must be a tuple of attribute names (str), "
+                         "not one holding %.200s", i, Py_TYPE(name)->tp_name);
+            Py_CLEAR(names);
+            break;
+        }
+        /* an exact str (a subclass's copy), interned */
+        name = PyUnicode_FromObject(name);
+        if (name == NULL) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyUnicode_InternInPlace(&name);
+        PyTuple_SET_ITEM(names, j, name);
+    }
+    return names;
+}
+
+/* The (function, needs) pairs of the rows of `table` (_bridges._STEPS), in
+ * order: a new tuple, or NULL with TypeError naming the malformed row.  Runs
+ * no Python code but the allocations': the table and its rows are tuples,
+ * held. */
 static PyObject *
 step_functions(PyObject *table)
 {
-    PyObject *functions, *row;
+    PyObject *pairs, *row, *needs;
     Py_ssize_t i;
 
     if (!PyTuple_Check(table)) {
         PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS must be a "
-                     "tuple of (name, function) rows, not %.200s",
+                     "tuple of (name, function, needs) rows, not %.200s",
                      Py_TYPE(table)->tp_name);
         return NULL;
     }
-    functions = PyTuple_New(PyTuple_GET_SIZE(table));
-    for (i = 0; functions != NULL && i < PyTuple_GET_SIZE(table); i++) {
+    pairs = PyTuple_New(PyTuple_GET_SIZE(table));
+    for (i = 0; pairs != NULL && i < PyTuple_GET_SIZE(table); i++) {
         row = PyTuple_GET_ITEM(table, i);
-        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2 ||
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3 ||
             !PyUnicode_Check(PyTuple_GET_ITEM(row, 0)) ||
             !PyCallable_Check(PyTuple_GET_ITEM(row, 1))) {
             PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS[%zd] "
-                         "must be a row (name: str, function), not a "
+                         "must be a row (name: str, function, needs), not a "
                          "malformed %.200s", i, Py_TYPE(row)->tp_name);
-            Py_CLEAR(functions);
+            Py_CLEAR(pairs);
             break;
         }
-        PyTuple_SET_ITEM(functions, i, Py_NewRef(PyTuple_GET_ITEM(row, 1)));
+        needs = step_needs(PyTuple_GET_ITEM(row, 2), i);
+        if (needs == NULL) {
+            Py_CLEAR(pairs);
+            break;
+        }
+        PyTuple_SET_ITEM(pairs, i,
+                         Py_BuildValue("(ON)", PyTuple_GET_ITEM(row, 1),
+                                       needs));
+        if (PyTuple_GET_ITEM(pairs, i) == NULL) {
+            Py_CLEAR(pairs);
+        }
     }
-    return functions;
+    return pairs;
+}
+
+/* Whether `cls` has one of the attributes `needs` names (1; also when
+ * `needs` is empty), none (0), or -1 with the exception a lookup raised
+ * other than AttributeError: hasattr(cls, name) for each name in turn.  A
+ * lookup may run Python code (a metaclass's __getattribute__ or
+ * __getattr__, a descriptor's __get__). */
+static int
+type_has_one_of(PyObject *cls, PyObject *needs)
+{
+    PyObject *found;
+    Py_ssize_t i;
+
+    for (i = 0; i < PyTuple_GET_SIZE(needs); i++) {
+#if PY_VERSION_HEX >= 0x030D0000
+        if (PyObject_GetOptionalAttr(cls, PyTuple_GET_ITEM(needs, i),
+                                     &found) < 0) {
+            return -1;
+        }
+#else
+        found = PyObject_GetAttr(cls, PyTuple_GET_ITEM(needs, i));
+        if (found == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                return -1;
+            }
+            PyErr_Clear();
+        }
+#endif
+        if (found != NULL) {
+            Py_DECREF(found);
+            return 1;
+        }
+    }
+    return PyTuple_GET_SIZE(needs) == 0;
 }
 
 /* Read _bridges' _STEPS and _CPU_TYPES into the state, unless a racing
@@ -508,8 +598,9 @@ load_bridges(bufferext_state *st)
     }
     BUFFEREXT_MUTEX_LOCK(bridges_mutex);
     if (st->as_buffer_steps == NULL) {      /* else a racing thread's won */
-        st->as_buffer_in_place = PyTuple_GET_SIZE(f) > 0 &&
-                                 is_pass_through(PyTuple_GET_ITEM(f, 0));
+        st->as_buffer_in_place =
+            PyTuple_GET_SIZE(f) > 0 &&
+            is_pass_through(PyTuple_GET_ITEM(PyTuple_GET_ITEM(f, 0), 0));
         st->as_buffer_steps = f;
         st->cpu_types = t;
         f = t = NULL;
@@ -520,7 +611,7 @@ load_bridges(bufferext_state *st)
     return 0;
 }
 
-/* The step functions (a tuple) and _CPU_TYPES (a tuple of types) the state
+/* The steps' (function, needs) pairs (a tuple) and _CPU_TYPES (a tuple of types) the state
  * holds, as new references, read on first use, and whether the first step
  * is our pass-through.  0, or -1 with an exception.  Inline: every
  * as_buffer takes them. */
@@ -602,25 +693,38 @@ pass_through(bufferext_state *st, PyObject *obj, PyObject *readonly,
 
 /* The first answer of steps[start:] that is not NotImplemented for `obj`
  * and `readonly` (the caller's references), as a new reference; NULL with the
- * exception a step raised or TypeError if none answered.  The Python steps
- * are called with (obj, cls, readonly), cls the type of obj when the first
- * of them is called, held until the last: a step may reassign __class__.
- * After each step the walk reads only what it holds. */
+ * exception a guard's lookup or a step raised, or TypeError if none
+ * answered.  The Python steps are called with (obj, cls, readonly), cls the
+ * type of obj when the first of their rows is tried, held until the last: a
+ * guard's lookup or a step may reassign __class__, and the guards look up
+ * that same cls (what the steps' own hasattr(cls, ...) read).  After each
+ * lookup and each step the walk reads only what it holds. */
 static PyObject *
 walk_steps(bufferext_state *st, PyObject *steps, PyObject *cpu_types,
            PyObject *obj, PyObject *readonly, Py_ssize_t start)
 {
-    PyObject *args[3] = {obj, NULL, readonly}, *step, *result = NULL, *name;
+    PyObject *args[3] = {obj, NULL, readonly}, *pair, *step, *result = NULL;
+    PyObject *name;
     Py_ssize_t i;
+    int applies;
 
     for (i = start; i < PyTuple_GET_SIZE(steps); i++) {
-        step = PyTuple_GET_ITEM(steps, i);
+        pair = PyTuple_GET_ITEM(steps, i);
+        step = PyTuple_GET_ITEM(pair, 0);
         if (is_pass_through(step)) {
             result = pass_through(st, obj, readonly, cpu_types);
         }
         else {
             if (args[1] == NULL) {
                 args[1] = Py_NewRef(Py_TYPE(obj));
+            }
+            applies = type_has_one_of(args[1], PyTuple_GET_ITEM(pair, 1));
+            if (applies < 0) {
+                Py_DECREF(args[1]);
+                return NULL;
+            }
+            if (!applies) {
+                continue;
             }
             result = PyObject_Vectorcall(step, args, 3, NULL);
         }

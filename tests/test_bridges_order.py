@@ -50,10 +50,13 @@ def numbered(text: str) -> List[str]:
 
 
 def test_order_is_the_names_of_the_rows() -> None:
-    names = [name for name, _ in _bridges._STEPS]
+    names = [name for name, _, _ in _bridges._STEPS]
     assert list(_bridges._ORDER) == names
     assert len(set(names)) == len(names)
-    assert all(callable(function) for _, function in _bridges._STEPS)
+    assert all(callable(function) for _, function, _ in _bridges._STEPS)
+    assert all(isinstance(needs, tuple) and all(isinstance(n, str)
+                                                for n in needs)
+               for _, _, needs in _bridges._STEPS)
 
 
 def test_the_docstring_lists_the_order() -> None:
@@ -115,7 +118,11 @@ def calls_of_as_buffer(obj: Any, readonly: Optional[bool] = None
 
 
 def codes(rows: Any) -> List[CodeType]:
-    return [function.__code__ for _, function in rows]
+    return [function.__code__ for _, function, _ in rows]
+
+
+def row(name: str) -> Any:
+    return _bridges._STEPS[_bridges._ORDER.index(name)]
 
 
 class Exporter:
@@ -130,18 +137,185 @@ class Exporter:
         return memoryview(self.data)
 
 
+class Speaker:
+    """DLPack (its type has ``__dlpack__``), whose device query raises."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        raise AssertionError("not reached")
+
+    def __dlpack_device__(self) -> Any:
+        raise self.error
+
+
+class Pretender:
+    """Speaks every protocol through its instance only: attributes of its
+    own and a ``__getattr__`` (its type has none of the guards' names)."""
+
+    def __init__(self) -> None:
+        self.__dlpack__ = self.__arrow_c_array__ = print
+        self.__arrow_c_device_array__ = print
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "__array_interface__":
+            return np.arange(2.0).__array_interface__
+        raise AttributeError(name)
+
+
+class Proxy:
+    """A ``__class__``-forwarding proxy (as wrapt's): isinstance sees the
+    wrapped array's type, which the proxy's own type is not."""
+
+    def __init__(self, wrapped: Any) -> None:
+        object.__setattr__(self, "_wrapped", wrapped)
+
+    @property                           # type: ignore[misc]
+    def __class__(self) -> type:        # noqa: D401
+        return type(self._wrapped)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped, name)
+
+
+def unguarded(obj: Any, readonly: Optional[bool] = None) -> Any:
+    """as_buffer's walk with every row called, guards ignored: the answer
+    (a summary) or the exception's type and text."""
+    cls = type(obj)
+    try:
+        for _, function, _ in _bridges._STEPS:
+            out = function(obj, cls, readonly)
+            if out is not NotImplemented:
+                return summary(obj, out)
+        raise _bridges._speaks_none(cls)
+    except Exception as e:              # noqa: BLE001 - compared
+        return (type(e), str(e))
+
+
+def summary(obj: Any, out: Any) -> Any:
+    return (out is obj, type(out), getattr(out, "readonly", None),
+            getattr(out, "format", None))
+
+
+def guarded(obj: Any, readonly: Optional[bool] = None) -> Any:
+    try:
+        return summary(obj, bufferext.as_buffer(obj, readonly=readonly))
+    except Exception as e:              # noqa: BLE001 - compared
+        return (type(e), str(e))
+
+
+def subjects() -> List[Any]:
+    a = np.arange(6.0).reshape(2, 3)
+    out: List[Any] = [a, a.T, b"xyz", bytearray(3), memoryview(a), object(),
+                      3, Exporter(), Pretender(), Proxy(a), Speaker(
+                          ValueError("x")), bufferext.CPUBuffer((2,),
+                                                               "float32")]
+    try:
+        import ml_dtypes
+    except ImportError:
+        pass
+    else:
+        bf = np.zeros(3, ml_dtypes.bfloat16)
+        out += [bf, bf[::2], Proxy(bf)]
+    return out
+
+
+def test_a_guard_never_hides_an_answer() -> None:
+    # Each guarded row's step asks hasattr(cls, name) of its guard's names
+    # first and answers NotImplemented without one: for objects whose
+    # types lack them (every protocol spoken by the instance, a proxy),
+    # the walk that calls every row answers as as_buffer's guarded one.
+    for obj in subjects():
+        for readonly in (None, True):
+            assert guarded(obj, readonly) == unguarded(obj, readonly), obj
+    for obj in subjects():
+        cls = type(obj)
+        for name, function, needs in _bridges._STEPS:
+            if needs and not any(hasattr(cls, n) for n in needs):
+                assert function(obj, cls, None) is NotImplemented, (name,
+                                                                    obj)
+
+
+def test_the_unguarded_rows_read_the_instance() -> None:
+    # Why the array interfaces' and the low-precision rows have no guard:
+    # an instance attribute, or a __class__ property, answers them.
+    assert guarded(Pretender())[1] is bufferext.BufferAdapter
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = np.zeros(3, ml_dtypes.bfloat16)
+    seen, result = calls_of_as_buffer(Proxy(bf))
+    assert seen == codes([row("numpy's low-precision floats")])
+    assert result.format == "[bfloat16]"
+
+
+def test_a_guard_lookup_that_raises_propagates() -> None:
+    class Meta(type):
+        def __getattribute__(cls, name: str) -> Any:
+            if name == "__arrow_c_device_array__":
+                raise KeyError("meta")
+            return super().__getattribute__(name)
+
+    class Hostile(metaclass=Meta):
+        pass
+
+    for dispatch in (lambda o: bufferext.as_buffer(o),
+                     lambda o: _bridges._dispatch(o, None)):
+        with pytest.raises(KeyError, match="meta"):
+            dispatch(Hostile())
+    seen, result = calls_of_as_buffer(Hostile())     # and the lookups
+    assert [c for c in seen if c.co_name != "__getattribute__"] == codes(
+        [row("numpy's low-precision floats")])
+    assert isinstance(result, KeyError)
+
+
+def test_a_guard_lookup_that_reassigns_the_class() -> None:
+    # The lookup of "__dlpack__" on the type moves the object to another
+    # class and drops the only other reference to its first: the walk
+    # goes on with the type it holds (the steps' cls, the refusal's name).
+    import gc
+
+    class Plain:
+        pass
+
+    victims: List[Any] = []
+
+    class Meta(type):
+        def __getattr__(cls, name: str) -> Any:
+            if name == "__dlpack__" and victims:
+                victims.pop().__class__ = Plain
+                gc.collect()
+            raise AttributeError(name)
+
+    for dispatch in (lambda o: bufferext.as_buffer(o),
+                     lambda o: _bridges._dispatch(o, None)):
+        obj = Meta("Shifting", (), {})()
+        victims.append(obj)
+        with pytest.raises(TypeError, match="'Shifting' object speaks none"):
+            dispatch(obj)
+        assert type(obj) is Plain
+
+
 def test_as_buffer_calls_the_rows_of_the_table_in_order() -> None:
     # If as_buffer kept an order of its own, or called one dispatch
     # function, it would not call exactly the table's functions, in turn,
     # stopping at the first answer.
+    # A row whose guard fails is not called: object() reaches only the
+    # unguarded rows, an exporter of the buffer protocol only the rows
+    # before the buffer protocol's that have no guard.
     rows = _bridges._STEPS
+    unguarded = [r for r in rows[1:] if not r[2]]
     seen, result = calls_of_as_buffer(object())
-    assert seen == codes(rows[1:])
+    assert seen == codes(unguarded)
     assert isinstance(result, TypeError)
     if sys.version_info >= (3, 12):        # __buffer__ in Python
         seen, result = calls_of_as_buffer(Exporter())
-        assert seen == codes(rows[1:5])    # the buffer protocol answered
+        assert seen == codes([row("numpy's low-precision floats"),
+                              row("the buffer protocol")])
         assert isinstance(result, Exporter)
+    seen, result = calls_of_as_buffer(Speaker(ValueError("dlpack read")))
+    assert seen == codes([row("numpy's low-precision floats"),
+                          row("DLPack of a device")])   # which raised
+    assert str(result) == "dlpack read"
     ml_dtypes = pytest.importorskip("ml_dtypes")
     seen, result = calls_of_as_buffer(np.zeros(2, ml_dtypes.bfloat16))
     assert seen == codes(rows[1:2])
@@ -195,8 +369,9 @@ CHILD = '''
     from bufferext import _bridges
 
     original = _bridges._STEPS
-    for bad in (None, [("x", print)], (("x",),), ((1, print),),
-                (("x", 1),)):
+    for bad in (None, [("x", print, ())], (("x", print),), ((1, print, ()),),
+                (("x", 1, ()),), (("x", print, None),),
+                (("x", print, ("__x__", 1)),)):
         _bridges._STEPS = bad
         try:
             bufferext.as_buffer(b"x")
@@ -232,10 +407,19 @@ CHILD = '''
             return f"{cls.__name__}, now {type(obj).__name__}"
         return NotImplemented
 
-    _bridges._STEPS = (("tagged", tagged), ("boom", boom), ("shift", shift),
-                       ("seen", seen)) + original[::-1]
+    class Str(str):
+        pass
+
+    def guarded(obj, cls, readonly):
+        return "guarded"
+
+    _bridges._STEPS = (("tagged", tagged, ()), ("boom", boom, ()),
+                       ("guarded", guarded, (Str("__tag__"),)),
+                       ("shift", shift, ()),
+                       ("seen", seen, ())) + original[::-1]
     a = np.arange(3.0)
     print("extended:", bufferext.as_buffer(Tagged()))
+    print("guard:", bufferext.as_buffer(type("T", (), {"__tag__": 1})()))
     print("held:", bufferext.as_buffer(type("Shifty", (), {})()))
     try:
         bufferext.as_buffer(Boom())
@@ -251,17 +435,19 @@ CHILD = '''
 
 def test_as_buffer_follows_a_changed_table_in_a_new_process() -> None:
     lines = run_child(CHILD).splitlines()
-    assert lines[:5] == [
+    malformed = ("refused: bufferext._bridges._STEPS[0] must be a row "
+                 "(name: str, function, needs), not a malformed tuple")
+    assert lines[:7] == [
         "refused: bufferext._bridges._STEPS must be a tuple of (name, "
-        "function) rows, not NoneType",
+        "function, needs) rows, not NoneType",
         "refused: bufferext._bridges._STEPS must be a tuple of (name, "
-        "function) rows, not list",
-        "refused: bufferext._bridges._STEPS[0] must be a row (name: str, "
-        "function), not a malformed tuple",
-        "refused: bufferext._bridges._STEPS[0] must be a row (name: str, "
-        "function), not a malformed tuple",
-        "refused: bufferext._bridges._STEPS[0] must be a row (name: str, "
-        "function), not a malformed tuple"]
-    assert lines[5:] == ["extended: tagged", "held: Shifty, now Plain",
+        "function, needs) rows, not list",
+        malformed, malformed, malformed,
+        "refused: bufferext._bridges._STEPS[0]'s needs must be a tuple of "
+        "attribute names (str), not NoneType",
+        "refused: bufferext._bridges._STEPS[0]'s needs must be a tuple of "
+        "attribute names (str), not one holding int"]
+    assert lines[7:] == ["extended: tagged", "guard: guarded",
+                         "held: Shifty, now Plain",
                          "raised: boom",
                          "reordered: False BufferAdapter", "kept: False"]

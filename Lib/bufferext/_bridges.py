@@ -143,38 +143,60 @@ def _array_interface(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
     return _from_array_interface(obj, interface, readonly)
 
 
-#: as_buffer's order, written once: (name, step) rows, tried in turn until
-#: one answers.  bufferext.as_buffer (C, Modules/adapter.c) reads this
-#: table at its first use and keeps it; it runs the pass-through without a
-#: call when the row holds its own _bufferext._pass_through.  _dispatch
-#: walks it in Python.  The names are what each step reads (Arrow's by the
-#: C Device interface it tries first); this module's docstring and
+#: as_buffer's order, written once: (name, step, needs) rows, tried in turn
+#: until one answers.  ``needs`` is the row's guard: attribute names of
+#: which the object's type must have one (``hasattr(cls, name)``, the type
+#: read through its MRO and metaclass) for the step to be called; empty,
+#: the step is always called.  A guard names only what its step itself
+#: first asks the type for, so it skips only calls that would answer
+#: NotImplemented: the steps that read the instance (the array interfaces'
+#: getattr, which an instance attribute answers -- numpy's own DummyArray
+#: sets one; the low-precision row's isinstance, which a ``__class__``
+#: property answers) and the buffer protocol have none.
+#: bufferext.as_buffer (C, Modules/adapter.c) reads this table at its first
+#: use and keeps it; it runs the pass-through without a call when the row
+#: holds its own _bufferext._pass_through.  _dispatch walks it in Python,
+#: with the same guards.  The names are what each step reads (Arrow's by
+#: the C Device interface it tries first); this module's docstring and
 #: docs/bridges.rst list the same steps, and tests/test_bridges_order.py
 #: holds both lists and BRIDGED to the names.
-_STEPS: Tuple[Tuple[str, _Step], ...] = (
-    ("passes through", _bufferext._pass_through),
-    ("numpy's low-precision floats", _lowp_ndarray),
-    ("__arrow_c_device_array__", _arrow),
-    ("DLPack of a device", _dlpack_of_a_device),
-    ("the buffer protocol", _buffer_protocol),
-    ("DLPack", _dlpack),
-    ("__cuda_array_interface__", _cuda_array_interface),
-    ("__ve_array_interface__", _ve_array_interface),
-    ("__array_interface__", _array_interface),
+_STEPS: Tuple[Tuple[str, _Step, Tuple[str, ...]], ...] = (
+    ("passes through", _bufferext._pass_through, ()),
+    ("numpy's low-precision floats", _lowp_ndarray, ()),
+    ("__arrow_c_device_array__", _arrow,
+     ("__arrow_c_device_array__", "__arrow_c_array__")),
+    ("DLPack of a device", _dlpack_of_a_device, ("__dlpack__",)),
+    ("the buffer protocol", _buffer_protocol, ()),
+    ("DLPack", _dlpack, ("__dlpack__",)),
+    ("__cuda_array_interface__", _cuda_array_interface, ()),
+    ("__ve_array_interface__", _ve_array_interface, ()),
+    ("__array_interface__", _array_interface, ()),
 )
-_ORDER = tuple(name for name, _ in _STEPS)
+_ORDER = tuple(row[0] for row in _STEPS)
 
 
 def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
     """:func:`as_buffer` in Python (``readonly`` is None or a bool): the
-    first answer of the steps of :data:`_STEPS` that is not
-    NotImplemented.  ``bufferext.as_buffer`` walks the same rows in C."""
+    first answer of the steps of :data:`_STEPS` whose guard holds that is
+    not NotImplemented.  ``bufferext.as_buffer`` walks the same rows in
+    C."""
     cls = type(obj)
-    for _, step in _STEPS:
+    for _, step, needs in _STEPS:
+        if needs and not _has_one_of(cls, needs):
+            continue
         result = step(obj, cls, readonly)
         if result is not NotImplemented:
             return result
     raise _speaks_none(cls)
+
+
+def _has_one_of(cls: type, needs: Tuple[str, ...]) -> bool:
+    """A row's guard: whether ``cls`` has one of the attributes ``needs``
+    names (a lookup's error other than AttributeError propagates)."""
+    for name in needs:
+        if hasattr(cls, name):
+            return True
+    return False
 
 
 def _speaks_none(cls: type) -> TypeError:
