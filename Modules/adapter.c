@@ -4,15 +4,16 @@
  * tensor or a moved Arrow array) for as long as it or any of its exports
  * lives.  Each protocol's import lives with the protocol (dlpack.c,
  * arrow.c, arrayiface.c), filling the object of adapterobject.h; here is
- * the re-export of a buffer with another read-only policy.  The dispatch
- * and the dict parsing live in Lib/bufferext/_bridges.py. */
+ * the re-export of a buffer with another read-only policy.  The order of
+ * the protocols (a table) and the dict parsing live in
+ * Lib/bufferext/_bridges.py; as_buffer walks that table. */
 #include "adapterobject.h"
 #include "arrayiface.h"
 #include "arrow.h"
 #include "dlpack.h"
 
 /* Re-export a buffer exporter with readonly=True (exports become read-only)
- * or False (must be writable): as_buffer(obj, readonly=...) of step 1, and
+ * or False (must be writable): as_buffer's pass-through with readonly, and
  * _adapter_from_buffer(source, readonly) for _bridges. */
 static PyObject *
 adapter_reexport(bufferext_state *st, PyObject *source, int readonly)
@@ -422,40 +423,166 @@ static PyType_Spec adapter_spec = {
     "supported protocols, and BufferError (naming the field and the\n"      \
     "value) for malformed descriptions."
 
-/* The protocols as_buffer tries, in order:
- *   1. a type whose buffer is always CPU memory (exactly one of
- *      bufferext._bridges._CPU_TYPES, numpy's array only with a builtin
- *      dtype), or an exporter that supports PyBUF_DEVICE: its own buffer
- *      is the answer -- here, in C, with no Python frame for the common
- *      case;
- *   then bufferext._bridges._dispatch, whose docstring lists the rest once
- *   (numpy's arrays of ml_dtypes' types, the Arrow C Device and C Data
- *   interfaces, DLPack of device memory, the buffer protocol, DLPack of
- *   CPU memory, the CUDA, VE and NumPy array interfaces).
- * Those two names of _bridges are fetched on first use (importing it
- * imports numpy), under a mutex never held while Python code runs. */
+/* as_buffer's order is bufferext._bridges._STEPS, written there once: rows
+ * (name, step, needs), each step(obj, type(obj), readonly) answering the
+ * exporter or NotImplemented (try the next).  `needs` is the row's guard: a
+ * tuple of attribute names of which the type must have one (looked up on
+ * the type, through its MRO and metaclass, as hasattr(cls, name) does) for
+ * the step to be called; empty, the step is always called.  A guard only
+ * names what the step itself asks the type for first (hasattr(cls, ...)), so
+ * a failing guard skips only a call that would answer NotImplemented; a step
+ * that reads the instance (the array interfaces' getattr, the low-precision
+ * row's isinstance, which follows a __class__ property) has an empty guard.
+ * as_buffer reads the table on first use (importing _bridges imports numpy)
+ * and keeps a tuple of (function, needs) pairs, the names interned, with
+ * _CPU_TYPES, under a mutex never held while Python code runs; then it
+ * walks those pairs, calling each function whose guard holds.  The
+ * pass-through's row holds adapter_pass_through below, known by its C
+ * function (whose it is, not where it was found): as_buffer runs it in
+ * place, with no call and no Python frame, the common case.  Replacing
+ * _STEPS after the first as_buffer changes nothing: the tuple is kept. */
 BUFFEREXT_MUTEX(bridges_mutex);
 
-/* _dispatch and _CPU_TYPES (a tuple of types), as new references.  0, or
- * -1 with an exception. */
-static int
-bridges(bufferext_state *st, PyObject **dispatch, PyObject **cpu_types)
-{
-    PyObject *module, *d = NULL, *t = NULL;
+static PyObject *adapter_pass_through(PyObject *, PyObject *const *,
+                                      Py_ssize_t);
 
-    BUFFEREXT_MUTEX_LOCK(bridges_mutex);
-    *dispatch = st->as_buffer_dispatch;
-    *cpu_types = st->cpu_types;
-    Py_XINCREF(*dispatch);
-    Py_XINCREF(*cpu_types);
-    BUFFEREXT_MUTEX_UNLOCK(bridges_mutex);
-    if (*dispatch != NULL) {
-        return 0;
+/* Whether `step` is our pass-through: a builtin function whose C function is
+ * adapter_pass_through, bound to any instance of the module. */
+static inline int
+is_pass_through(PyObject *step)
+{
+    return PyCFunction_Check(step) &&
+           PyCFunction_GET_FUNCTION(step) ==
+               (PyCFunction)(void (*)(void))adapter_pass_through;
+}
+
+/* A row's guard as as_buffer keeps it: a new tuple of the interned names of
+ * `needs`, or NULL with TypeError naming row `i` if `needs` is not a tuple
+ * of str.  Runs no Python code but the allocations'. */
+static PyObject *
+step_needs(PyObject *needs, Py_ssize_t i)
+{
+    PyObject *names, *name;
+    Py_ssize_t j;
+
+    if (!PyTuple_Check(needs)) {
+        PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS[%zd]'s "
+                     "needs must be a tuple of attribute names (str), not "
+                     "%.200s", i, Py_TYPE(needs)->tp_name);
+        return NULL;
     }
+    names = PyTuple_New(PyTuple_GET_SIZE(needs));
+    for (j = 0; names != NULL && j < PyTuple_GET_SIZE(needs); j++) {
+        name = PyTuple_GET_ITEM(needs, j);
+        if (!PyUnicode_Check(name)) {
+            PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS[%zd]'s "
+                         "needs must be a tuple of attribute names (str), "
+                         "not one holding %.200s", i, Py_TYPE(name)->tp_name);
+            Py_CLEAR(names);
+            break;
+        }
+        /* an exact str (a subclass's copy), interned */
+        name = PyUnicode_FromObject(name);
+        if (name == NULL) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyUnicode_InternInPlace(&name);
+        PyTuple_SET_ITEM(names, j, name);
+    }
+    return names;
+}
+
+/* The (function, needs) pairs of the rows of `table` (_bridges._STEPS), in
+ * order: a new tuple, or NULL with TypeError naming the malformed row.  Runs
+ * no Python code but the allocations': the table and its rows are tuples,
+ * held. */
+static PyObject *
+step_functions(PyObject *table)
+{
+    PyObject *pairs, *row, *needs;
+    Py_ssize_t i;
+
+    if (!PyTuple_Check(table)) {
+        PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS must be a "
+                     "tuple of (name, function, needs) rows, not %.200s",
+                     Py_TYPE(table)->tp_name);
+        return NULL;
+    }
+    pairs = PyTuple_New(PyTuple_GET_SIZE(table));
+    for (i = 0; pairs != NULL && i < PyTuple_GET_SIZE(table); i++) {
+        row = PyTuple_GET_ITEM(table, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3 ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(row, 0)) ||
+            !PyCallable_Check(PyTuple_GET_ITEM(row, 1))) {
+            PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS[%zd] "
+                         "must be a row (name: str, function, needs), not a "
+                         "malformed %.200s", i, Py_TYPE(row)->tp_name);
+            Py_CLEAR(pairs);
+            break;
+        }
+        needs = step_needs(PyTuple_GET_ITEM(row, 2), i);
+        if (needs == NULL) {
+            Py_CLEAR(pairs);
+            break;
+        }
+        PyTuple_SET_ITEM(pairs, i,
+                         Py_BuildValue("(ON)", PyTuple_GET_ITEM(row, 1),
+                                       needs));
+        if (PyTuple_GET_ITEM(pairs, i) == NULL) {
+            Py_CLEAR(pairs);
+        }
+    }
+    return pairs;
+}
+
+/* Whether `cls` has one of the attributes `needs` names (1; also when
+ * `needs` is empty), none (0), or -1 with the exception a lookup raised
+ * other than AttributeError: hasattr(cls, name) for each name in turn.  A
+ * lookup may run Python code (a metaclass's __getattribute__ or
+ * __getattr__, a descriptor's __get__). */
+static int
+type_has_one_of(PyObject *cls, PyObject *needs)
+{
+    PyObject *found;
+    Py_ssize_t i;
+
+    for (i = 0; i < PyTuple_GET_SIZE(needs); i++) {
+#if PY_VERSION_HEX >= 0x030D0000
+        if (PyObject_GetOptionalAttr(cls, PyTuple_GET_ITEM(needs, i),
+                                     &found) < 0) {
+            return -1;
+        }
+#else
+        found = PyObject_GetAttr(cls, PyTuple_GET_ITEM(needs, i));
+        if (found == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                return -1;
+            }
+            PyErr_Clear();
+        }
+#endif
+        if (found != NULL) {
+            Py_DECREF(found);
+            return 1;
+        }
+    }
+    return PyTuple_GET_SIZE(needs) == 0;
+}
+
+/* Read _bridges' _STEPS and _CPU_TYPES into the state, unless a racing
+ * thread did first.  0, or -1 with an exception (nothing kept: the next
+ * call reads again). */
+static int
+load_bridges(bufferext_state *st)
+{
+    PyObject *module, *table = NULL, *f = NULL, *t = NULL;
+
     module = PyImport_ImportModule("bufferext._bridges");
     if (module != NULL) {
-        d = PyObject_GetAttrString(module, "_dispatch");
-        t = d == NULL ? NULL : PyObject_GetAttrString(module, "_CPU_TYPES");
+        table = PyObject_GetAttrString(module, "_STEPS");
+        t = table == NULL ? NULL
+                          : PyObject_GetAttrString(module, "_CPU_TYPES");
         Py_DECREF(module);
     }
     if (t != NULL && !PyTuple_Check(t)) {
@@ -463,25 +590,57 @@ bridges(bufferext_state *st, PyObject **dispatch, PyObject **cpu_types)
                         "bufferext._bridges._CPU_TYPES must be a tuple");
         Py_CLEAR(t);
     }
-    if (t == NULL) {
-        Py_XDECREF(d);
+    f = t == NULL ? NULL : step_functions(table);
+    Py_XDECREF(table);
+    if (f == NULL) {
+        Py_XDECREF(t);
         return -1;
     }
     BUFFEREXT_MUTEX_LOCK(bridges_mutex);
-    if (st->as_buffer_dispatch == NULL) {      /* else a racing thread won */
-        st->as_buffer_dispatch = Py_NewRef(d);
-        st->cpu_types = Py_NewRef(t);
+    if (st->as_buffer_steps == NULL) {      /* else a racing thread's won */
+        st->as_buffer_in_place =
+            PyTuple_GET_SIZE(f) > 0 &&
+            is_pass_through(PyTuple_GET_ITEM(PyTuple_GET_ITEM(f, 0), 0));
+        st->as_buffer_steps = f;
+        st->cpu_types = t;
+        f = t = NULL;
     }
     BUFFEREXT_MUTEX_UNLOCK(bridges_mutex);
-    *dispatch = d;
-    *cpu_types = t;
+    Py_XDECREF(f);
+    Py_XDECREF(t);
     return 0;
+}
+
+/* The steps' (function, needs) pairs (a tuple) and _CPU_TYPES (a tuple of types) the state
+ * holds, as new references, read on first use, and whether the first step
+ * is our pass-through.  0, or -1 with an exception.  Inline: every
+ * as_buffer takes them. */
+static inline int
+bridges(bufferext_state *st, PyObject **steps, PyObject **cpu_types,
+        int *in_place)
+{
+    for (;;) {
+        BUFFEREXT_MUTEX_LOCK(bridges_mutex);
+        *steps = st->as_buffer_steps;
+        *cpu_types = st->cpu_types;
+        *in_place = st->as_buffer_in_place;
+        Py_XINCREF(*steps);
+        Py_XINCREF(*cpu_types);
+        BUFFEREXT_MUTEX_UNLOCK(bridges_mutex);
+        if (*steps != NULL) {
+            return 0;
+        }
+        if (load_bridges(st) < 0) {
+            return -1;
+        }
+    }
 }
 
 /* Whether numpy's array `obj` holds a user-defined dtype (dtype.isbuiltin
  * 2: ml_dtypes' low-precision floats), whose items numpy exports neither
- * through the buffer protocol nor DLPack: _dispatch reads them by name. */
-static int
+ * through the buffer protocol nor DLPack: a later row of the table
+ * (_bridges._lowp_ndarray) reads them. */
+static inline int
 numpy_user_dtype(bufferext_state *st, PyObject *obj)
 {
     PyObject *dtype = PyObject_GetAttr(obj, st->str_dtype), *kind = NULL;
@@ -499,9 +658,10 @@ numpy_user_dtype(bufferext_state *st, PyObject *obj)
     return builtin == 2;
 }
 
-/* Step 1 above: whether `obj`'s own buffer is the answer (numpy's array,
- * the first of the CPU types, unless its dtype is user-defined). */
-static int
+/* Whether `obj`'s own buffer is the answer: an exact type of _CPU_TYPES
+ * (numpy's array, the first, unless its dtype is user-defined) or an
+ * exporter that supports PyBUF_DEVICE. */
+static inline int
 passes_through(bufferext_state *st, PyObject *obj, PyObject *cpu_types)
 {
     PyTypeObject *type = Py_TYPE(obj);
@@ -515,14 +675,99 @@ passes_through(bufferext_state *st, PyObject *obj, PyObject *cpu_types)
     return PyObject_CheckBufferSupports(obj, PyBUF_DEVICE);
 }
 
+/* The pass-through: `obj` itself (readonly None), re-exported with the
+ * policy, or
+ * NotImplemented.  `readonly` is None or a bool. */
+static inline PyObject *
+pass_through(bufferext_state *st, PyObject *obj, PyObject *readonly,
+             PyObject *cpu_types)
+{
+    if (!passes_through(st, obj, cpu_types)) {
+        return Py_NewRef(Py_NotImplemented);
+    }
+    if (readonly == Py_None) {
+        return Py_NewRef(obj);
+    }
+    return adapter_reexport(st, obj, readonly == Py_True);
+}
+
+/* The first answer of steps[start:] that is not NotImplemented for `obj`
+ * and `readonly` (the caller's references), as a new reference; NULL with the
+ * exception a guard's lookup or a step raised, or TypeError if none
+ * answered.  The Python steps are called with (obj, cls, readonly), cls the
+ * type of obj when the first of their rows is tried, held until the last: a
+ * guard's lookup or a step may reassign __class__, and the guards look up
+ * that same cls (what the steps' own hasattr(cls, ...) read).  After each
+ * lookup and each step the walk reads only what it holds. */
+static PyObject *
+walk_steps(bufferext_state *st, PyObject *steps, PyObject *cpu_types,
+           PyObject *obj, PyObject *readonly, Py_ssize_t start)
+{
+    PyObject *args[3] = {obj, NULL, readonly}, *pair, *step, *result = NULL;
+    PyObject *name;
+    Py_ssize_t i;
+    int applies;
+
+    for (i = start; i < PyTuple_GET_SIZE(steps); i++) {
+        pair = PyTuple_GET_ITEM(steps, i);
+        step = PyTuple_GET_ITEM(pair, 0);
+        if (is_pass_through(step)) {
+            result = pass_through(st, obj, readonly, cpu_types);
+        }
+        else {
+            if (args[1] == NULL) {
+                args[1] = Py_NewRef(Py_TYPE(obj));
+            }
+            applies = type_has_one_of(args[1], PyTuple_GET_ITEM(pair, 1));
+            if (applies < 0) {
+                Py_DECREF(args[1]);
+                return NULL;
+            }
+            if (!applies) {
+                continue;
+            }
+            result = PyObject_Vectorcall(step, args, 3, NULL);
+        }
+        if (result != Py_NotImplemented) {
+            Py_XDECREF(args[1]);
+            return result;                      /* or NULL: it raised */
+        }
+        Py_DECREF(result);
+    }
+    name = PyObject_GetAttrString(args[1] != NULL ? args[1]
+                                  : (PyObject *)Py_TYPE(obj), "__name__");
+    Py_XDECREF(args[1]);
+    if (name != NULL) {                 /* _bridges._speaks_none's text */
+        PyErr_Format(PyExc_TypeError, "as_buffer: %R object speaks none of "
+                     "the buffer protocol, the Arrow PyCapsule interface, "
+                     "DLPack, __cuda_array_interface__, "
+                     "__ve_array_interface__ or __array_interface__", name);
+        Py_DECREF(name);
+    }
+    return NULL;
+}
+
+/* Check as_buffer's `readonly`: None or a bool.  0, or -1 with TypeError. */
+static int
+check_readonly(const char *fname, PyObject *readonly)
+{
+    if (readonly != Py_None && !PyBool_Check(readonly)) {
+        PyErr_Format(PyExc_TypeError, "%s: readonly must be None or a bool, "
+                     "not %R", fname, readonly);
+        return -1;
+    }
+    return 0;
+}
+
 /* as_buffer(obj, *, readonly=None). */
 static PyObject *
 adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                   PyObject *kwnames)
 {
     bufferext_state *st = bufferext_get_state(module);
-    PyObject *obj, *readonly = Py_None, *dispatch, *cpu_types, *result;
+    PyObject *readonly, *steps, *cpu_types, *result;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    int ours;
 
     if (nargs != 1 || nkw > 1 ||
         (nkw == 1 && PyUnicode_CompareWithASCIIString(
@@ -533,28 +778,48 @@ adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                      nargs, nkw);
         return NULL;
     }
-    obj = args[0];
-    if (nkw == 1) {
-        readonly = args[1];
-        if (readonly != Py_None && !PyBool_Check(readonly)) {
-            PyErr_Format(PyExc_TypeError, "as_buffer: readonly must be None "
-                         "or a bool, not %R", readonly);
-            return NULL;
-        }
-    }
-    if (bridges(st, &dispatch, &cpu_types) < 0) {
+    readonly = nkw == 1 ? args[1] : Py_None;
+    if (check_readonly("as_buffer", readonly) < 0 ||
+        bridges(st, &steps, &cpu_types, &ours) < 0) {
         return NULL;
     }
-    if (!passes_through(st, obj, cpu_types)) {
-        result = PyObject_CallFunctionObjArgs(dispatch, obj, readonly, NULL);
-    }
-    else if (readonly == Py_None) {
-        result = Py_NewRef(obj);
+    /* The pass-through in place when the table starts with ours (unless
+     * replaced, it does): the common case, with no walk. */
+    if (ours && passes_through(st, args[0], cpu_types)) {
+        result = readonly == Py_None
+                     ? Py_NewRef(args[0])
+                     : adapter_reexport(st, args[0], readonly == Py_True);
     }
     else {
-        result = adapter_reexport(st, obj, readonly == Py_True);
+        result = walk_steps(st, steps, cpu_types, args[0], readonly, ours);
     }
-    Py_DECREF(dispatch);
+    Py_DECREF(steps);
+    Py_DECREF(cpu_types);
+    return result;
+}
+
+/* _pass_through(obj, cls, readonly): the pass-through called as a row of
+ * the table (by _bridges._dispatch; as_buffer runs it in place).  It reads
+ * the type of `obj` itself; `cls` is the row signature's. */
+static PyObject *
+adapter_pass_through(PyObject *module, PyObject *const *args,
+                     Py_ssize_t nargs)
+{
+    bufferext_state *st = bufferext_get_state(module);
+    PyObject *steps, *cpu_types, *result;
+    int in_place;
+
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "_pass_through() takes 3 positional "
+                     "arguments, obj, cls and readonly (%zd given)", nargs);
+        return NULL;
+    }
+    if (check_readonly("_pass_through", args[2]) < 0 ||
+        bridges(st, &steps, &cpu_types, &in_place) < 0) {
+        return NULL;
+    }
+    result = pass_through(st, args[0], args[2], cpu_types);
+    Py_DECREF(steps);
     Py_DECREF(cpu_types);
     return result;
 }
@@ -564,6 +829,11 @@ static PyMethodDef adapter_functions[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "as_buffer($module, /, obj, *, readonly=None)\n--\n\n"
      AS_BUFFER_DOC},
+    {"_pass_through", (PyCFunction)(void (*)(void))adapter_pass_through,
+     METH_FASTCALL, "_pass_through($module, obj, cls, readonly, /)\n--\n\n"
+     "as_buffer's pass-through, a row of bufferext._bridges._STEPS: obj (or\n"
+     "a re-export with readonly) if its own buffer is the answer, else\n"
+     "NotImplemented."},
     {"_cuda_bridge_stream", bufferext_dlpack_bridge_stream, METH_O,
      "The CUstream (an int) DLPack producers make CUDA data ready on."},
     {"_adapter_from_dlpack",

@@ -69,7 +69,8 @@
  * - blockcache.c: the cache (cache, cache_count, cache_bytes): cache_mutex;
  *   cache_limit is written once, at module init.
  * - export.c: the state's resolve_dtype: resolver_mutex.
- * - adapter.c: the state's as_buffer_dispatch and cpu_types: bridges_mutex.
+ * - adapter.c: the state's as_buffer_steps, as_buffer_in_place and
+ *   cpu_types: bridges_mutex.
  * - state.c: module_def, own_getbuffers, bufferext_cpubuffer_slot; and
  *   dlpack_exchange.c: exchange_module: written at module init (the
  *   import lock runs one at a time), the same values each time, read only

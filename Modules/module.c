@@ -224,7 +224,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->FastBound_Type);
     Py_VISIT(st->DeviceUnavailableError);
     Py_VISIT(st->resolve_dtype);
-    Py_VISIT(st->as_buffer_dispatch);
+    Py_VISIT(st->as_buffer_steps);
     Py_VISIT(st->cpu_types);
     Py_VISIT(st->str_dtype);
     Py_VISIT(st->str_isbuiltin);
@@ -247,7 +247,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->FastBound_Type);
     Py_CLEAR(st->DeviceUnavailableError);
     Py_CLEAR(st->resolve_dtype);
-    Py_CLEAR(st->as_buffer_dispatch);
+    Py_CLEAR(st->as_buffer_steps);
     Py_CLEAR(st->cpu_types);
     Py_CLEAR(st->str_dtype);
     Py_CLEAR(st->str_isbuiltin);

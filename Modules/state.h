@@ -20,7 +20,8 @@ struct bufferext_state {
     PyTypeObject *FastBound_Type;
     PyObject *DeviceUnavailableError;
     PyObject *resolve_dtype;   /* bufferext._dtypes.resolve, fetched lazily */
-    PyObject *as_buffer_dispatch;   /* bufferext._bridges._dispatch, lazily */
+    PyObject *as_buffer_steps; /* the functions of _bridges._STEPS, lazily */
+    int as_buffer_in_place;    /* its first is our pass-through (adapter.c) */
     PyObject *cpu_types;       /* bufferext._bridges._CPU_TYPES (a tuple) */
     PyObject *str_dtype;       /* "dtype" and "isbuiltin", interned (adapter.c) */
     PyObject *str_isbuiltin;

@@ -3,25 +3,27 @@
 :func:`as_buffer` turns anything that speaks DLPack, the CUDA Array
 Interface v3, the VE Array Interface v1, NumPy's array interface v3 or the
 buffer protocol into an exporter of the extended buffer protocol, zero-copy.
-An object that speaks several is read in this order:
+An object that speaks several is read in this order (the rows of
+:data:`_STEPS`):
 
 1. the extended buffer protocol itself (its type declares ``DEVICE``), or
-   a type whose buffer is always CPU memory: passed through; but a numpy
-   array of an ml_dtypes low-precision float becomes an exporter of its
+   a type whose buffer is always CPU memory: passed through (numpy's array
+   only with a builtin dtype);
+2. a numpy array of an ml_dtypes low-precision float: an exporter of its
    memory with the format ``[name]`` (numpy exports such items neither
    through the buffer protocol nor DLPack, and its array interface calls
    them ``'V2'``);
-2. the Arrow C Device interface (``__arrow_c_device_array__``), else the
+3. the Arrow C Device interface (``__arrow_c_device_array__``), else the
    Arrow C Data interface (``__arrow_c_array__``): before DLPack, because
    Arrow says more (the null count, the producer's own ``sync_event``
    instead of a stream handshake; the slice offset both carry);
-3. DLPack, when ``__dlpack_device__`` names a non-CPU device (a plain buffer
+4. DLPack, when ``__dlpack_device__`` names a non-CPU device (a plain buffer
    export could not say where the memory is);
-4. the buffer protocol: passed through;
-5. DLPack (CPU memory);
-6. ``__cuda_array_interface__``;
-7. ``__ve_array_interface__``;
-8. ``__array_interface__``.
+5. the buffer protocol: passed through;
+6. DLPack (CPU memory);
+7. ``__cuda_array_interface__``;
+8. ``__ve_array_interface__``;
+9. ``__array_interface__``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from __future__ import annotations
 import array
 import mmap
 import operator
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -43,7 +45,8 @@ __all__ = ["as_buffer", "format_to_typestr"]
 _DLPACK_CPU_TYPES = (1, 3, 13)          # kDLCPU, kDLCUDAHost, kDLCUDAManaged
 _DEVICE = int(BufferFlags.DEVICE)        # enum attribute lookups are slow
 #: Types whose memory is always CPU memory: their buffer is the answer
-#: (step 1 of as_buffer, which reads this tuple by name).
+#: (as_buffer's pass-through step, _bufferext._pass_through, reads this
+#: tuple by name; numpy's array first: only its builtin dtypes pass).
 _CPU_TYPES = (np.ndarray, bytes, bytearray, memoryview, array.array,
               mmap.mmap)
 #: What as_buffer bridges besides the buffer protocol, in the order it reads
@@ -56,54 +59,151 @@ BRIDGED = (("__arrow_c_device_array__", "the Arrow C Device interface"),
            ("__cuda_array_interface__", "the CUDA Array Interface"),
            ("__ve_array_interface__", "the VE Array Interface"),
            ("__array_interface__", "the NumPy array interface"))
-#: as_buffer's steps, in order, each named by what it reads (Arrow's step
-#: by the C Device interface it tries first).  This module's docstring and
-#: docs/bridges.rst list the same steps; tests/test_bridges_order.py holds
-#: both lists, BRIDGED and _dispatch's step comments to it.
-_ORDER = ("passes through", "__arrow_c_device_array__", "DLPack of a device",
-          "the buffer protocol", "DLPack", "__cuda_array_interface__",
-          "__ve_array_interface__", "__array_interface__")
 _DLPACK_MAX_VERSION = (1, 3)
 _CAI_MAX_VERSION = 3
 _VAI_VERSION = 1
 _ARRAY_INTERFACE_VERSION = 3
 
+#: A step of as_buffer: step(obj, type(obj), readonly) is the exporter
+#: ``obj`` becomes, or NotImplemented when the step's protocol does not
+#: apply (the next step is tried); what it raises is as_buffer's error.
+_Step = Callable[[Any, type, Optional[bool]], Any]
 
-def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
-    """Steps 2 to 8 of :func:`as_buffer` (``bufferext.as_buffer``, in C,
-    Modules/adapter.c, lists the order once and makes step 1 itself: an
-    exact type of :data:`_CPU_TYPES` or an exporter that supports
-    PyBUF_DEVICE passes through).  ``readonly`` is None or a bool."""
-    cls = type(obj)
-    # 1. numpy's array of ml_dtypes' low-precision float (the C part passes
-    # numpy's arrays of builtin dtypes through)
+
+# ---- the steps (their order is _STEPS, below) -------------------------------
+# The pass-through is _bufferext._pass_through (C).  The steps of a
+# protocol's method ask the class for it (one set on the instance is not
+# the protocol); those of an interface read the object's attribute.
+
+def _lowp_ndarray(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
+    """numpy's array of ml_dtypes' low-precision float (the pass-through
+    takes numpy's arrays of builtin dtypes only)."""
     if isinstance(obj, np.ndarray) and _is_lowp(obj.dtype):
         return _from_lowp_ndarray(obj, readonly)
-    # 2. the Arrow C Device / C Data interfaces
+    return NotImplemented
+
+
+def _arrow(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
+    """The Arrow C Device interface, else the C Data interface."""
     if hasattr(cls, "__arrow_c_device_array__"):
         return _from_arrow(obj, obj.__arrow_c_device_array__(), True,
                            readonly)
     if hasattr(cls, "__arrow_c_array__"):
         return _from_arrow(obj, obj.__arrow_c_array__(), False, readonly)
-    has_dlpack = hasattr(cls, "__dlpack__")
-    # 3. DLPack of device memory: the buffer protocol could only say CPU
-    if has_dlpack and _dlpack_device(obj)[0] not in _DLPACK_CPU_TYPES:
+    return NotImplemented
+
+
+def _dlpack_of_a_device(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
+    """DLPack of device memory (a buffer export could only say CPU)."""
+    if (hasattr(cls, "__dlpack__")
+            and _dlpack_device(obj)[0] not in _DLPACK_CPU_TYPES):
         return _from_dlpack(obj, readonly)
-    # 4. the buffer protocol (CPU memory), unless it refuses what DLPack
-    # describes (JAX's bfloat16 arrays)
+    return NotImplemented
+
+
+def _buffer_protocol(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
+    """The buffer protocol (CPU memory), unless the object also speaks
+    DLPack and refuses a plain export (JAX's bfloat16 arrays), which
+    :func:`_dlpack` then reads."""
     if _bufferext.check_buffer_supports(obj) and (
-            not has_dlpack or _buffer_exports(obj)):
-        return _pass_through(obj, readonly)
-    # 5. DLPack of CPU memory
-    if has_dlpack:
+            not hasattr(cls, "__dlpack__") or _buffer_exports(obj)):
+        return _buffer_as_is(obj, readonly)
+    return NotImplemented
+
+
+def _dlpack(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
+    """DLPack of CPU memory."""
+    if hasattr(cls, "__dlpack__"):
         return _from_dlpack(obj, readonly)
-    # 6.-8. the array interfaces
-    for name, parse in _INTERFACES:
-        interface = getattr(obj, name, None)
-        if interface is not None:
-            return parse(obj, interface, readonly)
-    raise TypeError(
-        f"as_buffer: {type(obj).__name__!r} object speaks none of the buffer "
+    return NotImplemented
+
+
+def _cuda_array_interface(obj: Any, cls: type,
+                          readonly: Optional[bool]) -> Any:
+    """``__cuda_array_interface__`` (v3)."""
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if interface is None:
+        return NotImplemented
+    return _from_cai(obj, interface, readonly)
+
+
+def _ve_array_interface(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
+    """``__ve_array_interface__`` (v1)."""
+    interface = getattr(obj, "__ve_array_interface__", None)
+    if interface is None:
+        return NotImplemented
+    return _from_vai(obj, interface, readonly)
+
+
+def _array_interface(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
+    """``__array_interface__`` (v3)."""
+    interface = getattr(obj, "__array_interface__", None)
+    if interface is None:
+        return NotImplemented
+    return _from_array_interface(obj, interface, readonly)
+
+
+#: as_buffer's order, written once: (name, step, needs) rows, tried in turn
+#: until one answers.  ``needs`` is the row's guard: attribute names of
+#: which the object's type must have one (``hasattr(cls, name)``, the type
+#: read through its MRO and metaclass) for the step to be called; empty,
+#: the step is always called.  A guard names only what its step itself
+#: first asks the type for, so it skips only calls that would answer
+#: NotImplemented: the steps that read the instance (the array interfaces'
+#: getattr, which an instance attribute answers -- numpy's own DummyArray
+#: sets one; the low-precision row's isinstance, which a ``__class__``
+#: property answers) and the buffer protocol have none.
+#: bufferext.as_buffer (C, Modules/adapter.c) reads this table at its first
+#: use and keeps it; it runs the pass-through without a call when the row
+#: holds its own _bufferext._pass_through.  _dispatch walks it in Python,
+#: with the same guards.  The names are what each step reads (Arrow's by
+#: the C Device interface it tries first); this module's docstring and
+#: docs/bridges.rst list the same steps, and tests/test_bridges_order.py
+#: holds both lists and BRIDGED to the names.
+_STEPS: Tuple[Tuple[str, _Step, Tuple[str, ...]], ...] = (
+    ("passes through", _bufferext._pass_through, ()),
+    ("numpy's low-precision floats", _lowp_ndarray, ()),
+    ("__arrow_c_device_array__", _arrow,
+     ("__arrow_c_device_array__", "__arrow_c_array__")),
+    ("DLPack of a device", _dlpack_of_a_device, ("__dlpack__",)),
+    ("the buffer protocol", _buffer_protocol, ()),
+    ("DLPack", _dlpack, ("__dlpack__",)),
+    ("__cuda_array_interface__", _cuda_array_interface, ()),
+    ("__ve_array_interface__", _ve_array_interface, ()),
+    ("__array_interface__", _array_interface, ()),
+)
+_ORDER = tuple(row[0] for row in _STEPS)
+
+
+def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
+    """:func:`as_buffer` in Python (``readonly`` is None or a bool): the
+    first answer of the steps of :data:`_STEPS` whose guard holds that is
+    not NotImplemented.  ``bufferext.as_buffer`` walks the same rows in
+    C."""
+    cls = type(obj)
+    for _, step, needs in _STEPS:
+        if needs and not _has_one_of(cls, needs):
+            continue
+        result = step(obj, cls, readonly)
+        if result is not NotImplemented:
+            return result
+    raise _speaks_none(cls)
+
+
+def _has_one_of(cls: type, needs: Tuple[str, ...]) -> bool:
+    """A row's guard: whether ``cls`` has one of the attributes ``needs``
+    names (a lookup's error other than AttributeError propagates)."""
+    for name in needs:
+        if hasattr(cls, name):
+            return True
+    return False
+
+
+def _speaks_none(cls: type) -> TypeError:
+    """The error of an object no step took (as_buffer's C walk raises the
+    same text)."""
+    return TypeError(
+        f"as_buffer: {cls.__name__!r} object speaks none of the buffer "
         "protocol, the Arrow PyCapsule interface, DLPack, "
         "__cuda_array_interface__, __ve_array_interface__ or "
         "__array_interface__")
@@ -130,7 +230,8 @@ def _buffer_exports(obj: Any) -> bool:
     return True
 
 
-def _pass_through(obj: Any, readonly: Optional[bool]) -> Any:
+def _buffer_as_is(obj: Any, readonly: Optional[bool]) -> Any:
+    """``obj`` itself, or a re-export of its buffer with ``readonly``."""
     if readonly is None:
         return obj
     return _bufferext._adapter_from_buffer(obj, readonly)
@@ -410,12 +511,6 @@ def _from_array_interface(obj: Any, interface: Any,
         obj, "array_interface", ptr + int(offset), shape, strides, fmt,
         itemsize, _policy(protocol, ro, readonly), None, 0, keepalive)
 
-
-_INTERFACES = (
-    ("__cuda_array_interface__", _from_cai),
-    ("__ve_array_interface__", _from_vai),
-    ("__array_interface__", _from_array_interface),
-)
 
 
 def format_to_typestr(fmt: str) -> str:

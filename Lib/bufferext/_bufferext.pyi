@@ -580,6 +580,10 @@ def _adapter_from_buffer(source: object, readonly: bool, /) -> BufferAdapter: ..
 def _cuda_bridge_stream(ordinal: int, /) -> int: ...
 def as_buffer(obj: object, *, readonly: bool | None = None) -> Any:
     """An exporter of the extended buffer protocol for ``obj``, zero-copy."""
+def _pass_through(obj: object, cls: type, readonly: bool | None, /) -> Any:
+    """as_buffer's pass-through, a row of ``_bridges._STEPS``: ``obj`` (or a
+    re-export with ``readonly``) if its own buffer is the answer, else
+    NotImplemented."""
 
 # ---- functions (module.c, view.c) ------------------------------------------
 
