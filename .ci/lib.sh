@@ -130,14 +130,15 @@ ci_install() {       # VENV HOW [PIP-ARGS...]
 ci_tests() {         # VENV SELECTION [PYTEST-ARGS...]
     local venv=$1 selection=$2 args report
     shift 2
-    mapfile -t args < <(ci_selection "$selection")
-    (( ${#args[@]} )) || return 2
     CI_TESTS=$CI_SCRATCH/tests-$(basename "$venv")
     rm -rf "$CI_TESTS" && mkdir -p "$CI_TESTS"
     # the docs and the README too: tests check the conformance table and
     # build the recipes and the examples
     cp -a "$CI_SRC/tests" "$CI_SRC/docs" "$CI_SRC/pyproject.toml" \
         "$CI_SRC/README.md" "$CI_TESTS/"
+    # (a selection's patterns match in the copy it runs from)
+    mapfile -t args < <(cd "$CI_TESTS" && ci_selection "$selection")
+    (( ${#args[@]} )) || return 2
     report=$CI_SCRATCH/report-$(basename "$venv")-$selection.jsonl
     rm -f "$report"
     echo "-- $selection: pytest ${args[*]} $*"
