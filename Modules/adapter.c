@@ -445,20 +445,31 @@ BUFFEREXT_MUTEX(bridges_mutex);
 
 static PyObject *adapter_pass_through(PyObject *, PyObject *const *,
                                       Py_ssize_t);
+static PyObject *adapter_buffer_protocol(PyObject *, PyObject *const *,
+                                         Py_ssize_t);
 
-/* Whether `step` is our pass-through: a builtin function whose C function is
- * adapter_pass_through, bound to any instance of the module. */
+/* Whether `step` is our row `fn` (adapter_pass_through or
+ * adapter_buffer_protocol): a builtin function whose C function is `fn`,
+ * bound to any instance of the module. */
+static inline int
+is_c_step(PyObject *step,
+          PyObject *(*fn)(PyObject *, PyObject *const *, Py_ssize_t))
+{
+    return PyCFunction_Check(step) &&
+           PyCFunction_GET_FUNCTION(step) == (PyCFunction)(void (*)(void))fn;
+}
+
 static inline int
 is_pass_through(PyObject *step)
 {
-    return PyCFunction_Check(step) &&
-           PyCFunction_GET_FUNCTION(step) ==
-               (PyCFunction)(void (*)(void))adapter_pass_through;
+    return is_c_step(step, adapter_pass_through);
 }
 
-/* A row's guard as as_buffer keeps it: a new tuple of the interned names of
- * `needs`, or NULL with TypeError naming row `i` if `needs` is not a tuple
- * of str.  Runs no Python code but the allocations'. */
+/* A row's guard as as_buffer keeps it: a new tuple of the interned names
+ * and the types of `needs`, or NULL with TypeError naming row `i` if `needs`
+ * is not a tuple of str (an attribute the object's type has) and types (a
+ * class the object is an instance of).  Runs no Python code but the
+ * allocations'. */
 static PyObject *
 step_needs(PyObject *needs, Py_ssize_t i)
 {
@@ -467,17 +478,22 @@ step_needs(PyObject *needs, Py_ssize_t i)
 
     if (!PyTuple_Check(needs)) {
         PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS[%zd]'s "
-                     "needs must be a tuple of attribute names (str), not "
-                     "%.200s", i, Py_TYPE(needs)->tp_name);
+                     "needs must be a tuple of attribute names (str) and "
+                     "types, not %.200s", i, Py_TYPE(needs)->tp_name);
         return NULL;
     }
     names = PyTuple_New(PyTuple_GET_SIZE(needs));
     for (j = 0; names != NULL && j < PyTuple_GET_SIZE(needs); j++) {
         name = PyTuple_GET_ITEM(needs, j);
+        if (PyType_Check(name)) {
+            PyTuple_SET_ITEM(names, j, Py_NewRef(name));
+            continue;
+        }
         if (!PyUnicode_Check(name)) {
             PyErr_Format(PyExc_TypeError, "bufferext._bridges._STEPS[%zd]'s "
-                         "needs must be a tuple of attribute names (str), "
-                         "not one holding %.200s", i, Py_TYPE(name)->tp_name);
+                         "needs must be a tuple of attribute names (str) and "
+                         "types, not one holding %.200s", i,
+                         Py_TYPE(name)->tp_name);
             Py_CLEAR(names);
             break;
         }
@@ -536,25 +552,35 @@ step_functions(PyObject *table)
     return pairs;
 }
 
-/* Whether `cls` has one of the attributes `needs` names (1; also when
- * `needs` is empty), none (0), or -1 with the exception a lookup raised
- * other than AttributeError: hasattr(cls, name) for each name in turn.  A
- * lookup may run Python code (a metaclass's __getattribute__ or
- * __getattr__, a descriptor's __get__). */
+/* A row's guard: whether `cls` has one of the attributes `needs` names or
+ * `obj` is an instance of one of its types (1; also when `needs` is empty),
+ * neither (0), or -1 with the exception a lookup raised other than
+ * AttributeError: hasattr(cls, name) or isinstance(obj, type) for each in
+ * turn.  A lookup may run Python code (a metaclass's __getattribute__ or
+ * __getattr__, a descriptor's __get__, a __class__ property, an
+ * __instancecheck__). */
 static int
-type_has_one_of(PyObject *cls, PyObject *needs)
+row_applies(PyObject *obj, PyObject *cls, PyObject *needs)
 {
-    PyObject *found;
+    PyObject *found, *need;
     Py_ssize_t i;
+    int is;
 
     for (i = 0; i < PyTuple_GET_SIZE(needs); i++) {
+        need = PyTuple_GET_ITEM(needs, i);
+        if (PyType_Check(need)) {
+            is = PyObject_IsInstance(obj, need);
+            if (is != 0) {
+                return is;                      /* 1, or -1: it raised */
+            }
+            continue;
+        }
 #if PY_VERSION_HEX >= 0x030D0000
-        if (PyObject_GetOptionalAttr(cls, PyTuple_GET_ITEM(needs, i),
-                                     &found) < 0) {
+        if (PyObject_GetOptionalAttr(cls, need, &found) < 0) {
             return -1;
         }
 #else
-        found = PyObject_GetAttr(cls, PyTuple_GET_ITEM(needs, i));
+        found = PyObject_GetAttr(cls, need);
         if (found == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
                 return -1;
@@ -691,6 +717,58 @@ pass_through(bufferext_state *st, PyObject *obj, PyObject *readonly,
     return adapter_reexport(st, obj, readonly == Py_True);
 }
 
+/* The buffer protocol's row: `obj` itself (readonly None), or re-exported
+ * with the policy, if it exports a buffer, unless its type `cls` speaks
+ * DLPack too and it refuses a plain request for a formatted, strided
+ * read-only buffer (memoryview's: JAX's bfloat16 arrays), which the DLPack
+ * row then reads; else NotImplemented.  NULL with the exception the lookup
+ * or the request raised, other than a plain refusal's (BufferError,
+ * ValueError, TypeError, NotImplementedError).  The lookup and the request
+ * may run Python code (a metaclass's, a __buffer__ and __release_buffer__):
+ * after them only `obj` and `readonly`, held by the caller, are read. */
+static PyObject *
+buffer_protocol(bufferext_state *st, PyObject *obj, PyObject *cls,
+                PyObject *readonly)
+{
+    PyObject *found;
+    Py_buffer view;
+
+    if (!PyObject_CheckBufferSupports(obj, 0)) {
+        return Py_NewRef(Py_NotImplemented);
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyObject_GetOptionalAttr(cls, st->str_dlpack, &found) < 0) {
+        return NULL;
+    }
+#else
+    found = PyObject_GetAttr(cls, st->str_dlpack);
+    if (found == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return NULL;
+        }
+        PyErr_Clear();
+    }
+#endif
+    if (found != NULL) {
+        Py_DECREF(found);
+        if (PyObject_GetBuffer(obj, &view, PyBUF_FULL_RO) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_BufferError) &&
+                !PyErr_ExceptionMatches(PyExc_ValueError) &&
+                !PyErr_ExceptionMatches(PyExc_TypeError) &&
+                !PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
+                return NULL;
+            }
+            PyErr_Clear();
+            return Py_NewRef(Py_NotImplemented);
+        }
+        PyBuffer_Release(&view);
+    }
+    if (readonly == Py_None) {
+        return Py_NewRef(obj);
+    }
+    return adapter_reexport(st, obj, readonly == Py_True);
+}
+
 /* The first answer of steps[start:] that is not NotImplemented for `obj`
  * and `readonly` (the caller's references), as a new reference; NULL with the
  * exception a guard's lookup or a step raised, or TypeError if none
@@ -718,7 +796,7 @@ walk_steps(bufferext_state *st, PyObject *steps, PyObject *cpu_types,
             if (args[1] == NULL) {
                 args[1] = Py_NewRef(Py_TYPE(obj));
             }
-            applies = type_has_one_of(args[1], PyTuple_GET_ITEM(pair, 1));
+            applies = row_applies(obj, args[1], PyTuple_GET_ITEM(pair, 1));
             if (applies < 0) {
                 Py_DECREF(args[1]);
                 return NULL;
@@ -726,7 +804,10 @@ walk_steps(bufferext_state *st, PyObject *steps, PyObject *cpu_types,
             if (!applies) {
                 continue;
             }
-            result = PyObject_Vectorcall(step, args, 3, NULL);
+            /* our buffer protocol's row in place, else a call */
+            result = is_c_step(step, adapter_buffer_protocol)
+                         ? buffer_protocol(st, obj, args[1], readonly)
+                         : PyObject_Vectorcall(step, args, 3, NULL);
         }
         if (result != Py_NotImplemented) {
             Py_XDECREF(args[1]);
@@ -824,6 +905,25 @@ adapter_pass_through(PyObject *module, PyObject *const *args,
     return result;
 }
 
+/* _buffer_protocol(obj, cls, readonly): the buffer protocol's row of the
+ * table, called as a row (by _bridges._dispatch; as_buffer runs it in
+ * place). */
+static PyObject *
+adapter_buffer_protocol(PyObject *module, PyObject *const *args,
+                        Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "_buffer_protocol() takes 3 positional "
+                     "arguments, obj, cls and readonly (%zd given)", nargs);
+        return NULL;
+    }
+    if (check_readonly("_buffer_protocol", args[2]) < 0) {
+        return NULL;
+    }
+    return buffer_protocol(bufferext_get_state(module), args[0], args[1],
+                           args[2]);
+}
+
 static PyMethodDef adapter_functions[] = {
     {"as_buffer", (PyCFunction)(void (*)(void))adapter_as_buffer,
      METH_FASTCALL | METH_KEYWORDS,
@@ -834,6 +934,11 @@ static PyMethodDef adapter_functions[] = {
      "as_buffer's pass-through, a row of bufferext._bridges._STEPS: obj (or\n"
      "a re-export with readonly) if its own buffer is the answer, else\n"
      "NotImplemented."},
+    {"_buffer_protocol", (PyCFunction)(void (*)(void))adapter_buffer_protocol,
+     METH_FASTCALL, "_buffer_protocol($module, obj, cls, readonly, /)\n--\n\n"
+     "as_buffer's buffer-protocol row, a row of bufferext._bridges._STEPS:\n"
+     "obj (or a re-export with readonly) if it exports a buffer, unless cls\n"
+     "speaks DLPack too and obj refuses a plain export; else NotImplemented."},
     {"_cuda_bridge_stream", bufferext_dlpack_bridge_stream, METH_O,
      "The CUstream (an int) DLPack producers make CUDA data ready on."},
     {"_adapter_from_dlpack",
@@ -857,6 +962,7 @@ bufferext_init_adapter(PyObject *module)
 
     if (PyModule_AddFunctions(module, adapter_functions) < 0 ||
         (st->str_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+        (st->str_dlpack = PyUnicode_InternFromString("__dlpack__")) == NULL ||
         (st->str_isbuiltin = PyUnicode_InternFromString("isbuiltin")) ==
             NULL) {
         return -1;

@@ -25,6 +25,7 @@ struct bufferext_state {
     PyObject *cpu_types;       /* bufferext._bridges._CPU_TYPES (a tuple) */
     PyObject *str_dtype;       /* "dtype" and "isbuiltin", interned (adapter.c) */
     PyObject *str_isbuiltin;
+    PyObject *str_dlpack;      /* "__dlpack__", interned (adapter.c) */
 };
 
 /* The module's definition, for bufferext_state_from_type (module.c, before

@@ -54,7 +54,7 @@ def test_order_is_the_names_of_the_rows() -> None:
     assert list(_bridges._ORDER) == names
     assert len(set(names)) == len(names)
     assert all(callable(function) for _, function, _ in _bridges._STEPS)
-    assert all(isinstance(needs, tuple) and all(isinstance(n, str)
+    assert all(isinstance(needs, tuple) and all(isinstance(n, (str, type))
                                                 for n in needs)
                for _, _, needs in _bridges._STEPS)
 
@@ -93,6 +93,44 @@ def test_step_one_is_the_c_function() -> None:
         _bufferext._pass_through(a, np.ndarray)
 
 
+class Refuser:
+    """Speaks DLPack, and its buffer refuses a plain (memoryview's)
+    request, as JAX's bfloat16 arrays do: the buffer protocol's row leaves
+    it to DLPack's."""
+
+    def __init__(self, error: type) -> None:
+        self.error = error
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        raise AssertionError("not reached")
+
+    def __buffer__(self, flags: int) -> memoryview:
+        raise self.error("refused")
+
+
+def test_the_buffer_protocol_row_is_the_c_function() -> None:
+    assert row("the buffer protocol")[1] is _bufferext._buffer_protocol
+    step = _bufferext._buffer_protocol
+    data = bytearray(4)
+    assert step(data, bytearray, None) is data
+    ro = step(data, bytearray, True)
+    assert isinstance(ro, bufferext.BufferAdapter) and ro.readonly
+    assert step(object(), object, None) is NotImplemented
+    with pytest.raises(TypeError, match="readonly must be None or a bool"):
+        step(data, bytearray, 1)
+    with pytest.raises(TypeError, match="takes 3 positional arguments"):
+        step(data, bytearray)
+    if sys.version_info >= (3, 12):        # __buffer__ in Python
+        # a plain refusal passes to the next row; any other error is raised
+        for error in (BufferError, ValueError, TypeError,
+                      NotImplementedError):
+            assert step(Refuser(error), Refuser, None) is NotImplemented
+        with pytest.raises(KeyError, match="refused"):
+            step(Refuser(KeyError), Refuser, None)
+        with pytest.raises(KeyError, match="refused"):
+            bufferext.as_buffer(Refuser(KeyError))
+
+
 # ---- the C dispatch walks the table ---------------------------------------
 
 def calls_of_as_buffer(obj: Any, readonly: Optional[bool] = None
@@ -118,7 +156,10 @@ def calls_of_as_buffer(obj: Any, readonly: Optional[bool] = None
 
 
 def codes(rows: Any) -> List[CodeType]:
-    return [function.__code__ for _, function, _ in rows]
+    """The code of the rows' Python functions (as_buffer runs its own C
+    rows without a call)."""
+    return [function.__code__ for _, function, _ in rows
+            if hasattr(function, "__code__")]
 
 
 def row(name: str) -> Any:
@@ -208,7 +249,8 @@ def guarded(obj: Any, readonly: Optional[bool] = None) -> Any:
 def subjects() -> List[Any]:
     a = np.arange(6.0).reshape(2, 3)
     out: List[Any] = [a, a.T, b"xyz", bytearray(3), memoryview(a), object(),
-                      3, Exporter(), Pretender(), Proxy(a), Speaker(
+                      3, Exporter(), Pretender(), Proxy(a),
+                      Refuser(BufferError), Refuser(KeyError), Speaker(
                           ValueError("x")), bufferext.CPUBuffer((2,),
                                                                "float32")]
     try:
@@ -222,29 +264,32 @@ def subjects() -> List[Any]:
 
 
 def test_a_guard_never_hides_an_answer() -> None:
-    # Each guarded row's step asks hasattr(cls, name) of its guard's names
-    # first and answers NotImplemented without one: for objects whose
-    # types lack them (every protocol spoken by the instance, a proxy),
-    # the walk that calls every row answers as as_buffer's guarded one.
+    # Each guarded row's step asks what its guard asks first (hasattr(cls,
+    # name), isinstance(obj, ndarray)) and answers NotImplemented without
+    # it: for objects whose types lack them (every protocol spoken by the
+    # instance, a proxy), the walk that calls every row answers as
+    # as_buffer's guarded one.
     for obj in subjects():
         for readonly in (None, True):
             assert guarded(obj, readonly) == unguarded(obj, readonly), obj
     for obj in subjects():
         cls = type(obj)
         for name, function, needs in _bridges._STEPS:
-            if needs and not any(hasattr(cls, n) for n in needs):
+            if needs and not _bridges._guard_holds(obj, cls, needs):
                 assert function(obj, cls, None) is NotImplemented, (name,
                                                                     obj)
 
 
 def test_the_unguarded_rows_read_the_instance() -> None:
-    # Why the array interfaces' and the low-precision rows have no guard:
-    # an instance attribute, or a __class__ property, answers them.
+    # Why the array interfaces' rows have no guard and the low-precision
+    # row's is isinstance, not the type's attributes: an instance
+    # attribute, or a __class__ property, answers them.
     assert guarded(Pretender())[1] is bufferext.BufferAdapter
     ml_dtypes = pytest.importorskip("ml_dtypes")
     bf = np.zeros(3, ml_dtypes.bfloat16)
-    seen, result = calls_of_as_buffer(Proxy(bf))
-    assert seen == codes([row("numpy's low-precision floats")])
+    seen, result = calls_of_as_buffer(Proxy(bf))    # and the guard's
+    assert [c for c in seen if c.co_name != "__class__"] == codes(
+        [row("numpy's low-precision floats")])
     assert result.format == "[bfloat16]"
 
 
@@ -263,8 +308,7 @@ def test_a_guard_lookup_that_raises_propagates() -> None:
         with pytest.raises(KeyError, match="meta"):
             dispatch(Hostile())
     seen, result = calls_of_as_buffer(Hostile())     # and the lookups
-    assert [c for c in seen if c.co_name != "__getattribute__"] == codes(
-        [row("numpy's low-precision floats")])
+    assert [c for c in seen if c.co_name != "__getattribute__"] == []
     assert isinstance(result, KeyError)
 
 
@@ -300,8 +344,8 @@ def test_as_buffer_calls_the_rows_of_the_table_in_order() -> None:
     # function, it would not call exactly the table's functions, in turn,
     # stopping at the first answer.
     # A row whose guard fails is not called: object() reaches only the
-    # unguarded rows, an exporter of the buffer protocol only the rows
-    # before the buffer protocol's that have no guard.
+    # unguarded rows' Python functions, an exporter of the buffer protocol
+    # none (the buffer protocol's row is as_buffer's own, run in place).
     rows = _bridges._STEPS
     unguarded = [r for r in rows[1:] if not r[2]]
     seen, result = calls_of_as_buffer(object())
@@ -309,12 +353,10 @@ def test_as_buffer_calls_the_rows_of_the_table_in_order() -> None:
     assert isinstance(result, TypeError)
     if sys.version_info >= (3, 12):        # __buffer__ in Python
         seen, result = calls_of_as_buffer(Exporter())
-        assert seen == codes([row("numpy's low-precision floats"),
-                              row("the buffer protocol")])
+        assert seen == []
         assert isinstance(result, Exporter)
     seen, result = calls_of_as_buffer(Speaker(ValueError("dlpack read")))
-    assert seen == codes([row("numpy's low-precision floats"),
-                          row("DLPack of a device")])   # which raised
+    assert seen == codes([row("DLPack of a device")])   # which raised
     assert str(result) == "dlpack read"
     ml_dtypes = pytest.importorskip("ml_dtypes")
     seen, result = calls_of_as_buffer(np.zeros(2, ml_dtypes.bfloat16))
@@ -444,9 +486,9 @@ def test_as_buffer_follows_a_changed_table_in_a_new_process() -> None:
         "function, needs) rows, not list",
         malformed, malformed, malformed,
         "refused: bufferext._bridges._STEPS[0]'s needs must be a tuple of "
-        "attribute names (str), not NoneType",
+        "attribute names (str) and types, not NoneType",
         "refused: bufferext._bridges._STEPS[0]'s needs must be a tuple of "
-        "attribute names (str), not one holding int"]
+        "attribute names (str) and types, not one holding int"]
     assert lines[7:] == ["extended: tagged", "guard: guarded",
                          "held: Shifty, now Plain",
                          "raised: boom",

@@ -31,7 +31,7 @@ from __future__ import annotations
 import array
 import mmap
 import operator
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import numpy as np
 
@@ -101,16 +101,6 @@ def _dlpack_of_a_device(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
     return NotImplemented
 
 
-def _buffer_protocol(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
-    """The buffer protocol (CPU memory), unless the object also speaks
-    DLPack and refuses a plain export (JAX's bfloat16 arrays), which
-    :func:`_dlpack` then reads."""
-    if _bufferext.check_buffer_supports(obj) and (
-            not hasattr(cls, "__dlpack__") or _buffer_exports(obj)):
-        return _buffer_as_is(obj, readonly)
-    return NotImplemented
-
-
 def _dlpack(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
     """DLPack of CPU memory."""
     if hasattr(cls, "__dlpack__"):
@@ -146,27 +136,29 @@ def _array_interface(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
 #: as_buffer's order, written once: (name, step, needs) rows, tried in turn
 #: until one answers.  ``needs`` is the row's guard: attribute names of
 #: which the object's type must have one (``hasattr(cls, name)``, the type
-#: read through its MRO and metaclass) for the step to be called; empty,
-#: the step is always called.  A guard names only what its step itself
-#: first asks the type for, so it skips only calls that would answer
-#: NotImplemented: the steps that read the instance (the array interfaces'
-#: getattr, which an instance attribute answers -- numpy's own DummyArray
-#: sets one; the low-precision row's isinstance, which a ``__class__``
-#: property answers) and the buffer protocol have none.
+#: read through its MRO and metaclass) or types of which the object must be
+#: an instance (``isinstance(obj, t)``) for the step to be called; empty,
+#: the step is always called.  A guard asks only what its step itself asks
+#: first, so it skips only calls that would answer NotImplemented: the array
+#: interfaces' steps read the instance (getattr, which an instance attribute
+#: answers -- numpy's own DummyArray sets one) and the buffer protocol has
+#: nothing to ask, so they have none.
 #: bufferext.as_buffer (C, Modules/adapter.c) reads this table at its first
-#: use and keeps it; it runs the pass-through without a call when the row
-#: holds its own _bufferext._pass_through.  _dispatch walks it in Python,
-#: with the same guards.  The names are what each step reads (Arrow's by
+#: use and keeps it; the pass-through's and the buffer protocol's rows hold
+#: its own C functions (_bufferext._pass_through, _bufferext._buffer_protocol:
+#: the buffer protocol, unless the type speaks DLPack too and the object
+#: refuses a plain export, as JAX's bfloat16 arrays do), which it runs
+#: without a call.  _dispatch walks it in Python, with the same guards.  The names are what each step reads (Arrow's by
 #: the C Device interface it tries first); this module's docstring and
 #: docs/bridges.rst list the same steps, and tests/test_bridges_order.py
 #: holds both lists and BRIDGED to the names.
-_STEPS: Tuple[Tuple[str, _Step, Tuple[str, ...]], ...] = (
+_STEPS: Tuple[Tuple[str, _Step, Tuple[Union[str, type], ...]], ...] = (
     ("passes through", _bufferext._pass_through, ()),
-    ("numpy's low-precision floats", _lowp_ndarray, ()),
+    ("numpy's low-precision floats", _lowp_ndarray, (np.ndarray,)),
     ("__arrow_c_device_array__", _arrow,
      ("__arrow_c_device_array__", "__arrow_c_array__")),
     ("DLPack of a device", _dlpack_of_a_device, ("__dlpack__",)),
-    ("the buffer protocol", _buffer_protocol, ()),
+    ("the buffer protocol", _bufferext._buffer_protocol, ()),
     ("DLPack", _dlpack, ("__dlpack__",)),
     ("__cuda_array_interface__", _cuda_array_interface, ()),
     ("__ve_array_interface__", _ve_array_interface, ()),
@@ -182,7 +174,7 @@ def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
     C."""
     cls = type(obj)
     for _, step, needs in _STEPS:
-        if needs and not _has_one_of(cls, needs):
+        if needs and not _guard_holds(obj, cls, needs):
             continue
         result = step(obj, cls, readonly)
         if result is not NotImplemented:
@@ -190,11 +182,14 @@ def _dispatch(obj: Any, readonly: Optional[bool]) -> Any:
     raise _speaks_none(cls)
 
 
-def _has_one_of(cls: type, needs: Tuple[str, ...]) -> bool:
+def _guard_holds(obj: Any, cls: type,
+                 needs: Tuple[Union[str, type], ...]) -> bool:
     """A row's guard: whether ``cls`` has one of the attributes ``needs``
-    names (a lookup's error other than AttributeError propagates)."""
-    for name in needs:
-        if hasattr(cls, name):
+    names or ``obj`` is an instance of one of its types (a lookup's error
+    other than AttributeError propagates)."""
+    for need in needs:
+        if (isinstance(obj, need) if isinstance(need, type)
+                else hasattr(cls, need)):
             return True
     return False
 
@@ -218,23 +213,6 @@ def _from_lowp_ndarray(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
     return _bufferext._adapter_from_layout(
         obj, "numpy", ptr, obj.shape, obj.strides, fmt, itemsize,
         _policy("numpy", ro, readonly), None, 0, None)
-
-
-def _buffer_exports(obj: Any) -> bool:
-    """Whether ``obj`` answers a plain request for a formatted, strided
-    read-only buffer (the request memoryview makes)."""
-    try:
-        memoryview(obj).release()
-    except (BufferError, ValueError, TypeError, NotImplementedError):
-        return False
-    return True
-
-
-def _buffer_as_is(obj: Any, readonly: Optional[bool]) -> Any:
-    """``obj`` itself, or a re-export of its buffer with ``readonly``."""
-    if readonly is None:
-        return obj
-    return _bufferext._adapter_from_buffer(obj, readonly)
 
 
 # ---- DLPack ----------------------------------------------------------------

@@ -584,6 +584,11 @@ def _pass_through(obj: object, cls: type, readonly: bool | None, /) -> Any:
     """as_buffer's pass-through, a row of ``_bridges._STEPS``: ``obj`` (or a
     re-export with ``readonly``) if its own buffer is the answer, else
     NotImplemented."""
+def _buffer_protocol(obj: object, cls: type, readonly: bool | None, /) -> Any:
+    """as_buffer's buffer-protocol row, a row of ``_bridges._STEPS``: ``obj``
+    (or a re-export with ``readonly``) if it exports a buffer, unless ``cls``
+    speaks DLPack too and ``obj`` refuses a plain export; else
+    NotImplemented."""
 
 # ---- functions (module.c, view.c) ------------------------------------------
 
