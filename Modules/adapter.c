@@ -879,6 +879,19 @@ adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     return result;
 }
 
+/* Check the arguments of our C row `fname` called as a row of the table:
+ * (obj, cls, readonly), readonly None or a bool.  0, or -1 with TypeError. */
+static int
+check_row_args(const char *fname, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s() takes 3 positional arguments, "
+                     "obj, cls and readonly (%zd given)", fname, nargs);
+        return -1;
+    }
+    return check_readonly(fname, args[2]);
+}
+
 /* _pass_through(obj, cls, readonly): the pass-through called as a row of
  * the table (by _bridges._dispatch; as_buffer runs it in place).  It reads
  * the type of `obj` itself; `cls` is the row signature's. */
@@ -890,12 +903,7 @@ adapter_pass_through(PyObject *module, PyObject *const *args,
     PyObject *steps, *cpu_types, *result;
     int in_place;
 
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "_pass_through() takes 3 positional "
-                     "arguments, obj, cls and readonly (%zd given)", nargs);
-        return NULL;
-    }
-    if (check_readonly("_pass_through", args[2]) < 0 ||
+    if (check_row_args("_pass_through", args, nargs) < 0 ||
         bridges(st, &steps, &cpu_types, &in_place) < 0) {
         return NULL;
     }
@@ -912,12 +920,7 @@ static PyObject *
 adapter_buffer_protocol(PyObject *module, PyObject *const *args,
                         Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "_buffer_protocol() takes 3 positional "
-                     "arguments, obj, cls and readonly (%zd given)", nargs);
-        return NULL;
-    }
-    if (check_readonly("_buffer_protocol", args[2]) < 0) {
+    if (check_row_args("_buffer_protocol", args, nargs) < 0) {
         return NULL;
     }
     return buffer_protocol(bufferext_get_state(module), args[0], args[1],
