@@ -43,7 +43,6 @@ from ._flags import BufferFlags
 __all__ = ["as_buffer", "format_to_typestr"]
 
 _DLPACK_CPU_TYPES = (1, 3, 13)          # kDLCPU, kDLCUDAHost, kDLCUDAManaged
-_DEVICE = int(BufferFlags.DEVICE)        # enum attribute lookups are slow
 #: Types whose memory is always CPU memory: their buffer is the answer
 #: (as_buffer's pass-through step, _bufferext._pass_through, reads this
 #: tuple by name; numpy's array first: only its builtin dtypes pass).
@@ -148,10 +147,11 @@ def _array_interface(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
 #: its own C functions (_bufferext._pass_through, _bufferext._buffer_protocol:
 #: the buffer protocol, unless the type speaks DLPack too and the object
 #: refuses a plain export, as JAX's bfloat16 arrays do), which it runs
-#: without a call.  _dispatch walks it in Python, with the same guards.  The names are what each step reads (Arrow's by
-#: the C Device interface it tries first); this module's docstring and
-#: docs/bridges.rst list the same steps, and tests/test_bridges_order.py
-#: holds both lists and BRIDGED to the names.
+#: without a call.  _dispatch walks it in Python, with the same guards.
+#: The names are what each step reads (Arrow's by the C Device interface it
+#: tries first); this module's docstring and docs/bridges.rst list the same
+#: steps, and tests/test_bridges_order.py holds both lists and BRIDGED to
+#: the names.
 _STEPS: Tuple[Tuple[str, _Step, Tuple[Union[str, type], ...]], ...] = (
     ("passes through", _bufferext._pass_through, ()),
     ("numpy's low-precision floats", _lowp_ndarray, (np.ndarray,)),
