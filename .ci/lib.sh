@@ -19,10 +19,11 @@
 #       HOW = PATH.whl: that wheel, as built elsewhere
 #   ci_tests VENV SELECTION [PYTEST-ARGS...]
 #       the selection (ci_selection), from a copy of tests/ and docs/ out of
-#       the source tree (CI_TESTS names it afterwards), under the CI guard
-#       plugin (no test collected is a failure) and with its report
-#       checked: every session passed and imported bufferext from under
-#       ${CI_INSTALLED_UNDER:-VENV}.  CI_LAUNCH (an array: `mpiexec -n 2`,
+#       the source tree (CI_TESTS names it afterwards; CI_IN_TREE=DIR runs
+#       them in DIR as it is: an editable install's tree, an unpacked
+#       sdist), under the CI guard plugin (no test collected is a failure)
+#       and with its report checked: every session passed and imported
+#       bufferext from under ${CI_INSTALLED_UNDER:-VENV}.  CI_LAUNCH (an array: `mpiexec -n 2`,
 #       `valgrind ...`, `timeout 900`) goes before the interpreter.
 #
 # In the caller's environment: CI_SRC (a clean snapshot of the tree) and
@@ -130,12 +131,16 @@ ci_install() {       # VENV HOW [PIP-ARGS...]
 ci_tests() {         # VENV SELECTION [PYTEST-ARGS...]
     local venv=$1 selection=$2 args report
     shift 2
-    CI_TESTS=$CI_SCRATCH/tests-$(basename "$venv")
-    rm -rf "$CI_TESTS" && mkdir -p "$CI_TESTS"
-    # the docs and the README too: tests check the conformance table and
-    # build the recipes and the examples
-    cp -a "$CI_SRC/tests" "$CI_SRC/docs" "$CI_SRC/pyproject.toml" \
-        "$CI_SRC/README.md" "$CI_TESTS/"
+    if [[ -n ${CI_IN_TREE:-} ]]; then
+        CI_TESTS=$CI_IN_TREE
+    else
+        CI_TESTS=$CI_SCRATCH/tests-$(basename "$venv")
+        rm -rf "$CI_TESTS" && mkdir -p "$CI_TESTS"
+        # the docs and the README too: tests check the conformance table and
+        # build the recipes and the examples
+        cp -a "$CI_SRC/tests" "$CI_SRC/docs" "$CI_SRC/pyproject.toml" \
+            "$CI_SRC/README.md" "$CI_TESTS/"
+    fi
     # (a selection's patterns match in the copy it runs from)
     mapfile -t args < <(cd "$CI_TESTS" && ci_selection "$selection")
     (( ${#args[@]} )) || return 2
