@@ -552,6 +552,31 @@ step_functions(PyObject *table)
     return pairs;
 }
 
+/* hasattr(cls, name): 1 or 0, or -1 with the exception the lookup raised
+ * other than AttributeError.  The lookup may run Python code (a metaclass's
+ * __getattribute__ or __getattr__, a descriptor's __get__). */
+static int
+type_has(PyObject *cls, PyObject *name)
+{
+    PyObject *found;
+
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyObject_GetOptionalAttr(cls, name, &found) < 0) {
+        return -1;
+    }
+#else
+    found = PyObject_GetAttr(cls, name);
+    if (found == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+    }
+#endif
+    Py_XDECREF(found);
+    return found != NULL;
+}
+
 /* A row's guard: whether `cls` has one of the attributes `needs` names or
  * `obj` is an instance of one of its types (1; also when `needs` is empty),
  * neither (0), or -1 with the exception a lookup raised other than
@@ -562,35 +587,16 @@ step_functions(PyObject *table)
 static int
 row_applies(PyObject *obj, PyObject *cls, PyObject *needs)
 {
-    PyObject *found, *need;
+    PyObject *need;
     Py_ssize_t i;
     int is;
 
     for (i = 0; i < PyTuple_GET_SIZE(needs); i++) {
         need = PyTuple_GET_ITEM(needs, i);
-        if (PyType_Check(need)) {
-            is = PyObject_IsInstance(obj, need);
-            if (is != 0) {
-                return is;                      /* 1, or -1: it raised */
-            }
-            continue;
-        }
-#if PY_VERSION_HEX >= 0x030D0000
-        if (PyObject_GetOptionalAttr(cls, need, &found) < 0) {
-            return -1;
-        }
-#else
-        found = PyObject_GetAttr(cls, need);
-        if (found == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-                return -1;
-            }
-            PyErr_Clear();
-        }
-#endif
-        if (found != NULL) {
-            Py_DECREF(found);
-            return 1;
+        is = PyType_Check(need) ? PyObject_IsInstance(obj, need)
+                                : type_has(cls, need);
+        if (is != 0) {
+            return is;                          /* 1, or -1: it raised */
         }
     }
     return PyTuple_GET_SIZE(needs) == 0;
@@ -701,9 +707,19 @@ passes_through(bufferext_state *st, PyObject *obj, PyObject *cpu_types)
     return PyObject_CheckBufferSupports(obj, PyBUF_DEVICE);
 }
 
-/* The pass-through: `obj` itself (readonly None), re-exported with the
- * policy, or
- * NotImplemented.  `readonly` is None or a bool. */
+/* What a row answers when `obj`'s own buffer is the answer: `obj` itself
+ * (readonly None) or re-exported with the policy (a bool). */
+static inline PyObject *
+as_is(bufferext_state *st, PyObject *obj, PyObject *readonly)
+{
+    if (readonly == Py_None) {
+        return Py_NewRef(obj);
+    }
+    return adapter_reexport(st, obj, readonly == Py_True);
+}
+
+/* The pass-through: as_is, or NotImplemented.  `readonly` is None or a
+ * bool. */
 static inline PyObject *
 pass_through(bufferext_state *st, PyObject *obj, PyObject *readonly,
              PyObject *cpu_types)
@@ -711,10 +727,7 @@ pass_through(bufferext_state *st, PyObject *obj, PyObject *readonly,
     if (!passes_through(st, obj, cpu_types)) {
         return Py_NewRef(Py_NotImplemented);
     }
-    if (readonly == Py_None) {
-        return Py_NewRef(obj);
-    }
-    return adapter_reexport(st, obj, readonly == Py_True);
+    return as_is(st, obj, readonly);
 }
 
 /* The buffer protocol's row: `obj` itself (readonly None), or re-exported
@@ -730,27 +743,17 @@ static PyObject *
 buffer_protocol(bufferext_state *st, PyObject *obj, PyObject *cls,
                 PyObject *readonly)
 {
-    PyObject *found;
     Py_buffer view;
+    int speaks_dlpack;
 
     if (!PyObject_CheckBufferSupports(obj, 0)) {
         return Py_NewRef(Py_NotImplemented);
     }
-#if PY_VERSION_HEX >= 0x030D0000
-    if (PyObject_GetOptionalAttr(cls, st->str_dlpack, &found) < 0) {
+    speaks_dlpack = type_has(cls, st->str_dlpack);
+    if (speaks_dlpack < 0) {
         return NULL;
     }
-#else
-    found = PyObject_GetAttr(cls, st->str_dlpack);
-    if (found == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            return NULL;
-        }
-        PyErr_Clear();
-    }
-#endif
-    if (found != NULL) {
-        Py_DECREF(found);
+    if (speaks_dlpack) {
         if (PyObject_GetBuffer(obj, &view, PyBUF_FULL_RO) < 0) {
             if (!PyErr_ExceptionMatches(PyExc_BufferError) &&
                 !PyErr_ExceptionMatches(PyExc_ValueError) &&
@@ -763,10 +766,7 @@ buffer_protocol(bufferext_state *st, PyObject *obj, PyObject *cls,
         }
         PyBuffer_Release(&view);
     }
-    if (readonly == Py_None) {
-        return Py_NewRef(obj);
-    }
-    return adapter_reexport(st, obj, readonly == Py_True);
+    return as_is(st, obj, readonly);
 }
 
 /* The first answer of steps[start:] that is not NotImplemented for `obj`
@@ -867,9 +867,7 @@ adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     /* The pass-through in place when the table starts with ours (unless
      * replaced, it does): the common case, with no walk. */
     if (ours && passes_through(st, args[0], cpu_types)) {
-        result = readonly == Py_None
-                     ? Py_NewRef(args[0])
-                     : adapter_reexport(st, args[0], readonly == Py_True);
+        result = as_is(st, args[0], readonly);
     }
     else {
         result = walk_steps(st, steps, cpu_types, args[0], readonly, ours);
