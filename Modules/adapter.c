@@ -95,10 +95,10 @@ adapter_from_buffer(PyObject *module, PyObject *args)
 /* ---- the exporter ----------------------------------------------------- */
 
 static int
-adapter_getbuffer(PyObject *op, Py_buffer *view, int flags)
+adapter_export(PyObject *op, Py_buffer *view, int flags,
+               Py_buffer_extended *ext)
 {
     AdapterObject *self = Adapter_CAST(op);
-    Py_buffer_extended *ext = BufferExt_Extended(view, flags);   /* first */
     int rc;
 
     view->obj = NULL;
@@ -109,6 +109,8 @@ adapter_getbuffer(PyObject *op, Py_buffer *view, int flags)
     BUFFEREXT_LOCKED_END();
     return rc;
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(adapter_getbuffer, adapter_export);
 
 static void
 adapter_releasebuffer(PyObject *op, Py_buffer *view)
@@ -970,6 +972,7 @@ bufferext_init_adapter(PyObject *module)
     }
     if (bufferext_add_type(module, &adapter_spec,
                            BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE,
+                           adapter_getbuffer_ex,
                            &st->BufferAdapter_Type) < 0) {
         return -1;
     }
