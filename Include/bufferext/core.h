@@ -271,7 +271,9 @@ typedef struct BufferExt_GetBufferEntry {
     static int NAME##_ex(PyObject *obj, Py_buffer_extended *view, int flags) \
     {                                                                        \
         return IMPL(obj, &view->view, flags, view);                          \
-    }
+    }                                                                        \
+    /* a declaration, so that the `;` after the macro ends it */             \
+    static int NAME##_ex(PyObject *obj, Py_buffer_extended *view, int flags)
 
 /* The ABI between extensions built separately, against any release of this
  * header.  BUFFEREXT_ABI_VERSION names the layout of Py_buffer_extended,

@@ -120,9 +120,26 @@ FREEZE(offsetof(Py_buffer_extended, device_info) % 8 == 0);
 FREEZE(sizeof(Py_buffer_extended) == sizeof(Py_buffer));
 #endif
 
-/* Something to compile, so the object file is not empty. */
-int bufferext_layout_abi_version(void);
-int bufferext_layout_abi_version(void)
+/* The exporter's macro, expanded as an extension expands it: the file is
+ * compiled with -Wpedantic too (tests/capi/build.py), where the header must
+ * be as clean as Python.h. */
+static int
+layout_export(PyObject *obj, Py_buffer *view, int flags,
+              Py_buffer_extended *ext)
 {
-    return BUFFEREXT_ABI_VERSION;
+    return BufferExt_SetDevice(ext, obj, flags, NULL, NULL) < 0
+               ? -1
+               : PyBuffer_FillInfo(view, obj, NULL, 0, 1, flags);
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(layout_getbuffer, layout_export);
+
+/* Something to compile, so the object file is not empty (and the
+ * functions the macro defined are used). */
+struct layout_procs {
+    getbufferproc getbuffer;
+    BufferExt_GetBufferExProc getbuffer_ex;
+};
+extern const struct layout_procs bufferext_layout_procs;
+const struct layout_procs bufferext_layout_procs = {layout_getbuffer,
+                                                    layout_getbuffer_ex};
