@@ -16,6 +16,7 @@ Everything that could crash runs in a child.
 from __future__ import annotations
 
 import sys
+import sysconfig
 
 import pytest
 
@@ -191,3 +192,55 @@ def test_a_class_assigned_during_the_lookup_is_refused() -> None:
         "assigned) during the buffer request" in out, out
     assert "calls {'__buffer_supported_flags__'} exports 0" in out, out
     assert "then B 65536" in out, out
+
+
+@needs_pep688
+def test_greenlets_switching_inside_getbuffer_write_past_no_view() -> None:
+    # Two requests whose exporters (Python __buffer__ methods) switch
+    # greenlets before they answer finish out of order.  At ABI 3 that left
+    # the thread's mark naming a finished request's view on a dead
+    # greenlet's stack, and a bare Py_buffer later at that address would
+    # have been written past; at ABI 4 there is no mark to go stale: the
+    # doors' bare views get CPU memory plain (valgrind and ASan run this
+    # file) and device memory never leaves through them
+    if sysconfig.get_config_var("Py_GIL_DISABLED") and "True" in run_child(
+            "import sys\ntry:\n    import greenlet\nexcept ImportError:\n"
+            "    pass\nelse:\n    print(sys._is_gil_enabled())"):
+        pytest.skip("this greenlet turns the GIL back on")
+    greenlet = pytest.importorskip("greenlet")
+    inner = bufferext.CPUBuffer(4)
+    main = greenlet.getcurrent()
+    log = []
+
+    class Switching:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __buffer__(self, flags: int) -> memoryview:
+            log.append(("asked", self.name, flags & DEVICE))
+            main.switch()                      # hand over mid-request
+            return inner.__buffer__(flags)
+
+    def request(name: str) -> None:
+        with bufferext.get_buffer(Switching(name)) as view:
+            log.append(("served", name, view.nbytes, view.device))
+
+    a, b = greenlet.greenlet(request), greenlet.greenlet(request)
+    a.switch("a")
+    b.switch("b")                # both inside their exporter now
+    b.switch()                   # b finishes first, then a
+    a.switch()
+    assert a.dead and b.dead
+    assert log == [("asked", "a", 0), ("asked", "b", 0),
+                   ("served", "b", 32, None), ("served", "a", 32, None)]
+    for door in (lambda: inner.__buffer__(DEVICE | FULL_RO),
+                 lambda: memoryview._from_flags(inner, DEVICE | FULL_RO)):
+        if NATIVE_INTERPRETER:
+            with pytest.raises(BufferError):
+                door()
+        else:
+            with door() as m:
+                assert m.nbytes == 32 and bytes(m) == bytes(32)
+    with bufferext.get_buffer(inner) as view:  # the entry, as before
+        assert view.flags & DEVICE and view.device is None
+    assert inner.exports == 0
