@@ -244,3 +244,22 @@ def test_greenlets_switching_inside_getbuffer_write_past_no_view() -> None:
     with bufferext.get_buffer(inner) as view:  # the entry, as before
         assert view.flags & DEVICE and view.device is None
     assert inner.exports == 0
+
+
+def test_a_plain_request_with_device_writes_nothing_past_its_view(
+        capi) -> None:
+    # A C consumer (or a forwarder) that passes PyBUF_DEVICE into a plain
+    # Py_buffer through PyObject_GetBuffer: tests/capi's plain_get_buffer
+    # keeps a zeroed extension right after the Py_buffer and reads it back
+    # after the request; the exporter's plain getbuffer wrote nothing there
+    view = bufferext.get_buffer(bufferext.CPUBuffer(2))
+    for exporter in (bufferext.CPUBuffer(4), capi.ExporterFull(4),
+                     bufferext.as_buffer(b"abcd"), view):
+        d = capi.plain_get_buffer(exporter, DEVICE | FULL_RO)
+        assert (d["flags"], d["device"]) == (0, None), exporter
+    view.release()
+    device = capi.ExporterFull(4, device=capi.DEVICE_CUDA)
+    with pytest.raises(BufferError, match="through a plain Py_buffer"
+                       if not NATIVE_INTERPRETER else "request PyBUF_DEVICE"):
+        capi.plain_get_buffer(device, DEVICE | FULL_RO)
+    assert device.exports == 0
