@@ -3,7 +3,7 @@
  * every export through bufferext_gate_acquire() before any code reads its
  * fields; the
  * DLPack paths (dlpack.c) read only our own exports, found through
- * bufferext_own_getbuffer().  A refusal is a BufferError naming the
+ * bufferext_own_entry().  A refusal is a BufferError naming the
  * exporter's type, the field and the value. */
 #include "export.h"
 #include "gate.h"
