@@ -263,3 +263,23 @@ def test_a_plain_request_with_device_writes_nothing_past_its_view(
                        if not NATIVE_INTERPRETER else "request PyBUF_DEVICE"):
         capi.plain_get_buffer(device, DEVICE | FULL_RO)
     assert device.exports == 0
+
+
+@backport_only
+def test_an_entry_copied_from_a_type_of_the_same_getbuffer_is_not_owned(
+        capi) -> None:
+    # ExporterFull and ExporterLegacy share their getbuffer (and so their
+    # entry function): the pairing alone would take ExporterFull's capsule
+    # in a subclass of ExporterLegacy for its own; whose it is decides
+    class Stranger(capi.ExporterLegacy):
+        __buffer_extended__ = capi.ExporterFull.__dict__[
+            "__buffer_extended__"]
+        __buffer_supported_flags__ = capi.MASK_FULL
+
+    class Heir(capi.ExporterFull):
+        pass
+
+    assert not has_entry(Stranger(4))
+    assert not bufferext.check_buffer_supports(Stranger(4), DEVICE)
+    assert has_entry(Heir(4))
+    assert bufferext.check_buffer_supports(Heir(4), DEVICE)
