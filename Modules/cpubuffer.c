@@ -691,11 +691,11 @@ bufferext_init_cpubuffer(PyObject *module)
         return -1;
     }
     if (bufferext_add_type(module, &cpubuffer_spec, CPUBUFFER_SUPPORTED_FLAGS,
-                           cpubuffer_getbuffer_ex,
+                           cpubuffer_getbuffer_ex, BUFFEREXT_PRODUCER_LAYOUT,
                            &bufferext_get_state(module)->CPUBuffer_Type) < 0) {
         return -1;
     }
-    bufferext_cpubuffer_entry = bufferext_own_register(cpubuffer_getbuffer,
-                                                       cpubuffer_getbuffer_ex);
+    bufferext_cpubuffer_entry = bufferext_own_register(
+        cpubuffer_getbuffer, cpubuffer_getbuffer_ex, BUFFEREXT_PRODUCER_LAYOUT);
     return 0;
 }

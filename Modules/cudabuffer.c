@@ -891,5 +891,6 @@ bufferext_init_cuda(PyObject *module)
     return bufferext_add_type(module, &cudabuffer_spec,
                               CUDABUFFER_SUPPORTED_FLAGS,
                               cudabuffer_getbuffer_ex,
+                              BUFFEREXT_PRODUCER_LAYOUT,
                               &bufferext_get_state(module)->CUDABuffer_Type);
 }

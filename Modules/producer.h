@@ -35,6 +35,9 @@ typedef struct {
 } bufferext_producer;
 
 #define BufferExtProducer_CAST(op) ((bufferext_producer *)(op))
+/* Where every producer keeps the layout its exports point at (each type's
+ * object starts with the head). */
+#define BUFFEREXT_PRODUCER_LAYOUT offsetof(bufferext_producer, layout)
 
 /* The body of every producer's getbuffer: refuse a closed buffer, fill the
  * request, say where the memory is (`device` NULL: CPU memory), count the

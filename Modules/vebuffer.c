@@ -447,5 +447,6 @@ bufferext_init_ve(PyObject *module)
     }
     return bufferext_add_type(module, &vebuffer_spec,
                               VEBUFFER_SUPPORTED_FLAGS,
-                              vebuffer_getbuffer_ex, &st->VEBuffer_Type);
+                              vebuffer_getbuffer_ex, BUFFEREXT_PRODUCER_LAYOUT,
+                              &st->VEBuffer_Type);
 }

@@ -956,7 +956,8 @@ bufferext_init_view(PyObject *module)
         module, &view_spec, NULL);
     if (st->BufferView_Type != NULL) {
         bufferext_disallow_instantiation(st->BufferView_Type);
-        bufferext_own_register(view_getbuffer, view_getbuffer_ex);
+        bufferext_own_register(view_getbuffer, view_getbuffer_ex,
+                               offsetof(BufferViewObject, layout));
     }
     if (st->BufferView_Type == NULL ||
         BufferExt_SetExtendedGetBuffer(st->BufferView_Type,
