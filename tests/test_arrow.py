@@ -348,8 +348,11 @@ def test_a_foreign_schemas_metadata_is_read(meta: bytes, message: str) -> None:
     with pytest.raises(BufferError, match=message):
         bufferext.as_buffer(producer)
     assert producer.releases == 0 and producer.array.release
-    # metadata that names no extension changes nothing
-    producer.schema.metadata = metadata((b"owner", b"lab"), (b"", b""))
+    # metadata that names no extension changes nothing: the key is read
+    # whole, so keys it begins or that begin it are plain metadata
+    producer.schema.metadata = metadata(
+        (b"owner", b"lab"), (b"", b""), (b"ARROW:extension:names", b"x.y"),
+        (b"ARROW:extension:nam", b"x.y"))
     assert np.asarray(bufferext.as_buffer(producer)).tolist() == [0, 1, 2]
 
 

@@ -240,6 +240,12 @@ def test_acquired_hands_mpi_the_memory_or_refuses_by_name() -> None:
     for shape, dtype, message in refusals:
         with pytest.raises(BufferError, match=re.escape(message)):
             Acquired(buf, shape, dtype, write=False, aware=False)
+    # a dtype no format names matches no format, not even one bufferext
+    # does not read either (both 'no format' alike: it was accepted once)
+    records = np.zeros(2, dtype=[("a", "u1"), ("b", "<u2")])
+    with pytest.raises(BufferError, match=re.escape(
+            "the local buffer holds format 'T{B:a:=H:b:}', not dtype |V3")):
+        Acquired(records, (2,), np.dtype("V3"), write=False, aware=False)
     ml_dtypes = pytest.importorskip("ml_dtypes", reason="float8 dtypes")
     e5m2 = CPUBuffer(4, "float8_e5m2")
     with pytest.raises(BufferError, match=re.escape(
@@ -249,10 +255,11 @@ def test_acquired_hands_mpi_the_memory_or_refuses_by_name() -> None:
     assert buf.exports == ro.exports == e5m2.exports == 0
 
 
-def test_keys_hold_every_float_the_dtype_and_the_shape() -> None:
-    """A float array keys by its bytes (not its repr, which numpy cuts
-    past 1000 items), with its dtype (equal bytes as float64 and as
-    complex64 are other values) and its shape ((2, 3) is not (3, 2))."""
+def test_keys_hold_every_item_the_dtype_and_the_shape() -> None:
+    """An array keys by its bytes (not its repr, which numpy cuts past 1000
+    items), with its dtype (equal bytes as float64 and as complex64 are
+    other values) and its shape ((2, 3) is not (3, 2), for floats and
+    integers alike)."""
     first = np.linspace(0.0, 1.0, 3000)
     second = first.copy()
     second[1500], second[1501] = first[1501], first[1500]
@@ -260,6 +267,9 @@ def test_keys_hold_every_float_the_dtype_and_the_shape() -> None:
     zeros = np.zeros(2)
     apart = [first, second, zeros, zeros.view(np.complex64), np.zeros((2, 3)),
              np.zeros((3, 2)), np.zeros(6)]
+    # integers too (keyed as int64 whatever their width): index arrays
+    # whose shape differs make other plans
+    apart += [np.arange(6).reshape(2, 3), np.arange(6).reshape(3, 2), np.arange(6)]
     assert len({content_key(a) for a in apart}) == len(apart)
     assert len({digest(content_key(a)) for a in apart}) == len(apart)
     for wrap in (_Summarised, memoryview):
