@@ -12,6 +12,7 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+// [getbuffer]
 // bf_getbuffer: CPython calls it from C, so no C++ exception may escape
 // (noexcept: nothing below throws).
 static int matrix_getbuffer(PyObject *self, Py_buffer *view,
@@ -34,6 +35,7 @@ static void matrix_releasebuffer(PyObject *, Py_buffer *view) noexcept {
     // the object fill() exported, kept in the view: no lookup to fail here
     static_cast<HostMatrix *>(view->internal)->release();
 }
+// [getbuffer end]
 
 // [type]
 // nanobind creates the type from these (PyType_FromSpec)
