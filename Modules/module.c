@@ -66,7 +66,11 @@ supported_flags(PyObject *module, PyObject *obj)
 {
     int mask = BufferExt_SupportedFlags(obj);
     (void)module;
-    return mask < 0 ? NULL : PyLong_FromLong(mask);
+    if (mask < 0) {
+        bufferext_hint_as_buffer("supported_flags", obj);
+        return NULL;
+    }
+    return PyLong_FromLong(mask);
 }
 
 /* _device_of(obj): where the memory of obj's getbuffer is, asked directly
@@ -109,6 +113,24 @@ device_of(PyObject *module, PyObject *obj)
                                       : Py_NewRef(Py_None);
     BufferExt_Release(&ext);
     return result;
+}
+
+/* _exports_buffers(cls): whether the instances of the class cls export
+ * buffers (it has a buffer slot), asked of the class alone: for the
+ * checker's report of a class, which makes no instance. */
+static PyObject *
+exports_buffers(PyObject *module, PyObject *cls)
+{
+    PyBufferProcs *procs;
+    (void)module;
+
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "_exports_buffers: a class is required, "
+                     "not '%.200s'", Py_TYPE(cls)->tp_name);
+        return NULL;
+    }
+    procs = ((PyTypeObject *)cls)->tp_as_buffer;
+    return PyBool_FromLong(procs != NULL && procs->bf_getbuffer != NULL);
 }
 
 static PyObject *
@@ -158,6 +180,10 @@ static PyMethodDef module_methods[] = {
      "_device_of($module, obj, /)\n--\n\n"
      "The device of the memory obj's getbuffer exports when asked directly\n"
      "with FULL_RO | DEVICE, or None for CPU memory (for the checker)."},
+    {"_exports_buffers", exports_buffers, METH_O,
+     "_exports_buffers($module, cls, /)\n--\n\n"
+     "Whether the instances of the class cls export buffers (its buffer\n"
+     "slot), for the checker's report of a class."},
     {"_device_libraries", device_libraries, METH_NOARGS,
      "_device_libraries($module, /)\n--\n\n"
      "One dict per device library: what was looked for and found."},

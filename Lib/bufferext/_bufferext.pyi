@@ -608,5 +608,9 @@ def _device_of(obj: object, /) -> str | None:
     """The device of the memory ``obj``'s getbuffer exports when asked
     directly with ``FULL_RO | DEVICE``, or None for CPU memory."""
 
+def _exports_buffers(cls: type, /) -> bool:
+    """Whether the instances of the class ``cls`` export buffers (its
+    buffer slot), for the checker's report of a class."""
+
 def _device_libraries() -> list[dict[str, Any]]:
     """One dict per device library: what was looked for and found."""
