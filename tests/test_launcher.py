@@ -35,9 +35,12 @@ LAUNCHERS = ["hydra", "hydra -pmi-port", "openmpi"]
 
 
 def _plain_env() -> Dict[str, str]:
-    """This environment less any launcher's variables."""
+    """This environment less any launcher's variables, and with Python's
+    output buffered: a line a rank prints is then one write, which the
+    launcher does not cut in two."""
     return {k: v for k, v in os.environ.items()
-            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "PRTE_"))}
+            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "PRTE_"))
+            and k != "PYTHONUNBUFFERED"}
 
 
 def launch(launcher: str, n: int, *args: str) -> List[str]:
