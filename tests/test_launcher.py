@@ -118,28 +118,103 @@ def test_children_of_this_rank_are_one_process() -> None:
     check_children(report, mpi_running=True)
 
 
-@pytest.mark.parametrize("launcher, name", [("hydra", "PMI_SIZE"),
-                                            ("openmpi", "OMPI_COMM_WORLD_SIZE")])
-def test_a_launchers_count_is_read_from_its_variable(launcher: str, name: str) -> None:
-    """A launched process (one rank) reads the count from its launcher's
-    variable, and refuses a value that is no positive integer, naming it."""
-    code = f"""if 1:
-        import os
-        from bufferext.distarray._comm import launched
-        print("as launched", launched())
-        for value in ("3", "", "two", "0", "-1"):
-            os.environ["{name}"] = value
-            try:
-                print(repr(value), launched())
-            except RuntimeError as exc:
-                print(repr(value), "RuntimeError:", exc)
-    """
-    refused = ("{0!r} RuntimeError: %s={0!r}: an MPI launcher's process count "
-               "must be a positive integer" % name).format
-    assert launch(launcher, 1, "-c", code) == [
-        refused(""), refused("-1"), refused("0"), f"'3' (3, '{name}')",
-        refused("two"), f"as launched (1, '{name}')"]
+# ---- the decision on its evidence (judge), in this process -------------------
 
+def _never(fd: str) -> bool:
+    raise AssertionError(f"the socket at {fd} was asked about")
+
+
+def test_judge_needs_the_launchers_own_process_as_parent() -> None:
+    """Each launcher's variables count under its own rank starters only; a
+    process started by anything else (a rank, a shell, a test runner) is
+    one process, whatever it inherited."""
+    socket_ok = {"PMI_FD": "9", "PMI_SIZE": "4"}
+    assert _comm.judge(socket_ok, "hydra_pmi_proxy", lambda fd: fd == "9", None) == \
+        (4, "PMI_SIZE")
+    assert _comm.judge(socket_ok, "slurmstepd", lambda fd: True, None) == (4, "PMI_SIZE")
+    for parent in ("python3", "bash", "sh", "prterun", ""):
+        assert _comm.judge(socket_ok, parent, _never, None) == (1, None), parent
+    port = {"PMI_PORT": "vm:4242", "PMI_ID": "1"}
+    assert _comm.judge(port, "hydra_pmi_proxy", _never, None) == (None, "PMI_PORT")
+    for parent in ("slurmstepd", "python3"):
+        assert _comm.judge(port, parent, _never, None) == (1, None)
+    ompi = {"OMPI_COMM_WORLD_SIZE": "3"}
+    for parent in ("prterun", "prted", "prte", "mpirun", "mpiexec", "orterun", "orted"):
+        assert _comm.judge(ompi, parent, _never, None) == (3, "OMPI_COMM_WORLD_SIZE")
+    for parent in ("hydra_pmi_proxy", "slurmstepd", "python3"):
+        assert _comm.judge(ompi, parent, _never, None) == (1, None)
+    assert _comm.judge({}, "hydra_pmi_proxy", _never, None) == (1, None)
+
+
+def test_judge_needs_the_parents_socket_under_hydras_socket_mode() -> None:
+    """PMI_FD must name a socket the parent made (a descriptor number
+    reused by another socket does not count); PMI_PORT is read next."""
+    env = {"PMI_FD": "9", "PMI_SIZE": "2"}
+    assert _comm.judge(env, "hydra_pmi_proxy", lambda fd: False, None) == (1, None)
+    both = dict(env, PMI_PORT="vm:4242")
+    assert _comm.judge(both, "hydra_pmi_proxy", lambda fd: False, None) == \
+        (None, "PMI_PORT")
+
+
+def test_judge_asks_a_running_mpi_for_the_count() -> None:
+    """Once MPI_Init has run here, its world is the count (the socket may
+    be closed since, the variables stale); it is asked only with proof."""
+    env = {"PMI_FD": "9", "PMI_SIZE": "2"}
+    assert _comm.judge(env, "hydra_pmi_proxy", _never, 5) == (5, "PMI_FD")
+    assert _comm.judge(env, "hydra_pmi_proxy", _never, 1) == (1, "PMI_FD")
+    assert _comm.judge({"PMI_PORT": "x"}, "hydra_pmi_proxy", _never, 2) == \
+        (2, "PMI_PORT")
+    assert _comm.judge(env, "python3", _never, 2) == (1, None)
+
+
+@pytest.mark.parametrize("name, parent", [("PMI_SIZE", "hydra_pmi_proxy"),
+                                          ("OMPI_COMM_WORLD_SIZE", "prterun")])
+def test_judge_reads_the_count_from_its_variable(name: str, parent: str) -> None:
+    """A launched process reads the count from its launcher's variable and
+    refuses one that is no positive integer, naming it."""
+    base = {"PMI_FD": "9"} if name == "PMI_SIZE" else {}
+    assert _comm.judge({**base, name: "3"}, parent, lambda fd: True, None) == (3, name)
+    for bad in ("", "two", "0", "-1", "2.5"):
+        with pytest.raises(RuntimeError) as info:
+            _comm.judge({**base, name: bad}, parent, lambda fd: True, None)
+        assert str(info.value) == (f"{name}={bad!r}: an MPI launcher's process "
+                                   "count must be a positive integer")
+    with pytest.raises(RuntimeError, match=f"^{name}='': "):
+        _comm.judge(base or {name: ""}, parent, lambda fd: True, None)
+
+
+def test_a_socket_is_the_parents_only_if_the_parent_made_it(tmp_path: Path) -> None:
+    """_holds_socket_of: a socket pair made by process P is P's; another
+    process's, a closed descriptor, a file or no number is not."""
+    ours, other = socket.socketpair()
+    with ours, other, open(tmp_path / "file", "w") as regular:
+        fd = str(ours.fileno())
+        assert _comm._holds_socket_of(fd, os.getpid())
+        assert not _comm._holds_socket_of(fd, os.getppid())
+        closed = os.dup(ours.fileno())
+        os.close(closed)
+        for bad in (str(closed), str(regular.fileno()), "nine", "-1", ""):
+            assert not _comm._holds_socket_of(bad, os.getpid()), bad
+        before = len(os.listdir("/proc/self/fd"))
+        _comm._holds_socket_of(str(regular.fileno()), os.getpid())
+        assert len(os.listdir("/proc/self/fd")) == before   # its dup closed
+
+
+def test_one_process_never_hands_device_memory_to_mpi(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """device_to_mpi: only with more than one process and CUDA-aware MPI
+    (one process moves data itself and asks MPI nothing)."""
+    class Two:
+        def Get_size(self) -> int:
+            return 2
+
+    monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", "1")
+    assert _comm.device_to_mpi(Two()) and not _comm.device_to_mpi(None)
+    monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", "0")
+    assert not _comm.device_to_mpi(Two())
+
+
+# ---- under the real launchers -------------------------------------------------
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_comm_none_under_a_launcher_without_mpi4py_says_what_to_do(

@@ -12,8 +12,8 @@ import reprlib
 import socket
 import struct
 import sys
-from typing import (Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple,
-                    TypeVar)
+from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence,
+                    Tuple, TypeVar)
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from .._dtypes import name_of
 from ._protocol import ProtocolError
 
 __all__ = ["agree", "any_rank", "call_keys", "content_key", "cuda_aware", "digest",
-           "device_to_mpi", "launched", "mpi", "rank", "resolve", "same_call", "size"]
+           "device_to_mpi", "judge", "launched", "mpi", "rank", "resolve", "same_call", "size"]
 
 T = TypeVar("T")
 
@@ -113,32 +113,29 @@ def _holds_socket_of(fd: str, pid: int) -> bool:
         return bool(maker == pid)
 
 
-def launched() -> Tuple[Optional[int], Optional[str]]:
-    """The process count an MPI launcher gave this job and the variable that
-    showed the launcher, or ``(1, None)`` when no launcher started this
-    process.  The count is None where only MPI can tell (hydra's
-    ``PMI_PORT`` mode).
+def judge(environ: Mapping[str, str], parent: str, socket_of_parent: Callable[[str], bool],
+          world: Optional[int]) -> Tuple[Optional[int], Optional[str]]:
+    """What :func:`launched` decides on its evidence: the environment, the
+    name of this process's parent, whether a descriptor (``PMI_FD``'s
+    value) is a socket that parent made, and the size of the world of an
+    MPI already initialised in this process (None: none is).
 
-    A launcher's variables count only with its proof (:data:`LAUNCHERS`):
-    this process's parent is the launcher's process that starts ranks, and
-    under hydra's socket the descriptor ``PMI_FD`` is a socket that parent
-    made.  Once ``MPI_Init`` has run in this process, its world gives the
-    count (the socket may be closed by then).
+    A launcher's variables count only where ``parent`` is one of its
+    processes that start ranks (:data:`LAUNCHERS`) and, for hydra's
+    socket, ``PMI_FD`` is that parent's; then the count is the world's
+    size, else the launcher's count variable's (None where it has none),
+    which must be a positive integer (RuntimeError naming it).
     """
     for shown, counted, starters in LAUNCHERS:
-        if shown not in os.environ:
-            continue
-        parent = os.getppid()
-        if _process_name(parent) not in starters:
+        if shown not in environ or parent not in starters:
             continue                    # a child of a rank, or started by hand
-        mpi_module = sys.modules.get("mpi4py.MPI")
-        if mpi_module is not None and mpi_module.Is_initialized():
-            return int(mpi_module.COMM_WORLD.Get_size()), shown
-        if shown == "PMI_FD" and not _holds_socket_of(os.environ[shown], parent):
+        if world is not None:
+            return world, shown
+        if shown == "PMI_FD" and not socket_of_parent(environ[shown]):
             continue
         if counted is None:
             return None, shown
-        value = os.environ.get(counted, "")
+        value = environ.get(counted, "")
         try:
             count = int(value)
         except ValueError:
@@ -148,6 +145,28 @@ def launched() -> Tuple[Optional[int], Optional[str]]:
                                "must be a positive integer")
         return count, counted
     return 1, None
+
+
+def launched() -> Tuple[Optional[int], Optional[str]]:
+    """The process count an MPI launcher gave this job and the variable that
+    showed the launcher, or ``(1, None)`` when no launcher started this
+    process.  The count is None where only MPI can tell (hydra's
+    ``PMI_PORT`` mode).
+
+    A launcher's variables count only with its proof (:func:`judge`):
+    this process's parent is the launcher's process that starts ranks, and
+    under hydra's socket the descriptor ``PMI_FD`` is a socket that parent
+    made.  Once ``MPI_Init`` has run in this process, its world gives the
+    count (the socket may be closed by then).
+    """
+    if not any(shown in os.environ for shown, _, _ in LAUNCHERS):
+        return 1, None                  # no launcher's variable: ask nothing
+    parent = os.getppid()
+    running = sys.modules.get("mpi4py.MPI")
+    world = (int(running.COMM_WORLD.Get_size())
+             if running is not None and running.Is_initialized() else None)
+    return judge(os.environ, _process_name(parent),
+                 lambda fd: _holds_socket_of(fd, parent), world)
 
 
 def resolve(comm: Any) -> Any:
