@@ -655,6 +655,44 @@ def test_a_declared_device_answered_as_a_legacy_exporter_is_warned() -> None:
     assert not levels(check(bytearray(8)), "warning")
 
 
+class Plain(bytearray):
+    """An exporter class that declares nothing."""
+
+
+class DLPackOnly:
+    """A class whose instances speak DLPack and no buffer protocol."""
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        raise AssertionError("never called")
+
+
+def test_the_report_of_a_class() -> None:
+    """A class's report as printed: its protocols, its declaration (the
+    default where it makes none) and how to check an instance; a class
+    whose instances export nothing, but speak DLPack, gets as_buffer's
+    hint."""
+    report = check(Plain)
+    assert (report.target, report.type_name, report.scope) == ("Plain", "class Plain",
+                                                               "class")
+    assert report.protocols["declared_supported_flags"] is None
+    assert format_report(report).splitlines()[-3:] == [
+        "  [ok] supported flags: declared 0 (the default: every legacy flag): "
+        "effective mask LEGACY (0x1fd)",
+        "  [info] target: Plain is a class: its declaration is checked; how its "
+        "instances answer needs one (--call checks what calling it makes, or give "
+        "an expression that makes one)",
+        "result: conformant (the class's declaration; no instance was checked)"]
+
+    report = check(DLPackOnly, "mod:DLPackOnly")
+    assert report.target == "mod:DLPackOnly" and not report.conformant
+    assert [(f.level, f.subject) for f in report.findings] == [
+        ("violation", "buffer"), ("info", "as_buffer")]
+    assert report.findings[1].message.startswith("it speaks DLPack (__dlpack__): ")
+    assert format_report(report).endswith(
+        "result: NOT conformant (the class's declaration; no instance was checked)\n")
+    assert format_report(check(bytearray(2))).endswith("\nresult: conformant\n")
+
+
 def test_a_class_target_is_its_declaration_and_calls_nothing() -> None:
     """check bufferext:CPUBuffer (no --call) checks the class: what it
     declares, no instance (the unbound __dlpack_device__ was once called

@@ -174,6 +174,7 @@ def test_judge_reads_the_count_from_its_variable(name: str, parent: str) -> None
     refuses one that is no positive integer, naming it."""
     base = {"PMI_FD": "9"} if name == "PMI_SIZE" else {}
     assert _comm.judge({**base, name: "3"}, parent, lambda fd: True, None) == (3, name)
+    assert _comm.judge({**base, name: "1"}, parent, lambda fd: True, None) == (1, name)
     for bad in ("", "two", "0", "-1", "2.5"):
         with pytest.raises(RuntimeError) as info:
             _comm.judge({**base, name: bad}, parent, lambda fd: True, None)

@@ -383,3 +383,48 @@ def test_staging_pieces_start_congruent_to_their_elements_modulo_a_page(
                 piece = staged.ctypes.data + d * 8
                 element = buf.ctypes.data + first(s, shape) * 8
                 assert (piece - element) % PAGE == 0, (s, offset)
+
+
+def test_closing_a_state_asks_mpi_only_where_it_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """MPIState.close frees its plans' MPI objects only where mpi4py's MPI
+    is imported and not finalized, and never imports it (a child of an
+    mpiexec rank hung importing it in a finalizer); the plans, the halo and
+    the pinned buffer go either way."""
+    import sys
+    from bufferext.distarray._state import MPIState
+
+    freed: list = []
+
+    class Plan:
+        def free(self) -> None:
+            freed.append(self)
+
+    class Pinned:
+        released = False
+
+        def release(self) -> None:
+            self.released = True
+
+    class RunningMPI:                   # what close asks of mpi4py.MPI
+        def __init__(self, finalized: bool) -> None:
+            self.finalized = finalized
+
+        def Is_finalized(self) -> bool:
+            return self.finalized
+
+    for running, frees in ((None, 0), (RunningMPI(True), 0), (RunningMPI(False), 2)):
+        if running is None:
+            monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+        else:
+            monkeypatch.setitem(sys.modules, "mpi4py.MPI", running)
+        state = MPIState(None)
+        state.plans["key"], state.halo, state.halo_call = Plan(), Plan(), object()
+        state.pinned = pinned = Pinned()
+        freed.clear()
+        state.close()
+        assert len(freed) == frees, running
+        assert (state.plans, state.halo, state.halo_call, state.pinned) == ({}, None,
+                                                                          None, None)
+        assert pinned.released
+        assert (sys.modules.get("mpi4py.MPI") is None) == (running is None)
