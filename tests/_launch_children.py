@@ -12,7 +12,8 @@ and a hung one reads as ``"timeout"``.
 
 With ``--init`` the rank first joins its world (``from_global`` on
 ``comm=None``: MPI_Init), so the children, a fork among them, come from a
-process whose MPI is running.
+process whose MPI is running; and its own answer then comes from MPI, with
+``PMI_FD`` closed too (``"socket gone"``).
 """
 
 from __future__ import annotations
@@ -115,23 +116,27 @@ CHILDREN: Dict[str, Callable[[], str]] = {
 }
 
 
-def own_socket_answer() -> List[Any]:
-    """This rank's answer with ``PMI_FD`` naming a socket pair of its own
-    (a descriptor number reused by another socket): hydra's socket is the
-    proof, so the socket mode no longer counts."""
+def answer_with_pmi_fd(fd: str) -> List[Any]:
+    """This rank's answer with ``PMI_FD`` set to ``fd``."""
+    from bufferext.distarray._comm import launched
     saved = os.environ.get("PMI_FD")
-    mine, other = socket.socketpair()
     try:
-        os.environ["PMI_FD"] = str(mine.fileno())
-        from bufferext.distarray._comm import launched
+        os.environ["PMI_FD"] = fd
         return list(launched())
     finally:
-        mine.close()
-        other.close()
         if saved is None:
             del os.environ["PMI_FD"]
         else:
             os.environ["PMI_FD"] = saved
+
+
+def own_socket_answer() -> List[Any]:
+    """This rank's answer with ``PMI_FD`` naming a socket pair of its own
+    (a descriptor number reused by another socket): hydra's socket is the
+    proof, so the socket mode no longer counts."""
+    mine, other = socket.socketpair()
+    with mine, other:
+        return answer_with_pmi_fd(str(mine.fileno()))
 
 
 def report(init: bool) -> Dict[str, Any]:
@@ -144,6 +149,8 @@ def report(init: bool) -> Dict[str, Any]:
         from bufferext.distarray import DistArray
         d = DistArray.from_global(np.arange(6), dist="b")
         result["world"] = [d.comm.Get_size(), d.local.tolist()]
+        # MPI is running here: its world answers, the socket is not asked
+        result["socket gone"] = answer_with_pmi_fd("-1")
     for name, child in CHILDREN.items():
         text = child()
         try:

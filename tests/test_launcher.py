@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -103,6 +104,7 @@ def test_children_of_a_rank_are_one_process(launcher: str, init: bool) -> None:
         check_children(report, init)
     if init:
         assert sorted(r["world"] for r in reports) == [[2, [0, 1, 2]], [2, [3, 4, 5]]]
+        assert [r["socket gone"] for r in reports] == [[2, "PMI_FD"]] * 2
 
 
 @pytest.mark.mpi(min_size=2)
@@ -201,6 +203,17 @@ def test_a_socket_is_the_parents_only_if_the_parent_made_it(tmp_path: Path) -> N
         assert len(os.listdir("/proc/self/fd")) == before   # its dup closed
 
 
+def test_without_peer_credentials_a_unix_socket_passes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the system does not say who made a socket (no SO_PEERCRED:
+    macOS, BSD), a Unix socket is hydra's; another kind is not."""
+    monkeypatch.delattr(socket, "SO_PEERCRED")
+    ours, other = socket.socketpair()
+    with ours, other, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        assert _comm._holds_socket_of(str(ours.fileno()), os.getppid())
+        assert not _comm._holds_socket_of(str(udp.fileno()), os.getpid())
+
+
 def test_one_process_never_hands_device_memory_to_mpi(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """device_to_mpi: only with more than one process and CUDA-aware MPI
@@ -255,11 +268,17 @@ def test_comm_none_under_a_launcher_without_mpi4py_says_what_to_do(
     lines = launch(launcher, 2, "-c", code)
     assert len(lines) == 12, lines
     name = RANK[launcher][1]
+    port = launcher == "hydra -pmi-port"       # no count before MPI_Init
+    message = (re.escape("comm=None: an MPI launcher started this process")
+               + ("" if port else " as one of 2") + re.escape(f" ({name}=")
+               + (r"[\w.-]+:\d+" if port else "2") + re.escape(
+                   "), so comm=None means all of its processes (mpi4py's "
+                   "MPI.COMM_WORLD), but mpi4py cannot be imported (import of "
+                   "mpi4py halted; None in sys.modules); install it (pip install "
+                   "mpi4py mpich), pass comm=MPI.COMM_SELF for an array of this "
+                   "process alone, or run without mpiexec"))
     for line in lines:
-        for part in (f"({name}=", "MPI.COMM_WORLD", "pip install mpi4py mpich",
-                     "comm=MPI.COMM_SELF"):
-            assert part in line, line
-        assert (" as one of 2 " in line) == (launcher != "hydra -pmi-port"), line
+        assert re.fullmatch(message, line.split(" | ", 1)[1]), line
 
 
 ONE_PROCESS = """if 1:
@@ -270,7 +289,7 @@ ONE_PROCESS = """if 1:
     imported = "mpi4py" in sys.modules
     e = d.redistribute(dist="c")
     d.update_halos()
-    print(d.comm, s.local.tolist(), d.grid_shape, e.local.tolist(),
+    print(s.comm, d.comm, s.local.tolist(), d.grid_shape, e.local.tolist(),
           d.gather().tolist(), imported)
 """
 
@@ -281,7 +300,7 @@ def test_a_launcher_of_one_process_is_one_process(launcher: str) -> None:
     section; mpi4py is imported only where MPI alone knows the count."""
     lines = launch(launcher, 1, "-c", ONE_PROCESS)
     imported = launcher == "hydra -pmi-port"
-    assert lines == [f"None [3, 4, 5] (1,) [0, 1, 2, 3, 4, 5] [0, 1, 2, 3, 4, 5] "
+    assert lines == [f"None None [3, 4, 5] (1,) [0, 1, 2, 3, 4, 5] [0, 1, 2, 3, 4, 5] "
                      f"{imported}"]
 
 
@@ -302,14 +321,15 @@ def test_comm_none_without_a_launcher_is_one_process_without_mpi4py(
                               text=True, env={**_plain_env(), **hints}, timeout=120,
                               pass_fds=(ours.fileno(),))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ("None [3, 4, 5] (1,) [0, 1, 2, 3, 4, 5] "
+    assert proc.stdout == ("None None [3, 4, 5] (1,) [0, 1, 2, 3, 4, 5] "
                            "[0, 1, 2, 3, 4, 5] False\n")
 
 
 def test_process_name_from_proc_and_from_ps(monkeypatch: pytest.MonkeyPatch,
                                             tmp_path: Path) -> None:
     """A process's name as /proc gives it, and as ps gives it where there is
-    no /proc (macOS, BSD): the same; "" for a process that is gone."""
+    no /proc (macOS, BSD): the same; "" for a process that is gone, and
+    where neither /proc nor ps is there."""
     gone = subprocess.Popen(["true"])
     gone.wait()
     with subprocess.Popen(["sleep", "60"]) as alive:
@@ -322,5 +342,7 @@ def test_process_name_from_proc_and_from_ps(monkeypatch: pytest.MonkeyPatch,
             assert [_comm._process_name(p) for p in pids] == ["sleep", ""]
             monkeypatch.setattr(_comm, "_PROC", str(tmp_path / "no-proc"))
             assert [_comm._process_name(p) for p in pids] == ["sleep", ""]
+            monkeypatch.setenv("PATH", str(tmp_path))       # no ps either
+            assert _comm._process_name(alive.pid) == ""
         finally:
             alive.kill()

@@ -76,17 +76,17 @@ def _process_name(pid: int) -> str:
     """The name the system gives process ``pid`` (its executable's file
     name, as ``ps -o comm`` shows it), or ``""`` for no such process."""
     try:
-        with open(f"{_PROC}/{pid}/comm", encoding="utf-8", errors="replace") as f:
-            return f.read().strip()
+        with open(f"{_PROC}/{pid}/comm", "rb") as f:
+            return os.fsdecode(f.read().strip())
     except OSError:                     # no /proc (macOS, BSD), or no such pid
         pass
     import subprocess
     try:                                # macOS prints the executable's path
         out = subprocess.run(["ps", "-o", "comm=", "-p", str(pid)],
-                             capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
+                             capture_output=True).stdout
+    except OSError:                     # no ps either
         return ""
-    return os.path.basename(out.strip())
+    return os.path.basename(os.fsdecode(out.strip()))
 
 
 def _holds_socket_of(fd: str, pid: int) -> bool:
