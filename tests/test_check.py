@@ -676,6 +676,10 @@ def test_the_report_of_a_class() -> None:
     assert (report.target, report.type_name, report.scope) == ("Plain", "class Plain",
                                                                "class")
     assert report.protocols["declared_supported_flags"] is None
+    assert format_report(report).splitlines()[:4] == [
+        "Plain: class Plain", "protocols:", "  buffer: True",
+        "  declared_supported_flags: None"]
+    assert format_report(report).splitlines()[-4:-3] == ["findings:"]
     assert format_report(report).splitlines()[-3:] == [
         "  [ok] supported flags: declared 0 (the default: every legacy flag): "
         "effective mask LEGACY (0x1fd)",
