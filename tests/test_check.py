@@ -15,8 +15,8 @@ import pytest
 
 import bufferext
 from bufferext import BufferFlags as F
-from bufferext._check import (check, flag_names, format_report, legacy_requests,
-                              load_target)
+from bufferext._check import (check, check_class, flag_names, format_report,
+                              legacy_requests, load_target)
 from _helpers import (BRIDGED_ONLY, NATIVE_INTERPRETER,
                       refuses_invalid_declaration)
 
@@ -675,6 +675,7 @@ def test_the_report_of_a_class() -> None:
     report = check(Plain)
     assert (report.target, report.type_name, report.scope) == ("Plain", "class Plain",
                                                                "class")
+    assert check_class(Plain) == report
     assert report.protocols["declared_supported_flags"] is None
     assert format_report(report).splitlines()[:4] == [
         "Plain: class Plain", "protocols:", "  buffer: True",
