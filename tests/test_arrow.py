@@ -348,8 +348,11 @@ def test_a_foreign_schemas_metadata_is_read(meta: bytes, message: str) -> None:
     with pytest.raises(BufferError, match=message):
         bufferext.as_buffer(producer)
     assert producer.releases == 0 and producer.array.release
-    # metadata that names no extension changes nothing
-    producer.schema.metadata = metadata((b"owner", b"lab"), (b"", b""))
+    # metadata that names no extension changes nothing: the key is read
+    # whole, so keys it begins or that begin it are plain metadata
+    producer.schema.metadata = metadata(
+        (b"owner", b"lab"), (b"", b""), (b"ARROW:extension:names", b"x.y"),
+        (b"ARROW:extension:nam", b"x.y"))
     assert np.asarray(bufferext.as_buffer(producer)).tolist() == [0, 1, 2]
 
 
@@ -480,6 +483,23 @@ def test_requested_schema_and_keywords() -> None:
         b.__arrow_c_device_array__(None, requested_schema=None)
     gc.collect()
     assert b.exports == 0
+
+
+@pytest.mark.parametrize("prefix", ["<", ">", "!", "=", "@"])
+def test_one_byte_formats_in_any_byte_order_export_as_unprefixed(
+        c99: Any, prefix: str) -> None:
+    """A byte has no order: a foreign export of '>b' or '!B' is Arrow's
+    int8 or uint8 (the C reader took them for byte-swapped and refused
+    them), and a one-byte '[name]' is refused as the unprefixed one is."""
+    for code, arrow_type in (("b", pa.int8()), ("B", pa.uint8())):
+        foreign = c99.Configurable(4, 4, 1, 1, prefix + code, shape=(4,))
+        assert pa.array(bufferext.as_buffer(foreign, readonly=True)).type == arrow_type
+    for fmt in ("[float8_e4m3fn]", prefix + "[float8_e4m3fn]"):
+        foreign = bufferext.as_buffer(c99.Configurable(4, 4, 1, 1, fmt, shape=(4,)),
+                                      readonly=True)
+        with pytest.raises(BufferError, match=re.escape(
+                f"format {fmt!r} has no Arrow fixed-width primitive type")):
+            foreign.__arrow_c_array__()
 
 
 @pytest.mark.parametrize("make,message", [

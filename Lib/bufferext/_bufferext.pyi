@@ -33,9 +33,11 @@ PyBUF_DEVICE: Final = 0x10000
 PyBUF_REQUIRED_FLAGS: Final = 0xFD
 #: Every request bit that existed before the draft (declared 0 means these).
 LEGACY_FLAGS: Final = 0x1FD
+#: The extended request flags (bits 16-30), PyBUF_DEVICE the first.
+EXTENDED_FLAGS: Final = 0x7FFF0000
 #: Version of the ABI between extensions: the Py_buffer_extended layout and
-#: the mark of an extended view.
-ABI_VERSION: Final = 3
+#: how an extended request reaches an exporter (4: the typed entry).
+ABI_VERSION: Final = 4
 #: Version of the header, ``0xMMmmpp00``-style like ``PY_VERSION_HEX``.
 VERSION_HEX: Final[int]
 #: 1 when the module was built in native mode: the interpreter implements
@@ -607,6 +609,14 @@ def get_buffer(
 def _device_of(obj: object, /) -> str | None:
     """The device of the memory ``obj``'s getbuffer exports when asked
     directly with ``FULL_RO | DEVICE``, or None for CPU memory."""
+
+def _has_typed_entry(cls: type, /) -> bool:
+    """Whether extended requests to instances of the class ``cls`` reach a
+    typed entry (for the checker)."""
+
+def _exports_buffers(cls: type, /) -> bool:
+    """Whether the instances of the class ``cls`` export buffers (its
+    buffer slot), for the checker's report of a class."""
 
 def _device_libraries() -> list[dict[str, Any]]:
     """One dict per device library: what was looked for and found."""
