@@ -120,6 +120,8 @@ class BufferView:
 
     #: The request flags it honours: every legacy flag and PyBUF_DEVICE.
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
 
     def release(self) -> None:
         """Release the buffer now; a second release is harmless."""
@@ -239,6 +241,8 @@ class CPUBuffer:
 
     #: The request flags it honours: every legacy flag and PyBUF_DEVICE.
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
     #: The DLPack 1.3 C exchange API (a capsule named "dlpack_exchange_api").
     __dlpack_c_exchange_api__: ClassVar[CapsuleType]
 
@@ -354,6 +358,8 @@ class CUDABuffer:
     the CUDA Array Interface v3."""
 
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
     __dlpack_c_exchange_api__: ClassVar[CapsuleType]
 
     def __new__(
@@ -447,6 +453,8 @@ class VEBuffer:
     v1."""
 
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
 
     def __new__(
         cls,
@@ -522,6 +530,8 @@ class BufferAdapter:
     (see :func:`bufferext.as_buffer`)."""
 
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
     __dlpack_c_exchange_api__: ClassVar[CapsuleType]
 
     def __dlpack__(
