@@ -191,6 +191,8 @@ injected(const char *name)
 
 /* ---- holds (standin_hold) --------------------------------------------- */
 
+/* all under hold_lock, which no other lock is taken inside; hold_cond is
+ * signalled at every change */
 static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
 static char hold_name[64];              /* the entry point held; "" none */
