@@ -62,8 +62,11 @@ bufferext_own_register(getbufferproc getbuffer,
 const BufferExt_GetBufferEntry *bufferext_own_entry(PyObject *obj);
 /* Whether `view` is an export our own code made of `exporter`: its type's
  * getbuffer is one of ours, and the view is of `exporter` and points at
- * its layout (the getbuffer that made it was ours, whatever the type's
- * slot became meanwhile).  Such an export needs no gate (gate.c). */
+ * its layout.  The type's slot is read after the call, and a Python
+ * __buffer__ may have deleted itself meanwhile (its slot then ours again):
+ * CPython's slot for it stores a wrapper in view->obj (3.12-3.15), and the
+ * layout test holds should one store the object itself.  Such an export
+ * needs no gate (gate.c). */
 int bufferext_own_export(PyObject *exporter, const Py_buffer *view);
 /* CPUBuffer's entry, registered by cpubuffer.c: a type whose getbuffer is
  * its `getbuffer` is CPUBuffer or a subclass that keeps its export, whose

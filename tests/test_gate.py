@@ -264,14 +264,15 @@ def test_our_own_export_is_taken_as_made() -> None:
 def test_an_export_made_while_the_getbuffer_changed_is_still_checked(
         c99: ModuleType) -> None:
     # The subclass's Python __buffer__ hands over a lying export and, while
-    # it runs, gives the class CPUBuffer's getbuffer back: after the call the
-    # type's slot is ours, but the export was not made by our code (its
-    # view does not point at the object's layout), so the gate reads it
+    # it runs, deletes itself, which gives the class CPUBuffer's getbuffer
+    # back: after the call the type's slot is ours, but the export was not
+    # made by our code (its view does not point at the object's layout), so
+    # the gate reads it
     liar = c99.Configurable(16, 16, 8, 1, "i", shape=(2,), strides=(8,))
 
     class Sub(bufferext.CPUBuffer):
         def __buffer__(self, flags: int) -> memoryview:
-            Sub.__buffer__ = bufferext.CPUBuffer.__dict__["__buffer__"]
+            del Sub.__buffer__
             return memoryview(liar)
 
     s = Sub(2)
