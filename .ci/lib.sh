@@ -56,7 +56,8 @@ ci_selection() {     # NAME -> the pytest arguments, one per line
         # the C-level tests, for valgrind and the debug CPython's refleak run
         capi) printf '%s\n' tests/test_capi_*.py ;;
         hostile) printf '%s\n' tests/test_hostile.py tests/test_property_exporters.py \
-            tests/test_gate.py tests/test_pep688.py \
+            tests/test_gate.py tests/test_pep688.py tests/test_typed_entry.py \
+            tests/test_abi_mixing.py \
             tests/test_cpubuffer.py::test_shape_list_mutated_while_read \
             tests/test_cpubuffer.py::test_copy_source_cannot_close_the_target \
             tests/test_bridges.py::test_internal_types_cannot_be_instantiated \

@@ -1,6 +1,6 @@
 """Planted bugs in the C code that holds the re-entrancy rule and the owner
 checks (docs/reentrancy.rst): each drops one pin, one
-re-read, one owner check or one mark.  .ci/mutation_c.sh builds the tree
+re-read, one owner check or one proof of the typed entry.  .ci/mutation_c.sh builds the tree
 with each in turn and runs the tests that must notice; a mutant the suite
 does not kill is reported as surviving.
 
@@ -29,45 +29,50 @@ REENTRANCY = ["tests/test_hooks.py", "tests/test_cpubuffer.py",
               "tests/test_cuda_standin.py::"
               "test_copy_source_cannot_close_a_device_target"]
 DEVICE = ["tests/test_cuda_standin.py", "tests/test_hooks.py"]
-PEP688 = ["tests/test_pep688.py", "tests/test_capi_producer.py",
-          "tests/test_limited_api.py"]
+ENTRY = ["tests/test_typed_entry.py", "tests/test_pep688.py",
+         "tests/test_capi_producer.py", "tests/test_limited_api.py",
+         "tests/test_abi_mixing.py"]
 
 Mutant = Tuple[str, str, Any, Optional[str], str, List[str]]
 
 MUTANTS: List[Mutant] = [
-    ("route: no owner check", "Include/bufferext/internal/accel.h",
-     "if (wrapper != NULL && !PyType_IsSubtype(type, PyDescr_TYPE(wrapper))) {",
-     "if (0) {", "3.12", PEP688),
-    ("limited route: no owner check", "Include/bufferext/internal/limited.h",
-     "    if (owner != NULL && PyType_Check(owner) &&\n"
-     "        PyType_IsSubtype(type, (PyTypeObject *)owner)) {",
-     "    if (owner != NULL && PyType_Check(owner)) {", "3.12", PEP688),
+    ("entry: no owner check", "Include/bufferext/internal/accel.h",
+     "            !PyType_IsSubtype(type, owner) ||\n",
+     "", "3.12", ENTRY),
+    ("entry: not paired with the getbuffer", "Include/bufferext/internal/accel.h",
+     "            BufferExtAccel_TypeSlot(type) != entry->getbuffer) {",
+     "            0) {", "3.12", ENTRY),
+    ("limited entry: no owner check", "Include/bufferext/internal/limited.h",
+     "        !PyType_IsSubtype(type, owner) || slot != entry->getbuffer) {",
+     "        slot != entry->getbuffer) {", "3.12", ENTRY),
     ("fast method: no owner check", "Modules/fastmethod.c",
      "    if (!PyObject_TypeCheck(obj, self->objclass)) {", "    if (0) {",
      "3.11", ["tests/test_view.py"]),
     ("exporter: the flag taken as proof", "Include/bufferext/core.h",
-     "    return (flags & PyBUF_DEVICE) && (BufferExtInternal_NativeRuntime() ||\n"
-     "                                      BufferExtInternal_Marked(view))",
-     "    return (flags & PyBUF_DEVICE)", "3.12", PEP688),
+     "    if (ext != NULL && (flags & PyBUF_DEVICE)) {\n"
+     "        ext->flags |= PyBUF_DEVICE;",
+     "    if (ext != NULL) {\n        ext->flags |= PyBUF_DEVICE;",
+     "3.12", ENTRY),
     ("producer fast path: the flag taken as proof", "Modules/producer.h",
-     "        (device == NULL || ext != NULL)) {",
-     "        (device == NULL || (flags & PyBUF_DEVICE))) {", "3.12", PEP688),
-    ("consumer: no mark", "Include/bufferext/core.h",
-     [("    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {\n"
-       "        return -1;\n"
-       "    }\n"
-       "    /* the exporter's getbuffer",
-       "    if (BufferExtInternal_SetMark(&mark, view, 0) < 0) {\n"
-       "        return -1;\n"
-       "    }\n"
-       "    /* the exporter's getbuffer"),
-      ("!BufferExtInternal_SetMarkInSlot(&mark, view)", "0")],
-     None, "3.12", PEP688),
-    ("dlpack acquire: no mark", "Modules/dlpack.c",
-     "    if (BufferExtInternal_SetMark(&mark, ext,\n"
-     "                                  PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {",
-     "    if (BufferExtInternal_SetMark(&mark, ext, PyBUF_RECORDS_RO) < 0) {",
-     "3.11", DEVICE + ["tests/test_dlpack_cpu.py"]),
+     "        (device == NULL || (ext != NULL && (flags & PyBUF_DEVICE)))) {",
+     "        (device == NULL || (flags & PyBUF_DEVICE))) {", "3.12", ENTRY),
+    ("consumer: an undeclared extended flag passed on", "Include/bufferext/core.h",
+     [("        flags &= ~(BUFFEREXT_EXTENDED_FLAGS & ~info.mask);\n"
+       "        if (flags & BUFFEREXT_EXTENDED_FLAGS) {\n"
+       "            BufferExtInternal_ClearExtension(view);",
+       "        if (flags & BUFFEREXT_EXTENDED_FLAGS) {\n"
+       "            BufferExtInternal_ClearExtension(view);")],
+     None, "3.12", ENTRY),
+    ("consumer: the type not read again after the lookup",
+     "Include/bufferext/core.h",
+     "        if (Py_TYPE(obj) != type) {\n"
+     "            return BufferExtInternal_RaiseRetyped(obj);",
+     "        if (0) {\n            return BufferExtInternal_RaiseRetyped(obj);",
+     "3.12", ENTRY),
+    ("consumer: a stripped PyBUF_READ taken for the caller's",
+     "Include/bufferext/core.h",
+     "    if (flags != asked && (flags == PyBUF_READ || flags == PyBUF_WRITE)) {",
+     "    if (0) {", "3.13", ["tests/test_capi_consumer.py"]),
     ("resize: no re-check after the parse", "Modules/cpubuffer.c",
      "    rc = cpubuffer_check_resize(self);      /* what the parse may change */",
      "    rc = 0;", "3.11", REENTRANCY),
@@ -188,7 +193,4 @@ MUTANTS: List[Mutant] = [
      "            bufferext_arrow_read(args[1], args[2], device, &in) < 0) {",
      "        if (bufferext_cuda_event_wait(st, \"arrow\", in.event) < 0) {",
      "3.11", ["tests/test_arrow.py"]),
-    ("consumer: the mark left after the call", "Include/bufferext/core.h",
-     "        PyCapsule_SetContext(m->slot, m->previous);\n        Py_DECREF(m->slot);",
-     "        Py_DECREF(m->slot);", "3.12", PEP688),
 ]

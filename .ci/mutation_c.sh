@@ -20,13 +20,13 @@ pyenv_python() {
     ls -d "$root"/versions/"$1".*/bin/python 2>/dev/null | sort -V | tail -1
 }
 
-for minor in 3.11 3.12; do
+for minor in 3.11 3.12 3.13; do
     venv=$WORK/venv-$minor
     if [[ ! -x $venv/bin/python ]]; then
         "$(pyenv_python "$minor")" -m venv "$venv"
         # pyarrow and ml_dtypes: test_arrow.py and test_lowp.py skip without
         "$venv/bin/python" -m pip install -q numpy pytest hypothesis \
-            "setuptools>=77" pyarrow ml_dtypes 2>&1 | { grep -v "^WARNING: Location" || true; }
+            "setuptools>=77" pyarrow ml_dtypes greenlet 2>&1 | { grep -v "^WARNING: Location" || true; }
     fi
 done
 

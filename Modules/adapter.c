@@ -95,10 +95,10 @@ adapter_from_buffer(PyObject *module, PyObject *args)
 /* ---- the exporter ----------------------------------------------------- */
 
 static int
-adapter_getbuffer(PyObject *op, Py_buffer *view, int flags)
+adapter_export(PyObject *op, Py_buffer *view, int flags,
+               Py_buffer_extended *ext)
 {
     AdapterObject *self = Adapter_CAST(op);
-    Py_buffer_extended *ext = BufferExt_Extended(view, flags);   /* first */
     int rc;
 
     view->obj = NULL;
@@ -109,6 +109,8 @@ adapter_getbuffer(PyObject *op, Py_buffer *view, int flags)
     BUFFEREXT_LOCKED_END();
     return rc;
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(adapter_getbuffer, adapter_export);
 
 static void
 adapter_releasebuffer(PyObject *op, Py_buffer *view)
@@ -678,6 +680,23 @@ numpy_user_dtype(bufferext_state *st, PyObject *obj)
     PyObject *dtype = PyObject_GetAttr(obj, st->str_dtype), *kind = NULL;
     long builtin = -1;
 
+    /* A type number below NPY_USERDEF (256) is numpy's own: no need to ask
+     * (saves an attribute lookup on the common path).  Mirrors: the head
+     * of PyArray_Descr, whose type_num numpy keeps at this offset on
+     * purpose ("to ensure type_num is stable", ndarraytypes.h, 1.x-2.x);
+     * re-check at numpy 3. */
+    struct descr_head {
+        PyObject_HEAD
+        PyTypeObject *typeobj;
+        char kind, type, byteorder, former_flags;
+        int type_num;
+    };
+
+    if (dtype != NULL &&
+        (unsigned int)((struct descr_head *)dtype)->type_num < 256u) {
+        Py_DECREF(dtype);
+        return 0;
+    }
     if (dtype != NULL) {
         kind = PyObject_GetAttr(dtype, st->str_isbuiltin);
         Py_DECREF(dtype);
@@ -970,6 +989,8 @@ bufferext_init_adapter(PyObject *module)
     }
     if (bufferext_add_type(module, &adapter_spec,
                            BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE,
+                           adapter_getbuffer_ex,
+                           offsetof(AdapterObject, layout),
                            &st->BufferAdapter_Type) < 0) {
         return -1;
     }

@@ -142,11 +142,14 @@ cpubuffer_clear_cache(PyObject *cls, PyObject *unused)
 /* ---- the buffer protocol ---------------------------------------------- */
 
 static int
-cpubuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
+cpubuffer_export(PyObject *op, Py_buffer *view, int flags,
+                 Py_buffer_extended *ext)
 {
     /* CPU memory: answers a PyBUF_DEVICE request with device == NULL. */
-    return bufferext_producer_export(op, view, flags, NULL, NULL);
+    return bufferext_producer_export(op, view, flags, ext, NULL, NULL);
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(cpubuffer_getbuffer, cpubuffer_export);
 
 /* ---- methods ---------------------------------------------------------- */
 
@@ -687,8 +690,12 @@ bufferext_init_cpubuffer(PyObject *module)
     if (bufferext_block_cache_configure() < 0) {
         return -1;
     }
-    bufferext_cpubuffer_slot = cpubuffer_getbuffer;
-    return bufferext_add_type(module, &cpubuffer_spec,
-                              CPUBUFFER_SUPPORTED_FLAGS,
-                              &bufferext_get_state(module)->CPUBuffer_Type);
+    if (bufferext_add_type(module, &cpubuffer_spec, CPUBUFFER_SUPPORTED_FLAGS,
+                           cpubuffer_getbuffer_ex, BUFFEREXT_PRODUCER_LAYOUT,
+                           &bufferext_get_state(module)->CPUBuffer_Type) < 0) {
+        return -1;
+    }
+    bufferext_cpubuffer_entry = bufferext_own_register(
+        cpubuffer_getbuffer, cpubuffer_getbuffer_ex, BUFFEREXT_PRODUCER_LAYOUT);
+    return 0;
 }

@@ -280,12 +280,17 @@ cudabuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 /* ---- the buffer protocol ---------------------------------------------- */
 
 static int
-cudabuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
+cudabuffer_export(PyObject *op, Py_buffer *view, int flags,
+                  Py_buffer_extended *ext)
 {
-    /* Device memory: only for consumers that asked for PyBUF_DEVICE. */
-    return bufferext_producer_export(op, view, flags, BUFFEREXT_DEVICE_CUDA,
+    /* Device memory: only for consumers that asked for PyBUF_DEVICE
+     * through the typed entry. */
+    return bufferext_producer_export(op, view, flags, ext,
+                                     BUFFEREXT_DEVICE_CUDA,
                                      &CUDABuffer_CAST(op)->info);
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(cudabuffer_getbuffer, cudabuffer_export);
 
 /* ---- copies ------------------------------------------------------------ */
 
@@ -885,5 +890,7 @@ bufferext_init_cuda(PyObject *module)
 {
     return bufferext_add_type(module, &cudabuffer_spec,
                               CUDABUFFER_SUPPORTED_FLAGS,
+                              cudabuffer_getbuffer_ex,
+                              BUFFEREXT_PRODUCER_LAYOUT,
                               &bufferext_get_state(module)->CUDABuffer_Type);
 }

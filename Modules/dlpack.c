@@ -58,28 +58,18 @@ holder_free(dlpack_holder *holder)
 int
 bufferext_acquire_own(PyObject *exporter, Py_buffer_extended *ext)
 {
-    PyBufferProcs *procs;
-    getbufferproc getbuffer;
-    BufferExtInternal_Marking mark;
-    int rc = -1;
+    PyBufferProcs *procs = Py_TYPE(exporter)->tp_as_buffer;
+    const BufferExt_GetBufferEntry *entry;
 
     BufferExtInternal_ClearExtension(ext);
-    /* first, before the type is read: a thread's first extended request
-     * allocates its slot (the garbage collector may run) */
-    if (BufferExtInternal_SetMark(&mark, ext,
-                                  PyBUF_RECORDS_RO | PyBUF_DEVICE) < 0) {
-        return -1;
-    }
-    /* a CPUBuffer's slot is its own getbuffer: no search */
-    procs = Py_TYPE(exporter)->tp_as_buffer;
-    getbuffer = procs != NULL && procs->bf_getbuffer == bufferext_cpubuffer_slot
-                    ? bufferext_cpubuffer_slot
-                    : bufferext_own_getbuffer(exporter);
-    if (getbuffer != NULL) {
-        rc = getbuffer(exporter, &ext->view, PyBUF_RECORDS_RO | PyBUF_DEVICE);
-    }
-    BufferExtInternal_ClearMark(&mark);
-    return rc;
+    /* a CPUBuffer's getbuffer is its own: no search */
+    entry = procs != NULL &&
+                    procs->bf_getbuffer == bufferext_cpubuffer_entry->getbuffer
+                ? bufferext_cpubuffer_entry
+                : bufferext_own_entry(exporter);
+    return entry == NULL ? -1
+                         : entry->getbuffer_ex(exporter, ext,
+                                               PyBUF_RECORDS_RO | PyBUF_DEVICE);
 }
 
 static void
@@ -589,7 +579,7 @@ bufferext_dlpack_fill(void *py_object, BxDLTensor *out)
     PyBufferProcs *procs = Py_TYPE(exporter)->tp_as_buffer;
 
     if (procs != NULL &&
-        procs->bf_getbuffer == bufferext_cpubuffer_slot &&
+        procs->bf_getbuffer == bufferext_cpubuffer_entry->getbuffer &&
         fill_cpubuffer(exporter, out) == 0) {
         return 0;
     }

@@ -5,7 +5,7 @@
 #include "parts.h"
 
 /* An extended export (PyBUF_RECORDS_RO | PyBUF_DEVICE) of one of our own
- * types, through that type's own getbuffer (not the instance's slot: a
+ * types, through that type's own typed entry (not the instance's slot: a
  * subclass may override __buffer__), so that view->internal is our layout
  * (export.h).  0 or -1 with an exception. */
 int bufferext_acquire_own(PyObject *exporter, Py_buffer_extended *ext);

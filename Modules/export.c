@@ -285,9 +285,12 @@ lowp_format(const char *f, uint32_t *code, Py_ssize_t *size)
 {
     size_t i, n;
 
+    if (f[0] != '[') {
+        return 0;               /* every struct format: no name to compare */
+    }
     for (i = 0; i < N_LOWP; i++) {
         n = strlen(lowp_floats[i].name);
-        if (lowp_floats[i].bits % 8 == 0 && f[0] == '[' &&
+        if (lowp_floats[i].bits % 8 == 0 &&
             strncmp(f + 1, lowp_floats[i].name, n) == 0 &&
             f[n + 1] == ']' && f[n + 2] == '\0') {
             *code = lowp_floats[i].code;

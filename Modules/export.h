@@ -205,10 +205,10 @@ bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
 
 /* The rest of every getbuffer of ours once it has refused what it must:
  * fill the request, say where the memory is (`device` NULL: CPU memory)
- * in `ext` (BufferExt_Extended of the view, which the getbuffer asks on
- * entry, before it reads its own state), count the export in *exports and
- * take the reference.  Nothing is committed before both steps succeed (a
- * refused request leaves extension fields the consumer clears, as
+ * in `ext` (the extended struct of a request through the typed entry,
+ * NULL through the plain getbuffer), count the export in *exports and take
+ * the reference.  Nothing is committed before both steps succeed (a refused
+ * request leaves extension fields the consumer clears, as
  * BufferExt_GetBuffer does).  0 or -1. */
 static inline int
 bufferext_export(PyObject *exporter, Py_buffer *view, int flags,
@@ -216,8 +216,7 @@ bufferext_export(PyObject *exporter, Py_buffer *view, int flags,
                  const bufferext_export_layout *layout, const char *device,
                  void *device_info, Py_ssize_t *exports)
 {
-    if (BufferExtInternal_SetDeviceOn(ext, exporter, flags, device,
-                                      device_info) < 0 ||
+    if (BufferExt_SetDevice(ext, exporter, flags, device, device_info) < 0 ||
         bufferext_fill_request(exporter, view, flags, layout) < 0) {
         return -1;
     }

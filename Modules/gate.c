@@ -1,10 +1,10 @@
 /* gate.c -- the one validation of a buffer that another exporter filled.
  * get_buffer() (view.c) and as_buffer() of a buffer (adapter.c) acquire
  * every export through bufferext_gate_acquire() before any code reads its
- * fields; the
- * DLPack paths (dlpack.c) read only our own exports, found through
- * bufferext_own_getbuffer().  A refusal is a BufferError naming the
- * exporter's type, the field and the value. */
+ * fields (an export our own code made, bufferext_own_export(), is valid by
+ * construction); the DLPack paths (dlpack.c) read only our own exports,
+ * found through bufferext_own_entry().  A refusal is a BufferError naming
+ * the exporter's type, the field and the value. */
 #include "export.h"
 #include "gate.h"
 #include "state.h"
@@ -286,7 +286,10 @@ bufferext_gate_acquire(PyObject *exporter, Py_buffer_extended *ext, int flags)
         Py_XDECREF(tb);
         return -1;
     }
-    if (gate_export(exporter, ext, flags) < 0) {
+    /* our own exports are valid by construction: the gate is for the
+     * exporters we did not write */
+    if (!bufferext_own_export(exporter, &ext->view) &&
+        gate_export(exporter, ext, flags) < 0) {
         bufferext_release_ext_raised(ext);
         return -1;
     }

@@ -71,7 +71,7 @@
  * - export.c: the state's resolve_dtype: resolver_mutex.
  * - adapter.c: the state's as_buffer_steps, as_buffer_in_place and
  *   cpu_types: bridges_mutex.
- * - state.c: module_def, own_getbuffers, bufferext_cpubuffer_slot; and
+ * - state.c: module_def, own_entries, bufferext_cpubuffer_entry; and
  *   dlpack_exchange.c: exchange_module: written at module init (the
  *   import lock runs one at a time), the same values each time, read only
  *   after.

@@ -69,38 +69,60 @@ supported_flags(PyObject *module, PyObject *obj)
     return mask < 0 ? NULL : PyLong_FromLong(mask);
 }
 
+/* The typed entry BufferExt_GetBuffer trusts for instances of `type`
+ * (NULL: none), whatever the type declares.  May run Python code (the
+ * lookup's). */
+static BufferExt_GetBufferExProc
+typed_entry(PyTypeObject *type)
+{
+#ifdef BUFFEREXT_NATIVE
+    return BufferExtNative_Entry(type);
+#else
+    return BufferExtAccel_ReadEntry(type);
+#endif
+}
+
+/* _has_typed_entry(obj): whether extended requests to obj can reach a
+ * typed entry (declared or not): for the checker. */
+static PyObject *
+has_typed_entry(PyObject *module, PyObject *obj)
+{
+    (void)module;
+    return PyBool_FromLong(typed_entry(Py_TYPE(obj)) != NULL);
+}
+
 /* _device_of(obj): where the memory of obj's getbuffer is, asked directly
- * (its slot called with an extended view and FULL_RO | DEVICE, whatever its
- * type declares): the device name, or None for CPU memory.  For the
- * checker: BufferExt_GetBuffer passes PyBUF_DEVICE only to types that
- * declare it, so an exporter of device memory that does not is refused by
- * every consumer, and only this call shows why. */
+ * (its typed entry called with FULL_RO | DEVICE whatever its type declares,
+ * or, without one, its plain getbuffer): the device name, or None for CPU
+ * memory.  For the checker: BufferExt_GetBuffer passes PyBUF_DEVICE only to
+ * the entries of types that declare it, so an exporter of device memory
+ * that does not is refused by every consumer, and only this call shows
+ * why. */
 static PyObject *
 device_of(PyObject *module, PyObject *obj)
 {
-    PyBufferProcs *procs;
+    PyTypeObject *type = Py_TYPE(obj);
     Py_buffer_extended ext;
-    BufferExtInternal_Marking mark;
+    BufferExt_GetBufferExProc entry;
     const int flags = PyBUF_FULL_RO | PyBUF_DEVICE;
     PyObject *result;
-    int rc = -1;
+    int rc;
     (void)module;
 
-    BufferExtInternal_ClearExtension(&ext);
-    /* first, before the type is read: a thread's first extended request
-     * allocates its slot (the garbage collector may run) */
-    if (BufferExtInternal_SetMark(&mark, &ext, flags) < 0) {
+    if (type->tp_as_buffer == NULL || type->tp_as_buffer->bf_getbuffer == NULL) {
+        PyErr_Format(PyExc_TypeError, "a buffer exporter is required, not "
+                     "'%.200s'", type->tp_name);
         return NULL;
     }
-    procs = Py_TYPE(obj)->tp_as_buffer;
-    if (procs == NULL || procs->bf_getbuffer == NULL) {
-        PyErr_Format(PyExc_TypeError, "a buffer exporter is required, not "
-                     "'%.200s'", Py_TYPE(obj)->tp_name);
+    entry = typed_entry(type);
+    if (Py_TYPE(obj) != type) {         /* the lookup ran Python code */
+        BufferExtInternal_RaiseRetyped(obj);
+        return NULL;
     }
-    else {
-        rc = procs->bf_getbuffer(obj, &ext.view, flags);
-    }
-    BufferExtInternal_ClearMark(&mark);
+    BufferExtInternal_ClearExtension(&ext);
+    rc = entry != NULL ? entry(obj, &ext, flags)
+                       : type->tp_as_buffer->bf_getbuffer(obj, &ext.view,
+                                                          flags);
     if (rc < 0) {
         BufferExtInternal_ClearExtension(&ext);
         return NULL;
@@ -158,6 +180,9 @@ static PyMethodDef module_methods[] = {
      "_device_of($module, obj, /)\n--\n\n"
      "The device of the memory obj's getbuffer exports when asked directly\n"
      "with FULL_RO | DEVICE, or None for CPU memory (for the checker)."},
+    {"_has_typed_entry", has_typed_entry, METH_O,
+     "_has_typed_entry($module, obj, /)\n--\n\n"
+     "Whether extended requests to obj reach a typed entry (for the checker)."},
     {"_device_libraries", device_libraries, METH_NOARGS,
      "_device_libraries($module, /)\n--\n\n"
      "One dict per device library: what was looked for and found."},

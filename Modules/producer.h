@@ -35,6 +35,9 @@ typedef struct {
 } bufferext_producer;
 
 #define BufferExtProducer_CAST(op) ((bufferext_producer *)(op))
+/* Where every producer keeps the layout its exports point at (each type's
+ * object starts with the head). */
+#define BUFFEREXT_PRODUCER_LAYOUT offsetof(bufferext_producer, layout)
 
 /* The body of every producer's getbuffer: refuse a closed buffer, fill the
  * request, say where the memory is (`device` NULL: CPU memory), count the
@@ -61,26 +64,22 @@ bufferext_producer_export_checked(PyObject *op, Py_buffer *view, int flags,
 
 /* The same, inline: with the GIL, a request that an open buffer of the
  * common layout meets as it is (no check can refuse it, no device memory
- * for a consumer that did not ask for PyBUF_DEVICE) is filled here without
- * a call, so a getbuffer is a leaf function on that path; anything else
- * goes to bufferext_producer_export_checked (a tail call). */
+ * for a consumer that did not ask for it through the typed entry) is
+ * filled here without a call, so a getbuffer is a leaf function on that
+ * path; anything else goes to bufferext_producer_export_checked (a tail
+ * call).  `ext` as for bufferext_export. */
 static inline int
 bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
-                          const char *device, void *device_info)
+                          Py_buffer_extended *ext, const char *device,
+                          void *device_info)
 {
-    /* first, before the producer's state is read: the consumer's mark */
-    Py_buffer_extended *ext = BufferExt_Extended(view, flags);
 #ifndef Py_GIL_DISABLED
     bufferext_producer *p = (bufferext_producer *)op;
 
     if (p->open && !BUFFEREXT_NEEDS_CHECK(&p->layout, flags) &&
-        (device == NULL || ext != NULL)) {
+        (device == NULL || (ext != NULL && (flags & PyBUF_DEVICE)))) {
         bufferext_fill_view(view, flags, &p->layout);
-        if (ext != NULL) {
-            ext->flags |= PyBUF_DEVICE;
-            ext->device = device;
-            ext->device_info = device_info;
-        }
+        (void)BufferExt_SetDevice(ext, op, flags, device, device_info);
         p->exports++;
         view->obj = Py_NewRef(op);
         return 0;

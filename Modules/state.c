@@ -47,27 +47,55 @@ bufferext_state_from_type(PyTypeObject *type)
 #endif
 }
 
-/* Our getbuffer functions: process constants, recorded at init. */
-static getbufferproc own_getbuffers[8];
-getbufferproc bufferext_cpubuffer_slot;
+/* Our getbuffer functions and typed entries, with where each type keeps
+ * the layout its exports point view->internal at: process constants,
+ * recorded at init (a getbuffer of NULL ends the list). */
+static struct {
+    BufferExt_GetBufferEntry entry;     /* first: what own_entry returns */
+    Py_ssize_t layout;                  /* offset in the object */
+} own_entries[8];
+const BufferExt_GetBufferEntry *bufferext_cpubuffer_entry;
 
-void
-bufferext_own_register(PyTypeObject *type)
+const BufferExt_GetBufferEntry *
+bufferext_own_register(getbufferproc getbuffer,
+                       BufferExt_GetBufferExProc getbuffer_ex,
+                       Py_ssize_t layout)
 {
-    getbufferproc fn = type->tp_as_buffer != NULL
-                           ? type->tp_as_buffer->bf_getbuffer : NULL;
     size_t i;
 
-    for (i = 0; fn != NULL && i < Py_ARRAY_LENGTH(own_getbuffers); i++) {
-        if (own_getbuffers[i] == fn || own_getbuffers[i] == NULL) {
-            own_getbuffers[i] = fn;
-            return;
+    for (i = 0; i < Py_ARRAY_LENGTH(own_entries) - 1; i++) {
+        if (own_entries[i].entry.getbuffer == getbuffer ||
+            own_entries[i].entry.getbuffer == NULL) {
+            own_entries[i].entry.version = BUFFEREXT_ABI_VERSION;
+            own_entries[i].entry.getbuffer = getbuffer;
+            own_entries[i].entry.getbuffer_ex = getbuffer_ex;
+            own_entries[i].layout = layout;
+            return &own_entries[i].entry;
         }
     }
+    Py_UNREACHABLE();           /* more types than the table holds */
 }
 
-getbufferproc
-bufferext_own_getbuffer(PyObject *obj)
+int
+bufferext_own_export(PyObject *exporter, const Py_buffer *view)
+{
+    PyBufferProcs *procs = Py_TYPE(exporter)->tp_as_buffer;
+    size_t i;
+
+    if (procs == NULL || view->obj != exporter) {
+        return 0;
+    }
+    for (i = 0; own_entries[i].entry.getbuffer != NULL; i++) {
+        if (own_entries[i].entry.getbuffer == procs->bf_getbuffer) {
+            return view->internal ==
+                   (void *)((char *)exporter + own_entries[i].layout);
+        }
+    }
+    return 0;
+}
+
+const BufferExt_GetBufferEntry *
+bufferext_own_entry(PyObject *obj)
 {
     PyTypeObject *type;
     size_t i;
@@ -75,9 +103,10 @@ bufferext_own_getbuffer(PyObject *obj)
     for (type = Py_TYPE(obj); type != NULL; type = type->tp_base) {
         getbufferproc fn = type->tp_as_buffer != NULL
                                ? type->tp_as_buffer->bf_getbuffer : NULL;
-        for (i = 0; fn != NULL && i < Py_ARRAY_LENGTH(own_getbuffers); i++) {
-            if (own_getbuffers[i] == fn) {
-                return fn;
+        for (i = 0; fn != NULL && own_entries[i].entry.getbuffer != NULL;
+             i++) {
+            if (own_entries[i].entry.getbuffer == fn) {
+                return &own_entries[i].entry;
             }
         }
     }
@@ -116,6 +145,7 @@ keep_text_signature(PyTypeObject *type, const PyType_Spec *spec)
 
 int
 bufferext_add_type(PyObject *module, PyType_Spec *spec, int supported_flags,
+                   BufferExt_GetBufferExProc getbuffer_ex, Py_ssize_t layout,
                    PyTypeObject **slot)
 {
     const char *name = strrchr(spec->name, '.');
@@ -125,10 +155,12 @@ bufferext_add_type(PyObject *module, PyType_Spec *spec, int supported_flags,
 #if PY_VERSION_HEX < 0x030A0000
         keep_text_signature(*slot, spec) < 0 ||
 #endif
-        BufferExt_SetSupportedFlags(*slot, supported_flags) < 0) {
+        BufferExt_SetExtendedGetBuffer(*slot, supported_flags,
+                                       getbuffer_ex) < 0) {
         return -1;
     }
-    bufferext_own_register(*slot);
+    bufferext_own_register((*slot)->tp_as_buffer->bf_getbuffer, getbuffer_ex,
+                           layout);
     return PyModule_AddObject(module, name != NULL ? name + 1 : spec->name,
                               Py_NewRef(*slot));
 }

@@ -39,23 +39,36 @@ bufferext_state *bufferext_get_state(PyObject *module);
 bufferext_state *bufferext_state_from_type(PyTypeObject *type);
 
 /* Make a heap type of `module` from `spec`, store it in *slot, declare its
- * supported request flags, register its getbuffer and add it to the module
- * under the last part of spec->name.  0 or -1 with an exception. */
+ * supported request flags and publish its typed entry `getbuffer_ex`,
+ * register the entry (with `layout`, the offset of the layout its exports
+ * point view->internal at) and add the type to the module under the last
+ * part of spec->name.  0 or -1 with an exception. */
 int bufferext_add_type(PyObject *module, PyType_Spec *spec,
-                       int supported_flags, PyTypeObject **slot);
+                       int supported_flags,
+                       BufferExt_GetBufferExProc getbuffer_ex,
+                       Py_ssize_t layout, PyTypeObject **slot);
 
-/* Our own types' getbuffer functions (process constants, recorded at
- * init).  bufferext_own_getbuffer finds the one of the bufferext type `obj`
- * is an instance of (its type or a base): the only getbuffer whose exports
- * carry our layout in view->internal (a subclass may override __buffer__,
- * and from 3.12 CPython gives every Python subclass of a guarded type a
- * generic slot).  NULL with TypeError if `obj` is not one of ours. */
-void bufferext_own_register(PyTypeObject *type);
-getbufferproc bufferext_own_getbuffer(PyObject *obj);
-/* CPUBuffer's getbuffer, registered by cpubuffer.c: a type whose slot is
- * this function is CPUBuffer or a subclass that keeps its export (before
- * 3.12 every subclass), whose layout dlpack.c may read directly. */
-extern getbufferproc bufferext_cpubuffer_slot;
+/* Our own types' getbuffer functions and typed entries (process
+ * constants, recorded at init; the registered pair is returned).
+ * bufferext_own_entry finds the one of the bufferext type `obj` is an
+ * instance of (its type or a base): the only exports that carry our layout
+ * in view->internal (a Python subclass may override __buffer__, and then
+ * its getbuffer is CPython's generic one).  NULL with TypeError if `obj`
+ * is not one of ours. */
+const BufferExt_GetBufferEntry *
+bufferext_own_register(getbufferproc getbuffer,
+                       BufferExt_GetBufferExProc getbuffer_ex,
+                       Py_ssize_t layout);
+const BufferExt_GetBufferEntry *bufferext_own_entry(PyObject *obj);
+/* Whether `view` is an export our own code made of `exporter`: its type's
+ * getbuffer is one of ours, and the view is of `exporter` and points at
+ * its layout (the getbuffer that made it was ours, whatever the type's
+ * slot became meanwhile).  Such an export needs no gate (gate.c). */
+int bufferext_own_export(PyObject *exporter, const Py_buffer *view);
+/* CPUBuffer's entry, registered by cpubuffer.c: a type whose getbuffer is
+ * its `getbuffer` is CPUBuffer or a subclass that keeps its export, whose
+ * layout dlpack.c may read directly. */
+extern const BufferExt_GetBufferEntry *bufferext_cpubuffer_entry;
 
 /* Parse (obj[, flags]) with `flags` also accepted by keyword: a Python int
  * that fits a C int.  0 or -1 with TypeError/OverflowError naming `fname`. */

@@ -129,12 +129,17 @@ vebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 /* ---- the buffer protocol ---------------------------------------------- */
 
 static int
-vebuffer_getbuffer(PyObject *op, Py_buffer *view, int flags)
+vebuffer_export(PyObject *op, Py_buffer *view, int flags,
+                Py_buffer_extended *ext)
 {
-    /* VE memory: only consumers that asked for PyBUF_DEVICE get it. */
-    return bufferext_producer_export(op, view, flags, BUFFEREXT_DEVICE_VE,
+    /* VE memory: only consumers that asked for PyBUF_DEVICE through the
+     * typed entry get it. */
+    return bufferext_producer_export(op, view, flags, ext,
+                                     BUFFEREXT_DEVICE_VE,
                                      &VEBuffer_CAST(op)->info);
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(vebuffer_getbuffer, vebuffer_export);
 
 /* ---- copies ----------------------------------------------------------- */
 
@@ -441,5 +446,7 @@ bufferext_init_ve(PyObject *module)
         return -1;
     }
     return bufferext_add_type(module, &vebuffer_spec,
-                              VEBUFFER_SUPPORTED_FLAGS, &st->VEBuffer_Type);
+                              VEBUFFER_SUPPORTED_FLAGS,
+                              vebuffer_getbuffer_ex, BUFFEREXT_PRODUCER_LAYOUT,
+                              &st->VEBuffer_Type);
 }

@@ -322,10 +322,9 @@ view_dealloc(PyObject *op)
 /* ---- re-export -------------------------------------------------------- */
 
 static int
-view_getbuffer(PyObject *op, Py_buffer *view, int flags)
+view_export(PyObject *op, Py_buffer *view, int flags, Py_buffer_extended *ext)
 {
     BufferViewObject *self = BufferView_CAST(op);
-    Py_buffer_extended *ext = BufferExt_Extended(view, flags);   /* first */
     int device, rc;
 
     view->obj = NULL;
@@ -343,6 +342,8 @@ view_getbuffer(PyObject *op, Py_buffer *view, int flags)
     BUFFEREXT_LOCKED_END();
     return rc;
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(view_getbuffer, view_export);
 
 static void
 view_releasebuffer(PyObject *op, Py_buffer *view)
@@ -955,12 +956,13 @@ bufferext_init_view(PyObject *module)
         module, &view_spec, NULL);
     if (st->BufferView_Type != NULL) {
         bufferext_disallow_instantiation(st->BufferView_Type);
-        bufferext_own_register(st->BufferView_Type);
+        bufferext_own_register(view_getbuffer, view_getbuffer_ex,
+                               offsetof(BufferViewObject, layout));
     }
     if (st->BufferView_Type == NULL ||
-        BufferExt_SetSupportedFlags(st->BufferView_Type,
-                                    BUFFEREXT_LEGACY_FLAGS |
-                                        PyBUF_DEVICE) < 0 ||
+        BufferExt_SetExtendedGetBuffer(st->BufferView_Type,
+                                       BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE,
+                                       view_getbuffer_ex) < 0 ||
         bufferext_fastmethods(module, st->BufferView_Type,
                               context_methods) < 0 ||
         PyModule_AddObject(module, "BufferView",

@@ -75,11 +75,11 @@ def test_flag_values(capi):
     assert capi.PyBUF_DEVICE == 0x10000
     assert capi.PyBUF_REQUIRED_FLAGS == 0xFD
     assert capi.BUFFEREXT_LEGACY_FLAGS == 0x1FD
-    assert capi.BUFFEREXT_EXTENDED_FLAGS == capi.PyBUF_DEVICE
+    assert capi.BUFFEREXT_EXTENDED_FLAGS == 0x7FFF0000
     assert capi.PyBUF_DEVICE not in (capi.PyBUF_READ, capi.PyBUF_WRITE)
     assert capi.PyBUF_DEVICE | capi.PyBUF_SIMPLE not in (capi.PyBUF_READ,
                                                          capi.PyBUF_WRITE)
-    assert capi.BUFFEREXT_ABI_VERSION == 3
+    assert capi.BUFFEREXT_ABI_VERSION == 4
     assert capi.SIZEOF_PY_BUFFER_EXTENDED == capi.SIZEOF_PY_BUFFER + 24
 
 

@@ -253,7 +253,8 @@ def test_valid_declaration_extremes(capi, value):
     class Edge(bytearray):
         __buffer_supported_flags__ = value
 
-    expected = {0: LEGACY, -1: 0}.get(value, value)
+    # the extended flags of a declaration count only with a typed entry
+    expected = {0: LEGACY, -1: 0}.get(value, value) & ~0x7FFF0000
     assert capi.supported_flags(Edge()) == expected
 
 

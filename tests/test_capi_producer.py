@@ -1,13 +1,16 @@
 """Producer side of bufferext.h, through the configurable test exporter
-(tests/capi/testcapi.c): BufferExt_SetSupportedFlags, BufferExt_Extended,
-BufferExt_SetDevice, and the exporter's options.  The device memory here is
-a test double: host memory labelled with a device name."""
+(tests/capi/testcapi.c): BufferExt_SetSupportedFlags,
+BufferExt_SetExtendedGetBuffer, BufferExt_SetDevice, and the exporter's
+options.  The device memory here is a test double: host memory labelled
+with a device name."""
 
 from __future__ import annotations
 
 import pytest
 
 ATTR = "__buffer_supported_flags__"
+ENTRY = "__buffer_extended__"
+EXTENDED = 0x7FFF0000
 
 
 def test_declarations_are_type_attributes(capi):
@@ -18,6 +21,13 @@ def test_declarations_are_type_attributes(capi):
     assert vars(capi.ExporterNoDevice)[ATTR] == capi.MASK_NODEVICE
     assert capi.MASK_FULL & capi.PyBUF_DEVICE
     assert not capi.MASK_NODEVICE & capi.PyBUF_DEVICE
+    # the typed entry beside the declaration, a capsule owned by the type
+    assert ENTRY not in vars(capi.ExporterUndeclared)
+    assert ENTRY not in vars(capi.ExporterNoEntry)
+    for name in ("ExporterLegacy", "ExporterSimpleOnly", "ExporterFull",
+                 "ExporterNoDevice"):
+        assert type(vars(getattr(capi, name))[ENTRY]).__name__ == \
+            "PyCapsule", name
 
 
 def test_set_supported_flags_refuses_values_below_minus_one(capi):
@@ -37,10 +47,43 @@ def test_set_supported_flags_on_a_python_class(capi, value):
     assert capi.check_supports(Local(), capi.PyBUF_ND) == 1
     capi.set_supported_flags(Local, value)
     assert vars(Local)[ATTR] == value
-    expected = {0: 0x1FD, -1: 0}.get(value, value)
+    # an extended flag counts only with a typed entry, which a Python
+    # class (a bytearray's getbuffer) has none of
+    expected = {0: 0x1FD, -1: 0}.get(value, value) & ~EXTENDED
     assert capi.supported_flags(Local()) == expected
     assert capi.check_supports(Local(), capi.PyBUF_ND) == (
         1 if expected & capi.PyBUF_ND else 0)
+
+
+def test_set_extended_getbuffer_refuses_what_it_cannot_pair(capi):
+    # the entry is paired with the type's getbuffer when it is published:
+    # a NULL entry, or a type without a getbuffer, is named then
+    Local = capi.make_exporter_type("Local", None)
+    with pytest.raises(ValueError, match=r"Local: .*needs a typed entry"):
+        capi.set_extended_getbuffer(Local, capi.MASK_FULL, False)
+
+    class NoBuffer:
+        pass
+
+    with pytest.raises(ValueError, match="NoBuffer: .*the type's own "
+                                         "getbuffer"):
+        capi.set_extended_getbuffer(NoBuffer, capi.MASK_FULL)
+    for cls in (Local, NoBuffer):
+        assert ATTR not in vars(cls) and ENTRY not in vars(cls)
+
+
+def test_declaration_without_entry_honours_no_extended_flag(capi):
+    # ExporterNoEntry declares what ExporterFull does, with no typed entry:
+    # PyBUF_DEVICE is not honoured, so it never reaches the exporter
+    full, bare = capi.ExporterFull(), capi.ExporterNoEntry()
+    assert capi.supported_flags(full) == capi.MASK_FULL
+    assert capi.supported_flags(bare) == capi.MASK_FULL & ~EXTENDED
+    assert capi.check_supports(full, capi.PyBUF_DEVICE) == 1
+    assert capi.check_supports(bare, capi.PyBUF_DEVICE) == 0
+    assert capi.get_buffer(full, capi.PyBUF_DEVICE)["flags"] == \
+        capi.PyBUF_DEVICE                       # answered explicitly
+    assert capi.get_buffer(bare, capi.PyBUF_DEVICE)["flags"] == 0
+    assert full.exports == bare.exports == 0
 
 
 def test_memoryview_of_host_exporter(capi):
@@ -140,16 +183,6 @@ def test_bad_constructor_arguments(capi):
         capi.ExporterFull(liar="fib")
     with pytest.raises(TypeError):
         capi.ExporterFull(device=3)
-
-
-@pytest.mark.parametrize("flags_name, expected", [
-    ("PyBUF_DEVICE", True), ("PyBUF_SIMPLE", None), ("PyBUF_FULL_RO", None),
-    ("PyBUF_READ", None)])
-def test_extended_is_only_given_for_device_requests(capi, flags_name,
-                                                    expected):
-    assert capi.extended_for(getattr(capi, flags_name)) is expected
-    assert capi.extended_for(getattr(capi, flags_name)
-                             | capi.PyBUF_DEVICE) is True
 
 
 def test_set_device_with_device_request(capi):

@@ -110,6 +110,18 @@ def test_undeclared_device_support_is_a_violation(c99: ModuleType) -> None:
                for f in levels(report, "violation"))
 
 
+def test_device_declared_without_a_typed_entry_is_a_warning(
+        c99: ModuleType) -> None:
+    # ExporterNoEntry declares PyBUF_DEVICE with BufferExt_SetSupportedFlags
+    report = check(c99.ExporterNoEntry(4))
+    assert report.protocols["typed_entry"] is False
+    assert any("publishes no typed entry" in f.message
+               for f in levels(report, "warning"))
+    full = check(c99.ExporterFull(4))
+    assert full.protocols["typed_entry"] is True
+    assert not any(f.subject == "typed entry" for f in full.findings)
+
+
 def test_load_target_calls_factories_and_rejects_bad_specs(tmp_path,
                                                            monkeypatch) -> None:
     (tmp_path / "factories.py").write_text(
@@ -237,7 +249,7 @@ def test_report_of_cpubuffer() -> None:
         "arrow_c_device_array": True, "arrow_c_array": True, "dlpack": True,
         "dlpack_device": (1, 0), "dlpack_c_exchange_api": True,
         "cuda_array_interface": None, "ve_array_interface": None,
-        "array_interface": 3}
+        "array_interface": 3, "typed_entry": True}
     # 28 requests; the 4 that ask F_CONTIGUOUS of a 2x2 C-ordered block
     # are refused
     assert findings(report) == [
@@ -253,7 +265,7 @@ def test_report_of_a_legacy_exporter() -> None:
     report = check(b"ab")
     assert report.protocols == {"buffer": True,
                                 "declared_supported_flags": None,
-                                **NO_PROTOCOLS}
+                                "typed_entry": False, **NO_PROTOCOLS}
     # bytes is read-only: the 14 WRITABLE requests are refused
     assert findings(report) == [
         ("info", "extended request",
@@ -472,7 +484,7 @@ def test_non_exporter_report_word_for_word() -> None:
         "buffer", "declared_supported_flags", "arrow_c_device_array",
         "arrow_c_array", "dlpack", "dlpack_device",
         "dlpack_c_exchange_api", "cuda_array_interface",
-        "ve_array_interface", "array_interface"}
+        "ve_array_interface", "array_interface", "typed_entry"}
     assert report.protocols["buffer"] is False
 
 
@@ -596,20 +608,20 @@ def test_cli_reports_an_exporter_raising_in_getbuffer(tmp_path) -> None:
             "RuntimeError: boom") in proc.stdout
 
 
-def test_a_declared_device_answered_as_a_legacy_exporter_is_warned() -> None:
+def test_a_declared_device_without_an_entry_is_warned() -> None:
     """A naive exporter (pybind11's def_buffer, here bytearray's) whose type
-    declares DEVICE by hand answers an extended request without the flag:
-    conformant, but the report says so (it was called conformant silently)."""
+    declares DEVICE by hand has no typed entry, so no extended request
+    reaches it: conformant, but the report says so (it was called
+    conformant silently)."""
     class Naive(bytearray):
         __buffer_supported_flags__ = int(F.LEGACY | F.DEVICE)
 
     report = check(Naive(8))
     assert report.conformant
     warned = levels(report, "warning")
-    assert [f.subject for f in warned] == ["extended request"], report.findings
-    assert "declares DEVICE, but it answered FULL_RO|DEVICE as a legacy " \
-           "exporter" in warned[0].message
-    assert "[warning] extended request: its type declares DEVICE" in \
+    assert [f.subject for f in warned] == ["typed entry"], report.findings
+    assert "declares DEVICE but publishes no typed entry" in warned[0].message
+    assert "[warning] typed entry: its type declares DEVICE" in \
         format_report(report)
     # declared without DEVICE, the same answer is only a note
     assert not levels(check(bytearray(8)), "warning")

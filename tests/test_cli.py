@@ -55,7 +55,7 @@ def test_info_json(args):
     info = json.loads(proc.stdout)
     assert info["version"] == bufferext.__version__
     assert info["include"] == bufferext.get_include()
-    assert info["abi_version"] == 3
+    assert info["abi_version"] == 4
     from bufferext._bufferext import NATIVE
     assert info["mode"] == ("native" if NATIVE else "backport")
     assert info["flags"]["DEVICE"] == 0x10000

@@ -68,8 +68,9 @@ capi = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(capi)
 LEGACY = capi.BUFFEREXT_LEGACY_FLAGS
 DEVICE = capi.PyBUF_DEVICE
+READ_ONLY = LEGACY & ~capi.PyBUF_WRITABLE
 classes = [type("D%d" % i, (bytearray,),
-                {{"__buffer_supported_flags__": (LEGACY | DEVICE) if i % 2 else -1}})
+                {{"__buffer_supported_flags__": READ_ONLY if i % 2 else -1}})
            for i in range(80)]            # more than the table's 64 entries
 objects = [c(b"ab") for c in classes]
 for round_ in range({rounds}):
@@ -78,9 +79,10 @@ for round_ in range({rounds}):
         assert capi.check_supports(obj, capi.PyBUF_ND) == 1
         assert capi.check_supports(obj, DEVICE) == 0
     for i, obj in enumerate(objects):
-        expected = (LEGACY | DEVICE) if i % 2 else 0
+        expected = READ_ONLY if i % 2 else 0
         assert capi.supported_flags(obj) == expected, (i, expected)
-        assert capi.check_supports(obj, DEVICE) == (1 if i % 2 else 0)
+        assert capi.check_supports(obj, capi.PyBUF_ND) == (1 if i % 2 else 0)
+        assert capi.check_supports(obj, capi.PyBUF_WRITABLE) == 0
     if round_ % 7 == 0:                   # new version tags, new entries
         for c in classes[::5]:
             c.__buffer_supported_flags__ = c.__buffer_supported_flags__

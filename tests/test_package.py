@@ -53,7 +53,7 @@ def test_version():
     major, minor, micro = (int(x) for x in bufferext.__version__.split("."))
     assert bufferext._bufferext.VERSION_HEX == (
         major << 24 | minor << 16 | micro << 8)
-    assert bufferext._bufferext.ABI_VERSION == 3
+    assert bufferext._bufferext.ABI_VERSION == 4
 
 
 def test_get_include_holds_the_headers():

@@ -13,28 +13,30 @@
  *                 type attribute __buffer_supported_flags__ (an int) and is
  *                 cached per type and per translation unit, keyed on the
  *                 type's version tag, so a lookup costs a few loads.
- *   the mark      a consumer that passes PyBUF_DEVICE records the view it
- *                 hands over in the calling thread's slot (see
- *                 BufferExt_Extended), so an exporter tells an extended view
- *                 from a bare Py_buffer whatever path the request took,
- *                 without reading memory the path may not have initialised.
- *   PEP 688       on 3.12+, which request paths can carry an extended view:
- *                 BufferExt_SetSupportedFlags guards a type's __buffer__,
- *                 and the cache also records which getbuffer a device
- *                 request may call (docs/capi.rst, "The PEP 688 rule").
+ *   the entry     an exporter that fills the extension publishes a typed
+ *                 entry, a function taking a Py_buffer_extended *, beside
+ *                 its declaration (the type attribute __buffer_extended__),
+ *                 and BufferExt_GetBuffer calls it for an extended request,
+ *                 found through the same per-type cache: the C type of the
+ *                 call proves the struct is extended, so nothing is marked
+ *                 or looked up per request, and a plain getbuffer never
+ *                 writes past a Py_buffer whatever flags reach it (CPython's
+ *                 __buffer__ wrapper of PEP 688, memoryview._from_flags,
+ *                 PickleBuffer, forwarders).
  *   limited API   with Py_LIMITED_API >= 0x030B0000 the same API through
  *                 the stable ABI only (internal/limited.h instead of the
- *                 accelerator; PEP 688 decided at run time from Py_Version;
- *                 docs/capi.rst, "Limited API").  Below 3.11: #error.
+ *                 accelerator; docs/capi.rst, "Limited API").  Below 3.11:
+ *                 #error.
  *   native mode   a CPython that implements the draft itself (the patched
  *                 interpreter of cpython/; BUFFEREXT_NATIVE, below): the
  *                 declaration is the slot bf_supported_flags, the functions
- *                 here call CPython's, and the accelerator, its cache and
- *                 the PEP 688 guard are not compiled (internal/native.h).
+ *                 here call CPython's (PyObject_GetBufferEx and the typed
+ *                 slot bf_getbuffer_ex), and the accelerator and its cache
+ *                 are not compiled (internal/native.h).
  *
  * Every function here is static inline: an extension that includes this
  * header needs nothing from the bufferext package at run time, and two
- * extensions built separately interoperate through the type attribute.
+ * extensions built separately interoperate through the type attributes.
  * The normative text is docs/capi.rst.
  */
 #ifndef BUFFEREXT_CORE_H
@@ -44,6 +46,7 @@
 #endif
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Limited API (stable ABI, abi3): supported from 3.11, the first release
@@ -64,12 +67,12 @@ extern "C" {
  * headers define the type slot Py_bf_supported_flags and
  * PyBUF_EXTENDED_FLAGS, which no released CPython does (a version test
  * cannot tell: the patched 3.13 of cpython/ still says 3.13).  There the
- * header maps onto CPython: BufferExt_SetSupportedFlags writes the slot,
- * BufferExt_GetBuffer/BufferExt_Release call PyObject_GetBuffer and
- * PyBuffer_Release, which refuse undeclared required flags and check the
- * extension themselves, and an exporter trusts PyBUF_DEVICE (CPython's
- * __buffer__, memoryview._from_flags and Python __buffer__ paths never pass
- * it into a bare Py_buffer).  With Py_LIMITED_API the slot is visible only
+ * header maps onto CPython: BufferExt_SetSupportedFlags and
+ * BufferExt_SetExtendedGetBuffer write the slots bf_supported_flags and
+ * bf_getbuffer_ex, BufferExt_GetBuffer/BufferExt_Release call
+ * PyObject_GetBufferEx and PyBuffer_Release, which refuse undeclared
+ * required flags, call the typed entry and check the extension themselves.
+ * With Py_LIMITED_API the slot is visible only
  * to a limited version that has it, so an abi3 build for older releases
  * stays in backport mode, as it must to load there.  Define
  * BUFFEREXT_FORCE_BACKPORT to build backport mode on such a CPython (the
@@ -107,25 +110,6 @@ static inline PyObject *BufferExtCompat_TypeGetDict(PyTypeObject *type)
 #else
 #  define BufferExtCompat_TypeGetDict PyType_GetDict
 #endif
-
-/* PEP 688 (CPython 3.12) gave every buffer type a __buffer__ method, which
- * calls the type's getbuffer with a bare Py_buffer and whatever flags its
- * caller chose, and made a Python class with __buffer__ an exporter.  Where
- * it exists, the header keeps PyBUF_DEVICE off both paths (see
- * BufferExt_SetSupportedFlags and BufferExt_GetBuffer). */
-#if (PY_VERSION_HEX >= 0x030C0000 || defined(Py_LIMITED_API)) && \
-    !defined(BUFFEREXT_NATIVE)
-#  define BUFFEREXT_INTERNAL_PEP688 1   /* limited API: decided at run time */
-#endif
-
-/* The docstring that marks the PEP 688 guard of __buffer__ (see
- * BufferExt_SetSupportedFlags): shared by every extension that includes
- * this header, so it never changes. */
-#define BUFFEREXT_INTERNAL_GUARD_DOC                                         \
-    "__buffer__($wrapper, self, flags, /)\n--\n\n"                          \
-    "Return a memoryview of the buffer.  A request that includes\n"         \
-    "PyBUF_DEVICE raises BufferError: a memoryview carries CPU memory\n"    \
-    "only (bufferext guard, see bufferext.h)."
 
 /* The name of `type` for messages: tp_name, or with the limited API (no
  * tp_name) "module.qualname" written into `buf` ("qualname" for builtins). */
@@ -194,8 +178,11 @@ BufferExtInternal_TypeName(PyTypeObject *type, char *buf, size_t size)
  * value of 0, or no declaration at all, means. */
 #define BUFFEREXT_LEGACY_FLAGS (PyBUF_REQUIRED_FLAGS | PyBUF_INDIRECT)
 
-/* Extended request flags defined so far. */
-#define BUFFEREXT_EXTENDED_FLAGS PyBUF_DEVICE
+/* The extended request flags: the family of bits 16 to 30 that the draft
+ * reserves for them, PyBUF_DEVICE the first (docs/flag-value.rst).  An
+ * exporter receives one only through its typed entry, and only the ones its
+ * type declares. */
+#define BUFFEREXT_EXTENDED_FLAGS 0x7FFF0000
 
 /* Declared values with a meaning of their own (any other value >= 0 is a
  * mask of the request flags the exporter honours). */
@@ -229,223 +216,83 @@ typedef struct Py_buffer_extended {
 } Py_buffer_extended;
 #endif
 
-/* The mark of an extended view.  A request flag is no proof of the struct
- * behind it: PyBUF_DEVICE reaches a getbuffer with a bare Py_buffer
- * through any path that forwards its caller's flags (CPython's __buffer__
- * wrapper, pickle.PickleBuffer, memoryview._from_flags, an exporter that
- * forwards to another, a consumer that ignores this header).  Nor is
- * anything in the view: on those paths CPython hands over fresh memory
- * that no one initialised, whose old contents Python code can arrange.
- * So the proof travels beside the view, on the calling thread: every
- * consumer that passes PyBUF_DEVICE records the address of its view in
- * the thread's slot before it calls the exporter and puts back what was
- * there after (requests nest), and an exporter writes the extension only
- * when its `view` is the one recorded (BufferExt_Extended).  The slot is a
- * capsule named BUFFEREXT_MARK_CAPSULE in the thread state's dict, under
- * the key &PyCapsule_Type (an object every build of every extension
- * shares, in every interpreter), the view in its context; made on a
- * thread's first extended request, so no request allocates.  Part of the
- * ABI (BUFFEREXT_ABI_VERSION 3). */
-#define BUFFEREXT_MARK_CAPSULE "bufferext.extended_view"
+/* ---- the typed entry ---------------------------------------------------- */
 
-/* The calling thread's slot (borrowed), made if there is none, or NULL
- * with an exception (the key taken by something else, no memory).  Runs
- * no Python code but a first allocation's. */
-static inline PyObject *BufferExtInternal_MarkSlot(void)
-{
-    PyObject *dict = PyThreadState_GetDict();
-    PyObject *key = (PyObject *)&PyCapsule_Type, *slot;
+/* A request flag is no proof of the struct behind a view: PyBUF_DEVICE
+ * reaches a getbuffer with a bare Py_buffer through any path that forwards
+ * its caller's flags (CPython's __buffer__ wrapper, pickle.PickleBuffer,
+ * memoryview._from_flags, an exporter that forwards to another, a consumer
+ * that ignores this header), and nothing in the view is either (on those
+ * paths it is memory no one initialised).  The C type of the call is the
+ * proof: an exporter that fills the extension publishes a typed entry,
+ * which receives a Py_buffer_extended *, and which only BufferExt_GetBuffer
+ * calls, always with a real one.  Its plain getbuffer (bf_getbuffer) never
+ * writes the extension, whatever flags it is handed: CPU memory is served
+ * as for a plain request, device memory refused.
+ *
+ * The exporter writes one function, `impl(obj, view, flags, ext)`, where
+ * `ext` is NULL for a plain request and otherwise the extended struct whose
+ * `view` is `view`; BUFFEREXT_DEFINE_GETBUFFER derives the plain getbuffer
+ * and the entry from it, and BufferExt_SetExtendedGetBuffer publishes the
+ * entry with the type's declaration, paired with the type's getbuffer. */
+typedef int (*BufferExt_GetBufferExProc)(PyObject *obj,
+                                         Py_buffer_extended *view,
+                                         int flags);
 
-    if (dict == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "bufferext: the thread has no state dict");
-        }
-        return NULL;
-    }
-    slot = PyDict_GetItemWithError(dict, key);
-    if (slot != NULL) {
-        if (PyCapsule_IsValid(slot, BUFFEREXT_MARK_CAPSULE)) {
-            return slot;
-        }
-        PyErr_SetString(PyExc_RuntimeError,
-                        "bufferext: the thread state's dict holds something "
-                        "else under the extended-view key");
-        return NULL;
-    }
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    /* the pointer is a token (a capsule's may not be NULL); the view is
-     * the context */
-    slot = PyCapsule_New((void *)key, BUFFEREXT_MARK_CAPSULE, NULL);
-    if (slot == NULL || PyDict_SetItem(dict, key, slot) < 0) {
-        Py_XDECREF(slot);
-        return NULL;
-    }
-    Py_DECREF(slot);            /* the dict holds it */
-    return slot;
-}
+/* What a type publishes: the typed entry and the plain getbuffer it extends
+ * (its pair: the entry is trusted only for types whose getbuffer is that
+ * one).  Part of the ABI (BUFFEREXT_ABI_VERSION). */
+typedef struct BufferExt_GetBufferEntry {
+    int version;                /* BUFFEREXT_ABI_VERSION of the publisher */
+    int (*getbuffer)(PyObject *, Py_buffer *, int);    /* bf_getbuffer */
+    BufferExt_GetBufferExProc getbuffer_ex;            /* the entry */
+} BufferExt_GetBufferEntry;
 
-/* The calling thread's slot if something is stored under its key (borrowed;
- * the caller checks what it is), or NULL; never an exception, and nothing
- * made or allocated: outside the limited API the thread state's dict is
- * read as it is (PyThreadState_GetDict would make one; no dict, no slot).
- * Mirrors: PyThreadState.dict (Include/cpython/pystate.h, 3.9-3.15; check
- * again at 3.16).  The lookup compares the key with a stored one of the
- * same hash; only C code stores keys in that dict. */
-static inline PyObject *BufferExtInternal_ExistingSlot(void)
-{
-#ifdef Py_LIMITED_API
-    PyObject *dict = PyThreadState_GetDict(), *slot;
-#else
-    PyObject *dict = PyThreadState_Get()->dict, *slot;
-#endif
+/* The type attribute that carries the entry: a capsule of this name whose
+ * pointer is a BufferExt_GetBufferEntry (owned by the capsule) and whose
+ * context is the type that published it (the owner). */
+#define BUFFEREXT_ENTRY_ATTR "__buffer_extended__"
+#define BUFFEREXT_ENTRY_CAPSULE "bufferext.getbuffer_entry"
 
-    if (dict == NULL) {
-        return NULL;
-    }
-    slot = PyDict_GetItemWithError(dict, (PyObject *)&PyCapsule_Type);
-    if (slot == NULL && PyErr_Occurred()) {
-        PyErr_Clear();          /* a lookup of a type key cannot fail */
-    }
-    return slot;
-}
-
-/* Whether the running interpreter implements the draft itself (the
- * patched CPython 3.13 of cpython/), asked once per process, for code
- * built in backport mode: there the flag is the proof, as in native mode,
- * since CPython passes no extended flag into a bare Py_buffer of its own;
- * exporters trust it and consumers do not mark.  Asked of 3.13 alone (the
- * patch's vehicle; a later CPython may give slot 84 another meaning):
- * PyType_GetSlot answers Py_bf_supported_flags (84) there, and raises
- * SystemError on a stock 3.13.  Never with an exception pending. */
-static inline int BufferExtInternal_NativeRuntime(void)
-{
-#if defined(Py_LIMITED_API) || \
-    (PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030E0000)
-    static int answer;          /* 0 not asked, 1 native, 2 not */
-#  if defined(__GNUC__) || defined(__clang__)
-    int known = __atomic_load_n(&answer, __ATOMIC_RELAXED);
-#  else
-    int known = answer;
-#  endif
-    if (known == 0) {
-        if (PyErr_Occurred()) {
-            return 0;           /* asked again next time */
-        }
-        known = 1;
-#  ifdef Py_LIMITED_API
-        if ((Py_Version >> 16) != 0x030D) {
-            known = 2;          /* an abi3 build, on another CPython */
-        }
-        else
-#  endif
-        if (PyType_GetSlot(&PyBytes_Type, 84) == NULL && PyErr_Occurred()) {
-            PyErr_Clear();
-            known = 2;
-        }
-#  if defined(__GNUC__) || defined(__clang__)
-        __atomic_store_n(&answer, known, __ATOMIC_RELAXED);
-#  else
-        answer = known;
-#  endif
-    }
-    return known == 1;
-#else
-    return 0;
-#endif
-}
-
-/* A consumer's mark: the slot (a strong reference while marked, NULL for a
- * request without PyBUF_DEVICE) and what it held before. */
-typedef struct {
-    PyObject *slot;
-    void *previous;
-} BufferExtInternal_Marking;
-
-/* Record `view` in the thread's `slot`, keeping what it held in `m`. */
-static inline void BufferExtInternal_Record(BufferExtInternal_Marking *m,
-                                            PyObject *slot,
-                                            Py_buffer_extended *view)
-{
-    m->slot = Py_NewRef(slot);
-    m->previous = PyCapsule_GetContext(slot);
-    PyCapsule_SetContext(slot, &view->view);
-}
-
-/* Consumer side: mark `view` for a request of `flags`, before calling the
- * exporter.  0, or -1 with an exception (no slot could be made). */
-static inline int BufferExtInternal_SetMark(BufferExtInternal_Marking *m,
-                                            Py_buffer_extended *view,
-                                            int flags)
-{
-    PyObject *slot;
-
-    m->slot = NULL;
-    if (!(flags & PyBUF_DEVICE) || BufferExtInternal_NativeRuntime()) {
-        return 0;               /* nothing to prove, or the flag proves it */
-    }
-    slot = BufferExtInternal_MarkSlot();
-    if (slot == NULL) {
-        return -1;
-    }
-    BufferExtInternal_Record(m, slot, view);
-    return 0;
-}
-
-/* The same where the thread's slot exists already (a lookup, which makes
- * nothing): 1, or 0 with nothing marked and no exception when it does not.
- * For the header's inline path. */
-static inline int BufferExtInternal_SetMarkInSlot(BufferExtInternal_Marking *m,
-                                                  Py_buffer_extended *view)
-{
-    PyObject *slot = BufferExtInternal_ExistingSlot();
-
-    if (slot == NULL || !PyCapsule_IsValid(slot, BUFFEREXT_MARK_CAPSULE)) {
-        return 0;
-    }
-    BufferExtInternal_Record(m, slot, view);
-    return 1;
-}
-
-/* Consumer side, after the call: the slot holds what it held before. */
-static inline void BufferExtInternal_ClearMark(BufferExtInternal_Marking *m)
-{
-    if (m->slot != NULL) {
-        PyCapsule_SetContext(m->slot, m->previous);
-        Py_DECREF(m->slot);
-        m->slot = NULL;
-    }
-}
-
-/* Exporter side: whether `view` is the view a consumer marked on this
- * thread.  Reads nothing of the view, makes nothing.  A capsule under the
- * key whose context is this very view is the slot (no name check
- * needed). */
-static inline int BufferExtInternal_Marked(const Py_buffer *view)
-{
-    PyObject *slot = BufferExtInternal_ExistingSlot();
-
-    return slot != NULL && Py_IS_TYPE(slot, &PyCapsule_Type) &&
-           PyCapsule_GetContext(slot) == (const void *)view;
-}
+/* BUFFEREXT_DEFINE_GETBUFFER(NAME, IMPL): from the exporter's one function
+ *     static int IMPL(PyObject *obj, Py_buffer *view, int flags,
+ *                     Py_buffer_extended *ext);
+ * define NAME, the plain getbuffer (for Py_bf_getbuffer / tp_as_buffer;
+ * IMPL gets ext == NULL), and NAME##_ex, the typed entry (IMPL gets the
+ * consumer's extended struct), which BufferExt_SetExtendedGetBuffer
+ * publishes.  Use it at file scope.  Bindings whose framework writes the
+ * plain getbuffer (Cython's __getbuffer__, pybind11, nanobind) write the
+ * two wrappers of their one function by hand (docs/capi.rst). */
+#define BUFFEREXT_DEFINE_GETBUFFER(NAME, IMPL)                              \
+    static int NAME(PyObject *obj, Py_buffer *view, int flags)               \
+    {                                                                        \
+        return IMPL(obj, view, flags, NULL);                                 \
+    }                                                                        \
+    static int NAME##_ex(PyObject *obj, Py_buffer_extended *view, int flags) \
+    {                                                                        \
+        return IMPL(obj, &view->view, flags, view);                          \
+    }                                                                        \
+    /* a declaration, so that the `;` after the macro ends it */             \
+    static int NAME##_ex(PyObject *obj, Py_buffer_extended *view, int flags)
 
 /* The ABI between extensions built separately, against any release of this
- * header.  BUFFEREXT_ABI_VERSION names the layout of Py_buffer_extended and
- * the meaning of its fields; it changes (a major, incompatible change) only
- * if either ever does, never for a new extended flag (a bit in
- * BUFFEREXT_EXTENDED_FLAGS) or a new device name.  Version 2 added the mark
- * of an extended view, in view->internal; version 3 moved it beside the
- * view, into the thread's slot (above): an exporter of one version trusts
- * no PyBUF_DEVICE request from a consumer of another.  Beside it,
- * extensions share: the type attribute __buffer_supported_flags__ (its
- * values as above), the docstring that marks the PEP 688 guard of
- * __buffer__ (internal/accel.h), and the device-info layouts, versioned on their own
- * (cuda.h, ve.h: a major number for incompatible changes, a minor one for
- * fields added in the reserved space).  Nothing else (the cache, internal
- * names) crosses an extension's boundary. */
-#define BUFFEREXT_ABI_VERSION 3
+ * header.  BUFFEREXT_ABI_VERSION names the layout of Py_buffer_extended,
+ * the meaning of its fields and how an extended request reaches an
+ * exporter; it changes (a major, incompatible change) only if one of them
+ * ever does, never for a new extended flag (a bit of
+ * BUFFEREXT_EXTENDED_FLAGS) or a new device name.  Version 2 marked an
+ * extended view in view->internal, version 3 in the calling thread's state;
+ * version 4 calls the exporter's typed entry (above) and marks nothing.
+ * Versions fail safe against each other: an exporter of one trusts no
+ * extended request of a consumer of another, which gets CPU memory as for
+ * a plain request and a BufferError for device memory (docs/capi.rst, "ABI
+ * versions").  Beside it, extensions share: the type attributes
+ * __buffer_supported_flags__ (its values as above) and __buffer_extended__
+ * (the entry), and the device-info layouts, versioned on their own (cuda.h,
+ * ve.h: a major number for incompatible changes, a minor one for fields
+ * added in the reserved space).  Nothing else (the cache, internal names)
+ * crosses an extension's boundary. */
+#define BUFFEREXT_ABI_VERSION 4
 
 /* Declares the error paths of the inline functions below: kept out of line
  * (where the compiler allows saying so) so that the hot path a consumer
@@ -468,8 +315,8 @@ static inline int BufferExtInternal_Marked(const Py_buffer *view)
 
 /* ---- the accelerator --------------------------------------------------- */
 
-/* The declaration lookup, its per-type cache and the PEP 688 routing read
- * CPython internals; they live apart, in bufferext/internal/accel.h, with
+/* The lookup of the declaration and the typed entry and their per-type
+ * cache read CPython internals; they live apart, in bufferext/internal/accel.h, with
  * the CPython versions and fields they depend on.  With Py_LIMITED_API the
  * accelerator is off: bufferext/internal/limited.h gives the same
  * interface through the stable ABI. */
@@ -513,7 +360,7 @@ static inline int PyObject_CheckBufferSupports(PyObject *obj, int flags)
     if (flags == 0) {
         return 1;
     }
-    mask = BufferExtAccel_Info(Py_TYPE(obj)).mask;
+    mask = BufferExtAccel_Mask(Py_TYPE(obj));
     return (flags & ~mask) == 0;
 }
 #endif
@@ -559,20 +406,63 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
 #endif
 }
 
-/* BufferExt_SetSupportedFlags: declare the request flags instances of `type`
- * honour (0 = the legacy flags, -1 = PyBUF_SIMPLE only, else a mask that
- * includes PyBUF_DEVICE if the type answers device requests).  Call it once
- * after the type is created (PyType_FromSpec / PyType_Ready).  Works for
- * static, heap and immutable types.  On CPython 3.12+ it also guards the
- * type's __buffer__ method (PEP 688), which hands the getbuffer function a
- * bare Py_buffer: through it a PyBUF_DEVICE request raises BufferError, so
- * a getbuffer that sees PyBUF_DEVICE may trust that its view is extended.
- * Every type whose getbuffer writes the extension must call it.
- * Returns 0, or -1 with an exception. */
-static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
+/* The destructor of an entry's capsule: the entry is the capsule's. */
+static inline void BufferExtInternal_FreeEntry(PyObject *capsule)
+{
+    free(PyCapsule_GetPointer(capsule, BUFFEREXT_ENTRY_CAPSULE));
+}
+
+/* A new capsule of the typed entry `getbuffer_ex` of `type`, paired with
+ * the type's getbuffer, or NULL with an exception. */
+static inline PyObject *
+BufferExtInternal_EntryCapsule(PyTypeObject *type,
+                               BufferExt_GetBufferExProc getbuffer_ex)
 {
     char name[BUFFEREXT_INTERNAL_NAME_SIZE];
-    PyObject *value;
+    BufferExt_GetBufferEntry *entry;
+    PyObject *capsule;
+
+    if (getbuffer_ex == NULL || BufferExtAccel_TypeSlot(type) == NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "%.200s: an extended getbuffer needs %s",
+                     BufferExtInternal_TypeName(type, name, sizeof(name)),
+                     getbuffer_ex == NULL ? "a typed entry (not NULL)"
+                                          : "the type's own getbuffer");
+        return NULL;
+    }
+    /* the C allocator: the capsule may die in another interpreter than the
+     * one that made it (a static type's dict is every interpreter's), and
+     * PyMem_RawMalloc joined the limited API only in 3.13 */
+    entry = (BufferExt_GetBufferEntry *)malloc(sizeof(*entry));
+    if (entry == NULL) {
+        return PyErr_NoMemory();
+    }
+    entry->version = BUFFEREXT_ABI_VERSION;
+    entry->getbuffer = BufferExtAccel_TypeSlot(type);
+    entry->getbuffer_ex = getbuffer_ex;
+    capsule = PyCapsule_New(entry, BUFFEREXT_ENTRY_CAPSULE,
+                            BufferExtInternal_FreeEntry);
+    if (capsule == NULL) {
+        free(entry);
+        return NULL;
+    }
+    if (PyCapsule_SetContext(capsule, type) < 0) {
+        Py_DECREF(capsule);
+        return NULL;
+    }
+    return capsule;
+}
+
+/* Publish the declaration `flags` of `type` and, if `getbuffer_ex` is not
+ * NULL, its typed entry (BufferExt_SetSupportedFlags and
+ * BufferExt_SetExtendedGetBuffer, below).  0, or -1 with an exception. */
+static inline int
+BufferExtInternal_Declare(PyTypeObject *type, int flags,
+                          BufferExt_GetBufferExProc getbuffer_ex,
+                          int with_entry)
+{
+    char name[BUFFEREXT_INTERNAL_NAME_SIZE];
+    PyObject *value, *capsule = NULL;
     int rc;
 #ifndef Py_LIMITED_API
     PyObject *dict;
@@ -586,8 +476,19 @@ static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
                      flags);
         return -1;
     }
+    if (with_entry) {
+        capsule = BufferExtInternal_EntryCapsule(type, getbuffer_ex);
+        if (capsule == NULL) {
+            return -1;
+        }
+    }
+    value = PyLong_FromLong(flags);
+    if (value == NULL) {
+        Py_XDECREF(capsule);
+        return -1;
+    }
 #ifdef Py_LIMITED_API
-    /* No type dict in the limited API: set the attribute, which immutable
+    /* No type dict in the limited API: set the attributes, which immutable
      * types refuse. */
     if (PyType_GetFlags(type) & Py_TPFLAGS_IMMUTABLETYPE) {
         PyErr_Format(PyExc_TypeError,
@@ -595,39 +496,67 @@ static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
                      "as a type attribute, which an immutable type refuses: "
                      "create the type without Py_TPFLAGS_IMMUTABLETYPE",
                      BufferExtInternal_TypeName(type, name, sizeof(name)));
-        return -1;
+        rc = -1;
     }
-    value = PyLong_FromLong(flags);
-    rc = value == NULL ? -1 : PyObject_SetAttrString(
-        (PyObject *)type, BUFFEREXT_SUPPORTED_FLAGS_ATTR, value);
-    Py_XDECREF(value);
-    return rc;
+    else {
+        rc = PyObject_SetAttrString((PyObject *)type,
+                                    BUFFEREXT_SUPPORTED_FLAGS_ATTR, value);
+        if (rc == 0 && capsule != NULL) {
+            rc = PyObject_SetAttrString((PyObject *)type,
+                                        BUFFEREXT_ENTRY_ATTR, capsule);
+        }
+    }
 #else
     dict = BufferExtCompat_TypeGetDict(type);
     if (dict == NULL) {
         PyErr_Format(PyExc_SystemError, "%.200s: type is not ready",
                      BufferExtInternal_TypeName(type, name, sizeof(name)));
-        return -1;
+        rc = -1;
     }
+    else {
 #  ifdef BUFFEREXT_NATIVE
-    /* the slot; the attribute below, which CPython reads into the slot
-     * (PyType_Modified), is for extensions in backport mode beside this */
-    BufferExtNative_SetSlot(type, flags);
+        /* the slots; the attributes below are for extensions built in
+         * backport mode beside this one */
+        BufferExtNative_SetSlots(type, flags, getbuffer_ex);
 #  endif
-    value = PyLong_FromLong(flags);
-    rc = value == NULL ? -1 : PyDict_SetItemString(
-        dict, BUFFEREXT_SUPPORTED_FLAGS_ATTR, value);
-    Py_XDECREF(value);
-#  ifdef BUFFEREXT_INTERNAL_PEP688
-    if (rc == 0 && type->tp_as_buffer != NULL &&
-        type->tp_as_buffer->bf_getbuffer != NULL) {
-        rc = BufferExtAccel_Guard(type, dict);
+        rc = PyDict_SetItemString(dict, BUFFEREXT_SUPPORTED_FLAGS_ATTR,
+                                  value);
+        if (rc == 0 && capsule != NULL) {
+            rc = PyDict_SetItemString(dict, BUFFEREXT_ENTRY_ATTR, capsule);
+        }
+        Py_DECREF(dict);
+        PyType_Modified(type);   /* new version tag: cached values go stale */
     }
-#  endif
-    Py_DECREF(dict);
-    PyType_Modified(type);   /* new version tag: cached values go stale */
-    return rc;
 #endif
+    Py_DECREF(value);
+    Py_XDECREF(capsule);
+    return rc;
+}
+
+/* BufferExt_SetSupportedFlags: declare the request flags instances of `type`
+ * honour (0 = the legacy flags, -1 = PyBUF_SIMPLE only, else a mask).  For
+ * a type whose getbuffer writes no extension; an extended flag (such as
+ * PyBUF_DEVICE) is honoured only where a typed entry serves it
+ * (BufferExt_SetExtendedGetBuffer, here or in a base class).  Call it once
+ * after the type is created (PyType_FromSpec / PyType_Ready).  Works for
+ * static, heap and immutable types.  Returns 0, or -1 with an exception. */
+static inline int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags)
+{
+    return BufferExtInternal_Declare(type, flags, NULL, 0);
+}
+
+/* BufferExt_SetExtendedGetBuffer: declare `flags` (as above; include
+ * PyBUF_DEVICE to answer device requests) and publish `getbuffer_ex`, the
+ * type's typed entry (NAME##_ex of BUFFEREXT_DEFINE_GETBUFFER), paired with
+ * the type's getbuffer as it is now: the entry serves instances of `type`
+ * and of subclasses that keep that getbuffer.  Call it once after the type
+ * is created.  Returns 0, or -1 with an exception (ValueError for a NULL
+ * entry or a type without a getbuffer). */
+static inline int
+BufferExt_SetExtendedGetBuffer(PyTypeObject *type, int flags,
+                               BufferExt_GetBufferExProc getbuffer_ex)
+{
+    return BufferExtInternal_Declare(type, flags, getbuffer_ex, 1);
 }
 
 /* Append the names of the request bits in `flags` to `out` ("FORMAT|ND"). */
@@ -760,9 +689,9 @@ BufferExtInternal_RejectUnclean(PyObject *obj, Py_buffer_extended *view,
 }
 
 /* The end of every BufferExt_GetBuffer, once the exporter returned `rc`
- * for a request of `flags` made through `view` (its mark cleared): on
- * failure the extension cleared (an exporter may have written it before
- * failing), on success checked.  0 or -1, as the request. */
+ * for a request of `flags` made through `view`: on failure the extension
+ * cleared (an exporter may have written it before failing), on success
+ * checked.  0 or -1, as the request. */
 BUFFEREXT_INTERNAL_HOT int
 BufferExtInternal_Answered(PyObject *obj, Py_buffer_extended *view,
                            int flags, int rc)
@@ -778,25 +707,53 @@ BufferExtInternal_Answered(PyObject *obj, Py_buffer_extended *view,
 }
 
 #ifdef BUFFEREXT_NATIVE
-/* BufferExt_GetBuffer (below), native mode: CPython zeroes the extension of
- * an extended request, refuses undeclared required flags and checks what
- * the exporter wrote; what it cannot see (the extension written for a
- * request without an extended flag, whose struct may be a bare Py_buffer)
- * is checked here.  No mark: on this interpreter an exporter built in
- * backport mode takes the flag for the proof too
- * (BufferExtInternal_NativeRuntime). */
+/* BufferExt_GetBuffer (below), native mode: CPython's typed entry point,
+ * which zeroes the extension, refuses undeclared required flags, calls the
+ * type's bf_getbuffer_ex for a declared extended flag and checks what the
+ * exporter wrote. */
 BUFFEREXT_INTERNAL_HOT int
 BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 {
-    if (!(flags & BUFFEREXT_EXTENDED_FLAGS)) {
-        /* CPython zeroes the extension of an extended request only */
-        BufferExtInternal_ClearExtension(view);
-    }
-    return BufferExtInternal_Answered(obj, view, flags,
-                                      PyObject_GetBuffer(obj, &view->view,
-                                                         flags));
+    return PyObject_GetBufferEx(obj, view, flags);
 }
 #else
+/* BufferError: the type of `obj` changed (its __class__ was assigned) while
+ * BufferExt_GetBuffer read what it knows of the type, which ran Python code
+ * (a dict key's __eq__, a finalizer): the entry read belongs to the old
+ * type, the object may no longer be its instance.  -1. */
+BUFFEREXT_INTERNAL_COLD int
+BufferExtInternal_RaiseRetyped(PyObject *obj)
+{
+    char name[BUFFEREXT_INTERNAL_NAME_SIZE];
+
+    PyErr_Format(PyExc_BufferError,
+                 "%.200s: the exporter's type changed (its __class__ was "
+                 "assigned) during the buffer request",
+                 BufferExtInternal_TypeName(Py_TYPE(obj), name, sizeof(name)));
+    return -1;
+}
+
+/* Call the plain getbuffer of `obj` for `flags`: the caller's request
+ * `asked` less the extended flags the type does not honour (`slot`: the
+ * type's getbuffer as read, or NULL).  CPython 3.13+ refuses the bare
+ * values PyBUF_READ and PyBUF_WRITE as a caller's mistake; a request that
+ * only became one of them by losing an extended flag (0x10100 leaves
+ * PyBUF_INDIRECT's own bit) is no such mistake, so it goes to the getbuffer
+ * directly, as CPython does where it implements the draft. */
+static inline int
+BufferExtInternal_CallPlain(PyObject *obj, Py_buffer *view, int flags,
+                            int asked, BufferExtAccel_GetBufferProc slot)
+{
+    if (flags != asked && (flags == PyBUF_READ || flags == PyBUF_WRITE)) {
+        BufferExtAccel_GetBufferProc direct =
+            BufferExtAccel_TypeSlot(Py_TYPE(obj));
+        if (direct != NULL) {
+            return direct(obj, view, flags);
+        }
+    }
+    return BufferExtAccel_CallSlot(slot, obj, view, flags);
+}
+
 /* The whole of BufferExt_GetBuffer (below).  Where the header inlines the
  * common case (BUFFEREXT_ACCEL_FAST_GETBUFFER), this is the out-of-line
  * rest: a request that case does not cover starts over here. */
@@ -808,112 +765,80 @@ static inline int
 BufferExtInternal_GetBuffer(PyObject *obj, Py_buffer_extended *view,
                             int flags)
 {
-    int required = flags & PyBUF_REQUIRED_FLAGS, rc;
-    BufferExtAccel_GetBufferProc slot, direct = NULL;
-    BufferExtInternal_Marking mark;
+    int required = flags & PyBUF_REQUIRED_FLAGS, asked = flags;
 
     BufferExtInternal_ClearExtension(view);
-    /* first, before anything of obj or its type is read: a thread's first
-     * extended request makes its slot, an allocation, which may run the
-     * garbage collector's finalizers */
-    if (BufferExtInternal_SetMark(&mark, view, flags) < 0) {
-        return -1;
-    }
-    /* the exporter's getbuffer, read once (NULL: not known here), and the
-     * one to call instead of PyObject_GetBuffer (NULL: none) */
-    slot = BufferExtAccel_BufferSlot(obj);
-    if ((required || (flags & PyBUF_DEVICE)) &&
-        BufferExtAccel_Exports(obj, slot)) {
-        BufferExtAccel_TypeInfo info = BufferExtAccel_Info(Py_TYPE(obj));
+    if ((required || (flags & BUFFEREXT_EXTENDED_FLAGS)) &&
+        BufferExtAccel_CheckBuffer(obj)) {
+        PyTypeObject *type = Py_TYPE(obj);
+        /* on a miss, the lookup may run Python code */
+        BufferExtAccel_TypeInfo info = BufferExtAccel_Info(type);
         int unsupported = required & ~info.mask;
+
+        if (Py_TYPE(obj) != type) {
+            return BufferExtInternal_RaiseRetyped(obj);
+        }
         if (unsupported) {
-            BufferExtInternal_ClearMark(&mark);
             return BufferExtInternal_RaiseUnsupported(obj, unsupported,
                                                       info.declared);
         }
-        /* An extended flag goes only to a getbuffer whose type declares
-         * it (an exporter that never heard of it may forward its flags
-         * into a Py_buffer of its own), as PyObject_GetBuffer does where
-         * CPython implements the draft; the mask is without PyBUF_DEVICE
-         * where a device request cannot reach the getbuffer with this
-         * view (a Python __buffer__). */
-        if ((flags & PyBUF_DEVICE) && !(info.mask & PyBUF_DEVICE)) {
-            flags &= ~PyBUF_DEVICE;
-            /* what is left may equal PyBUF_READ or PyBUF_WRITE (0x10100
-             * leaves PyBUF_INDIRECT's own bit), which CPython 3.13+ takes
-             * for a bad argument: it goes to the getbuffer itself, as
-             * where CPython implements the draft */
-            if (flags == PyBUF_READ || flags == PyBUF_WRITE) {
-                direct = BufferExtAccel_Slot(obj, &info, slot);
-            }
+        /* An extended flag goes only to a typed entry whose type declares
+         * it; anything else gets the request without it, as every exporter
+         * on a released CPython ignores it. */
+        flags &= ~(BUFFEREXT_EXTENDED_FLAGS & ~info.mask);
+        if (flags & BUFFEREXT_EXTENDED_FLAGS) {
+            return BufferExtInternal_Answered(obj, view, flags,
+                                              info.entry(obj, view, flags));
         }
-#ifdef BUFFEREXT_INTERNAL_PEP688
-        /* ... and to the getbuffer that gets this view */
-        if ((flags & PyBUF_DEVICE) &&
-            info.device_getbuffer != BufferExtAccel_Slot(obj, &info, slot)) {
-            direct = info.device_getbuffer;
-        }
-#endif
     }
-    rc = direct != NULL ? direct(obj, &view->view, flags)
-                        : BufferExtAccel_CallSlot(slot, obj, &view->view,
-                                                  flags);
-    BufferExtInternal_ClearMark(&mark);
-    return BufferExtInternal_Answered(obj, view, flags, rc);
+    return BufferExtInternal_Answered(
+        obj, view, flags,
+        BufferExtInternal_CallPlain(obj, &view->view, flags, asked, NULL));
 }
 
 /* BufferExt_GetBuffer: what the draft makes PyObject_GetBuffer do.  Zeroes
  * the extension, raises BufferError up front (without calling the exporter)
- * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, calls the exporter,
- * and raises BufferError (after releasing) if the exporter wrote extension
- * fields it was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.
- * On success the caller must call BufferExt_Release(view) once; on failure
- * nothing is held and the extension fields are zero. */
+ * if `flags & PyBUF_REQUIRED_FLAGS` is not supported, passes an extended
+ * flag (PyBUF_DEVICE) only to the typed entry of a type that declares it
+ * (to any other exporter the request goes without it), and raises
+ * BufferError (after releasing) if the exporter wrote extension fields it
+ * was not asked for.  Returns 0 / -1 like PyObject_GetBuffer.  On success
+ * the caller must call BufferExt_Release(view) once; on failure nothing is
+ * held and the extension fields are zero. */
 BUFFEREXT_INTERNAL_HOT int
 BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 {
 #ifdef BUFFEREXT_ACCEL_FAST_GETBUFFER
-    /* The common case, inline: an exporter whose type is in the cache and
-     * supports the request, its getbuffer called directly; anything else
-     * (an error to raise, a cache miss, PEP 688 routing, no getbuffer, a
-     * device request on a thread without its slot yet) goes to the whole
-     * function. */
-    BufferExtAccel_GetBufferProc slot = BufferExtAccel_BufferSlot(obj);
+    /* The common cases, inline: a request that needs nothing of the type,
+     * or an exporter whose type is in the cache and supports the request,
+     * called directly (its typed entry for an extended flag it declares:
+     * the cache holds one only for a type whose getbuffer it extends);
+     * anything else (an error to raise, a cache miss, no getbuffer) goes to
+     * the whole function. */
     BufferExtAccel_TypeInfo info;
-    BufferExtInternal_Marking mark = {NULL, NULL};
-    int general = slot == NULL;
+    BufferExtAccel_GetBufferProc slot;
+    int asked = flags;
 
-    if (flags & (PyBUF_REQUIRED_FLAGS | PyBUF_DEVICE)) {
-        general = general || !BufferExtAccel_InfoCached(Py_TYPE(obj), &info);
-        if (!general) {
-            /* an undeclared extended flag is not passed on */
-            flags &= ~(PyBUF_DEVICE & ~info.mask);
-            general = (flags & PyBUF_REQUIRED_FLAGS & ~info.mask)
-#  ifdef BUFFEREXT_INTERNAL_PEP688
-                      || ((flags & PyBUF_DEVICE) &&
-                          info.device_getbuffer != slot)
-#  endif
-                ;
+    info.mask = 0;              /* a request that needs nothing of the type */
+    info.entry = NULL;
+    if (!(flags & (PyBUF_REQUIRED_FLAGS | BUFFEREXT_EXTENDED_FLAGS)) ||
+        (BufferExtAccel_InfoCached(Py_TYPE(obj), &info) &&
+         !(flags & PyBUF_REQUIRED_FLAGS & ~info.mask))) {
+        /* without the extended flags the type does not honour */
+        flags &= ~(BUFFEREXT_EXTENDED_FLAGS & ~info.mask);
+        if (flags & BUFFEREXT_EXTENDED_FLAGS) {
+            BufferExtInternal_ClearExtension(view);
+            return BufferExtInternal_Answered(obj, view, flags,
+                                              info.entry(obj, view, flags));
         }
-        /* a device request passed on is marked in the thread's slot, if
-         * it has one: a lookup, nothing allocated, nothing decided above
-         * undone (making the slot is the whole function's first step) */
-        general = general || ((flags & PyBUF_DEVICE) &&
-                              !BufferExtInternal_NativeRuntime() &&
-                              !BufferExtInternal_SetMarkInSlot(&mark, view));
-    }
-#  if PY_VERSION_HEX >= 0x030C0000
-    else {
-        general = general || flags == PyBUF_READ || flags == PyBUF_WRITE;
-    }
-#  endif
-    if (!general) {
-        int rc;
-
-        BufferExtInternal_ClearExtension(view);
-        rc = slot(obj, &view->view, flags);
-        BufferExtInternal_ClearMark(&mark);
-        return BufferExtInternal_Answered(obj, view, flags, rc);
+        slot = BufferExtAccel_BufferSlot(obj);
+        if (slot != NULL) {
+            BufferExtInternal_ClearExtension(view);
+            return BufferExtInternal_Answered(
+                obj, view, flags,
+                BufferExtInternal_CallPlain(obj, &view->view, flags, asked,
+                                            slot));
+        }
     }
 #endif
     return BufferExtInternal_GetBuffer(obj, view, flags);
@@ -937,31 +862,8 @@ static inline int BufferExt_IsDevice(const Py_buffer_extended *view)
 
 /* ---- exporter helpers ------------------------------------------------- */
 
-/* BufferExt_Extended: inside a getbuffer function, the extended view behind
- * `view`, or NULL when the consumer did not request PyBUF_DEVICE through an
- * extended view (then the memory after the Py_buffer is not the consumer's
- * to write, and the request is served as if PyBUF_DEVICE were absent).  The
- * proof is the consumer's mark in the thread's slot (see
- * BUFFEREXT_MARK_CAPSULE), not anything in the view, which on some paths
- * nobody initialised; it holds for the whole getbuffer call.  Call it on
- * entry, before reading the exporter's own state: its lookup compares
- * keys (and with Py_LIMITED_API a thread's first one allocates). */
-static inline Py_buffer_extended *BufferExt_Extended(Py_buffer *view,
-                                                     int flags)
-{
-#ifdef BUFFEREXT_NATIVE
-    /* CPython passes PyBUF_DEVICE into no bare Py_buffer of its own: the
-     * flag is the proof, as the draft says */
-    return (flags & PyBUF_DEVICE) ? (Py_buffer_extended *)view : NULL;
-#else
-    return (flags & PyBUF_DEVICE) && (BufferExtInternal_NativeRuntime() ||
-                                      BufferExtInternal_Marked(view))
-               ? (Py_buffer_extended *)view : NULL;
-#endif
-}
-
 /* The refusal of BufferExt_SetDevice: device memory for a request without
- * PyBUF_DEVICE, or with it but through a view not marked as extended.  -1. */
+ * PyBUF_DEVICE, or with it but through a plain getbuffer.  -1. */
 BUFFEREXT_INTERNAL_COLD int
 BufferExtInternal_RefuseDevice(PyObject *exporter, const char *device,
                                int flags)
@@ -972,13 +874,13 @@ BufferExtInternal_RefuseDevice(PyObject *exporter, const char *device,
 
     if (flags & PyBUF_DEVICE) {
         PyErr_Format(PyExc_BufferError,
-                     "%.200s: cannot export memory on device '%s': the "
-                     "request includes PyBUF_DEVICE, but its view is a plain "
-                     "Py_buffer, not one marked as extended (request device "
-                     "memory with BufferExt_GetBuffer or "
-                     "bufferext.get_buffer(); an exporter calls "
-                     "BufferExt_SetDevice before it fills the view)",
-                     type, device);
+                     "%.200s: cannot export memory on device '%s' through a "
+                     "plain Py_buffer: the request includes PyBUF_DEVICE, "
+                     "but it came through the type's getbuffer (memoryview, "
+                     "__buffer__, PickleBuffer or a consumer without "
+                     "bufferext.h), which cannot describe a device; request "
+                     "device memory with BufferExt_GetBuffer or "
+                     "bufferext.get_buffer()", type, device);
     }
     else {
         PyErr_Format(PyExc_BufferError,
@@ -989,24 +891,21 @@ BufferExtInternal_RefuseDevice(PyObject *exporter, const char *device,
     return -1;
 }
 
-/* BufferExt_SetDevice: inside a getbuffer function, say where the memory is.
+/* BufferExt_SetDevice: inside an exporter's function (the IMPL of
+ * BUFFEREXT_DEFINE_GETBUFFER), say where the memory is.  `ext` is the
+ * extended struct IMPL received (NULL for a plain request).
  * device == NULL (CPU memory): answers a PyBUF_DEVICE request explicitly
  * (flags gets PyBUF_DEVICE, device stays NULL); does nothing otherwise.
  * device != NULL: fills device, device_info and flags if PyBUF_DEVICE was
- * requested through an extended view (BufferExt_Extended); otherwise
- * raises BufferError naming the exporter's type and the device, so device
- * memory never reaches a CPU-only consumer.
- * Call it first, before reading the exporter's own state (the mark's
- * lookup may compare keys, and with Py_LIMITED_API a thread's first one
- * allocates) and before taking any reference or counting the export.
- * Returns 0, or -1 with BufferError.  BufferExtInternal_SetDeviceOn is the
- * same for an `ext` that BufferExt_Extended gave on entry. */
-static inline int BufferExtInternal_SetDeviceOn(Py_buffer_extended *ext,
-                                                PyObject *exporter, int flags,
-                                                const char *device,
-                                                void *device_info)
+ * requested through the typed entry (ext != NULL); otherwise raises
+ * BufferError naming the exporter's type and the device, so device memory
+ * never reaches a CPU-only consumer.  Call it before taking any reference
+ * or counting the export.  Returns 0, or -1 with BufferError. */
+static inline int BufferExt_SetDevice(Py_buffer_extended *ext,
+                                      PyObject *exporter, int flags,
+                                      const char *device, void *device_info)
 {
-    if (ext != NULL) {
+    if (ext != NULL && (flags & PyBUF_DEVICE)) {
         ext->flags |= PyBUF_DEVICE;
         ext->device = device;
         ext->device_info = device_info;
@@ -1016,15 +915,6 @@ static inline int BufferExtInternal_SetDeviceOn(Py_buffer_extended *ext,
         return 0;
     }
     return BufferExtInternal_RefuseDevice(exporter, device, flags);
-}
-
-static inline int BufferExt_SetDevice(PyObject *exporter, Py_buffer *view,
-                                      int flags, const char *device,
-                                      void *device_info)
-{
-    return BufferExtInternal_SetDeviceOn(BufferExt_Extended(view, flags),
-                                         exporter, flags, device,
-                                         device_info);
 }
 
 #ifdef __cplusplus

@@ -12,6 +12,21 @@
 from cpython.object cimport PyObject, PyTypeObject
 from libc.stdint cimport int32_t, uint32_t, uint64_t
 
+cdef extern from *:
+    """
+    static inline void BufferExtCython_SetObj(Py_buffer *view, PyObject *exporter)
+    {
+        Py_INCREF(exporter);
+        view->obj = exporter;
+    }
+    """
+    # A typed entry written in Cython stores the view's reference to its
+    # exporter with this: Cython manages Py_buffer.obj as an object field,
+    # which holds a reference where Cython set it up (in __getbuffer__) and
+    # nothing a consumer initialised (in the entry), so `view.obj = self`
+    # would release garbage there.
+    void BufferExtCython_SetObj(Py_buffer *view, object exporter) noexcept
+
 cdef extern from "bufferext.h":
     # ---- version ---------------------------------------------------------
     enum:
@@ -26,7 +41,7 @@ cdef extern from "bufferext.h":
         PyBUF_DEVICE                     # 0x10000, the extended request
         PyBUF_REQUIRED_FLAGS             # 0xFD, flags an exporter must honour
         BUFFEREXT_LEGACY_FLAGS           # 0x1FD, what 0 declares
-        BUFFEREXT_EXTENDED_FLAGS         # PyBUF_DEVICE
+        BUFFEREXT_EXTENDED_FLAGS         # 0x7FFF0000, the extended family
         BUFFEREXT_SUPPORTS_LEGACY        # 0
         BUFFEREXT_SUPPORTS_SIMPLE_ONLY   # -1
     const char *BUFFEREXT_SUPPORTED_FLAGS_ATTR   # "__buffer_supported_flags__"
@@ -48,12 +63,23 @@ cdef extern from "bufferext.h":
     int BufferExt_IsDevice(const Py_buffer_extended *view) noexcept
 
     # ---- producer side ----------------------------------------------------
-    # Call once on the type, e.g. at module level:
+    # One function serves both doors: __getbuffer__ calls it with ext NULL,
+    # the typed entry with the consumer's Py_buffer_extended; publish the
+    # entry once on the type, e.g. at module level (tests/cython/producer.pyx):
+    #     BufferExt_SetExtendedGetBuffer(<PyTypeObject *>MyType, flags,
+    #                                    my_getbuffer_ex)
+    # A type whose getbuffer never writes the extension declares with
     #     BufferExt_SetSupportedFlags(<PyTypeObject *>MyType, flags)
+    ctypedef int (*BufferExt_GetBufferExProc)(
+        PyObject *obj, Py_buffer_extended *view, int flags) except -1
+
     int BufferExt_SetSupportedFlags(PyTypeObject *type, int flags) except -1
-    Py_buffer_extended *BufferExt_Extended(Py_buffer *view, int flags) noexcept
-    int BufferExt_SetDevice(object exporter, Py_buffer *view, int flags,
-                            const char *device, void *device_info) except -1
+    int BufferExt_SetExtendedGetBuffer(
+        PyTypeObject *type, int flags,
+        BufferExt_GetBufferExProc getbuffer_ex) except -1
+    int BufferExt_SetDevice(Py_buffer_extended *ext, object exporter,
+                            int flags, const char *device,
+                            void *device_info) except -1
 
     # ---- device "bufferext.cuda" (bufferext/cuda.h) ------------------------
     const char *BUFFEREXT_DEVICE_CUDA    # "bufferext.cuda"; compare by strcmp

@@ -157,6 +157,7 @@ def _protocols(obj: Any, report: Report) -> None:
     p["declared_supported_flags"] = cls.__dict__.get(
         "__buffer_supported_flags__",
         getattr(cls, "__buffer_supported_flags__", None))
+    p["typed_entry"] = bool(_bufferext._has_typed_entry(obj))
     p["arrow_c_device_array"] = hasattr(cls, "__arrow_c_device_array__")
     p["arrow_c_array"] = hasattr(cls, "__arrow_c_array__")
     p["dlpack"] = hasattr(cls, "__dlpack__")
@@ -238,15 +239,15 @@ def _where(obj: Any, report: Report) -> Optional[str]:
     elif answered:
         report.add("ok", "extended request",
                    "CPU memory, answered explicitly (flags has DEVICE)")
-    elif _declares_device(report):
-        # a naive exporter (pybind11's def_buffer) under a declaration
-        # written by hand: what it answers is CPU memory all the same
+    elif _declares_device(report) and report.protocols["typed_entry"]:
+        # a typed entry that does not say where its memory is: CPU memory
+        # all the same
         report.add("warning", "extended request",
-                   "its type declares DEVICE, but it answered FULL_RO|DEVICE "
-                   "as a legacy exporter (flags without DEVICE): a consumer "
-                   "cannot tell the answer from one that ignored the flag; "
-                   "answer it (BufferExt_SetDevice with device NULL, or flags "
-                   "|= PyBUF_DEVICE) or declare without DEVICE")
+                   "its type declares DEVICE, but its typed entry answered "
+                   "FULL_RO|DEVICE as a legacy exporter (flags without "
+                   "DEVICE): a consumer cannot tell the answer from one that "
+                   "ignored the flag; answer it (BufferExt_SetDevice with "
+                   "device NULL) or declare without DEVICE")
     else:
         report.add("info", "extended request",
                    "CPU memory; PyBUF_DEVICE ignored (a legacy exporter)")
@@ -396,6 +397,12 @@ def check(obj: Any, target: str = "") -> Report:
                        "bridges it into an extended buffer (check "
                        "'bufferext.as_buffer(...)' instead)")
         return report
+    if _declares_device(report) and not report.protocols["typed_entry"]:
+        report.add("warning", "typed entry",
+                   "its type declares DEVICE but publishes no typed entry "
+                   "(BufferExt_SetExtendedGetBuffer), which alone serves an "
+                   "extended request: PyBUF_DEVICE never reaches it, and "
+                   "check_buffer_supports(obj, DEVICE) is False")
     device = _where(obj, report)
     if device is None and not report.conformant:
         return report          # the extension was written wrongly: said

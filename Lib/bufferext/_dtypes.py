@@ -9,9 +9,9 @@ struct's standard sizes.  A torch dtype is read by its name.
 
 Or one of the low-precision floats DLPack names (bfloat16, the float8
 kinds), in native byte order: by name (``'bfloat16'``), by its buffer
-format (``'[bfloat16]'``, see docs/draft-notes.rst) or as the numpy dtype
-of ml_dtypes.  Its numpy dtype is ml_dtypes' when ml_dtypes is installed,
-else raw bytes (``'V2'``, ``'V1'``).
+format (``'[bfloat16]'``, see docs/pep/extended-buffer.rst) or as the
+numpy dtype of ml_dtypes.  Its numpy dtype is ml_dtypes' when ml_dtypes
+is installed, else raw bytes (``'V2'``, ``'V1'``).
 """
 
 from __future__ import annotations

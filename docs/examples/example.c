@@ -3,8 +3,9 @@
  * The guide and README show fragments of this file (between the
  * "[name]" / "[name end]" markers), so what they show is what was tested.
  *
- *   HostArray   a CPU producer: declares its supported flags and answers a
- *               PyBUF_DEVICE request with CPU memory.
+ *   HostArray   a CPU producer: one export function serves its plain
+ *               getbuffer and its typed entry; it declares its supported
+ *               flags and answers a PyBUF_DEVICE request with CPU memory.
  *   DemoDevice  a producer that announces its memory as living on the
  *               device "bufferext_example.demo" (a documentation double:
  *               the bytes are really host memory), to show that device
@@ -22,16 +23,20 @@ typedef struct {
     Py_ssize_t exports;
 } HostArray;
 
+/* The one function of both doors: `ext` is NULL for a plain request (the
+ * type's bf_getbuffer: memoryview, bytes(), numpy...) and the consumer's
+ * Py_buffer_extended for an extended one (the typed entry). */
 static int
-hostarray_getbuffer(PyObject *self, Py_buffer *view, int flags)
+hostarray_export(PyObject *self, Py_buffer *view, int flags,
+                 Py_buffer_extended *ext)
 {
     HostArray *a = (HostArray *)self;
 
-    /* First, before anything writes the view: CPU memory answers a
-     * PyBUF_DEVICE request explicitly (flags gets PyBUF_DEVICE, device
-     * stays NULL).  Without the request it does nothing, so plain
-     * consumers are served as before. */
-    (void)BufferExt_SetDevice(self, view, flags, NULL, NULL);
+    /* CPU memory answers a PyBUF_DEVICE request explicitly (flags gets
+     * PyBUF_DEVICE, device stays NULL).  Without it, or through the plain
+     * getbuffer, it does nothing, so plain consumers are served as
+     * before. */
+    (void)BufferExt_SetDevice(ext, self, flags, NULL, NULL);
     /* Fill the PEP 3118 fields (BufferError for PyBUF_WRITABLE on
      * read-only memory); the reference to self is stored last. */
     if (PyBuffer_FillInfo(view, NULL, a->data, sizeof(a->data), 0,
@@ -42,6 +47,9 @@ hostarray_getbuffer(PyObject *self, Py_buffer *view, int flags)
     view->obj = Py_NewRef(self);
     return 0;
 }
+
+/* hostarray_getbuffer (the slot) and hostarray_getbuffer_ex (the entry) */
+BUFFEREXT_DEFINE_GETBUFFER(hostarray_getbuffer, hostarray_export);
 
 static void
 hostarray_releasebuffer(PyObject *self, Py_buffer *view)
@@ -66,20 +74,24 @@ typedef struct {
 } DemoDevice;
 
 static int
-demodevice_getbuffer(PyObject *self, Py_buffer *view, int flags)
+demodevice_export(PyObject *self, Py_buffer *view, int flags,
+                  Py_buffer_extended *ext)
 {
     DemoDevice *d = (DemoDevice *)self;
 
     view->obj = NULL;
-    /* First refuse a consumer that did not request PyBUF_DEVICE (this
-     * raises BufferError), so device memory never reaches CPU-only code. */
-    if (BufferExt_SetDevice(self, view, flags, DEMO_DEVICE, &d->info) < 0 ||
+    /* First refuse a consumer that did not request PyBUF_DEVICE through
+     * the typed entry (this raises BufferError), so device memory never
+     * reaches CPU-only code. */
+    if (BufferExt_SetDevice(ext, self, flags, DEMO_DEVICE, &d->info) < 0 ||
         PyBuffer_FillInfo(view, NULL, d->device_ptr, 16, 1, flags) < 0) {
         return -1;
     }
     view->obj = Py_NewRef(self);
     return 0;
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(demodevice_getbuffer, demodevice_export);
 /* [device producer end] */
 
 /* [consumer] */
@@ -204,16 +216,18 @@ static PyMethodDef example_methods[] = {
 
 /* [declare] */
 static int
-add_type(PyObject *module, PyType_Spec *spec, int supported_flags)
+add_type(PyObject *module, PyType_Spec *spec, int supported_flags,
+         BufferExt_GetBufferExProc getbuffer_ex)
 {
     PyObject *type = PyType_FromSpec(spec);
 
     if (type == NULL) {
         return -1;
     }
-    /* The backported bf_supported_flags: once, right after creation. */
-    if (BufferExt_SetSupportedFlags((PyTypeObject *)type,
-                                    supported_flags) < 0 ||
+    /* The backported bf_supported_flags and the typed entry that serves
+     * PyBUF_DEVICE: once, right after creation. */
+    if (BufferExt_SetExtendedGetBuffer((PyTypeObject *)type,
+                                       supported_flags, getbuffer_ex) < 0 ||
         PyModule_AddObject(module, strrchr(spec->name, '.') + 1,
                            type) < 0) {
         Py_DECREF(type);
@@ -227,13 +241,15 @@ example_exec(PyObject *module)
 {
     /* HostArray: 1-D bytes, every legacy flag, and PyBUF_DEVICE. */
     if (add_type(module, &hostarray_spec,
-                 BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE) < 0) {
+                 BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE,
+                 hostarray_getbuffer_ex) < 0) {
         return -1;
     }
     /* DemoDevice: read-only bytes on a device, requested with DEVICE. */
     return add_type(module, &demodevice_spec,
                     (BUFFEREXT_LEGACY_FLAGS & ~PyBUF_WRITABLE) |
-                        PyBUF_DEVICE);
+                        PyBUF_DEVICE,
+                    demodevice_getbuffer_ex);
 }
 /* [declare end] */
 

@@ -36,6 +36,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_INCLUDE = os.path.normpath(os.path.join(HERE, "..", "..", "Include"))
+#: the header as released at ABI 3 (the per-thread mark), for
+#: tests/test_abi_mixing.py
+ABI3_INCLUDE = os.path.normpath(os.path.join(HERE, "..", "abi3", "Include"))
 
 #: standard -> (language, -std flag).  C++ builds compile the C source with
 #: ``-x c++``: testcapi.c is written to be valid C and C++.
@@ -149,12 +152,34 @@ def module_command(standard: str, outdir: str, name: str = "",
     return BuildResult(name, standard, path, cmd, -1, "", module_name=name)
 
 
+def abimix_command(abi: int, outdir: str) -> BuildResult:
+    """How to build abimix.c as C11 against the header of ABI `abi` (3: the
+    one kept in tests/abi3, in backport mode whatever the interpreter; 4:
+    the installed one), as the module ``abimix_v<abi>``."""
+    name = f"abimix_v{abi}"
+    path = os.path.join(outdir, name + importlib.machinery.EXTENSION_SUFFIXES[0])
+    cmd = _base_command("c11")
+    if abi == 3:
+        cmd = [arg for arg in cmd if not arg.startswith("-I")] + [
+            "-I" + sysconfig.get_paths()["include"], "-I" + ABI3_INCLUDE,
+            "-DBUFFEREXT_FORCE_BACKPORT"]
+    link = (["-bundle", "-undefined", "dynamic_lookup"]
+            if sys.platform == "darwin" else ["-shared"])
+    cmd += [f"-DMODNAME={name}", *_env_flags("CFLAGS"),
+            os.path.join(HERE, "abimix.c"), *link, *_env_flags("LDFLAGS"),
+            "-o", path]
+    return BuildResult(name, "c11", path, cmd, -1, "", module_name=name)
+
+
 def layout_command(standard: str, outdir: str,
                    defines: Sequence[str] = ()) -> BuildResult:
     """How to compile (only) layout.c as ``standard``."""
     tag = "_".join(d.lower() for d in defines)
     path = os.path.join(outdir, f"layout_{standard}{tag}.o")
-    cmd = (_base_command(standard) + [f"-D{d}" for d in defines]
+    # -Wpedantic: the header is as clean as Python.h (the test extension
+    # itself is not: PyType_Slot makes it cast functions to void *)
+    cmd = (_base_command(standard) + ["-Wpedantic"]
+           + [f"-D{d}" for d in defines]
            + [*_env_flags("CFLAGS"), "-c", os.path.join(HERE, "layout.c"),
               "-o", path])
     return BuildResult(f"layout_{standard}", standard, path, cmd, -1, "")

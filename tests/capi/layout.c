@@ -28,7 +28,9 @@
 FREEZE(PyBUF_DEVICE == 0x10000);
 FREEZE(PyBUF_REQUIRED_FLAGS == 0xFD);
 FREEZE(BUFFEREXT_LEGACY_FLAGS == 0x1FD);
-FREEZE(BUFFEREXT_EXTENDED_FLAGS == PyBUF_DEVICE);
+FREEZE(BUFFEREXT_EXTENDED_FLAGS == 0x7FFF0000);
+FREEZE((PyBUF_DEVICE & BUFFEREXT_EXTENDED_FLAGS) == PyBUF_DEVICE);
+FREEZE((BUFFEREXT_EXTENDED_FLAGS & BUFFEREXT_LEGACY_FLAGS) == 0);
 FREEZE((PyBUF_DEVICE & BUFFEREXT_LEGACY_FLAGS) == 0);
 FREEZE(PyBUF_DEVICE > 0 && PyBUF_DEVICE <= INT_MAX);
 /* since 3.13 exactly PyBUF_READ / PyBUF_WRITE raise SystemError */
@@ -38,7 +40,7 @@ FREEZE((PyBUF_DEVICE | PyBUF_SIMPLE) != PyBUF_WRITE);
 FREEZE((PyBUF_DEVICE & (PyBUF_READ | PyBUF_WRITE)) == 0);
 FREEZE(BUFFEREXT_SUPPORTS_LEGACY == 0);
 FREEZE(BUFFEREXT_SUPPORTS_SIMPLE_ONLY == -1);
-FREEZE(BUFFEREXT_ABI_VERSION == 3);
+FREEZE(BUFFEREXT_ABI_VERSION == 4);
 #ifdef BUFFEREXT_NATIVE
 /* a CPython that implements the draft (cpython/): its values are ours, and
  * Py_buffer_extended below is its struct, held to the backport's layout */
@@ -58,6 +60,13 @@ FREEZE(sizeof(Py_buffer_extended) == sizeof(Py_buffer) + 8 + 2 * PTR);
 FREEZE(sizeof(((Py_buffer_extended *)0)->flags) == 4);
 FREEZE(sizeof(((Py_buffer_extended *)0)->ext_flags) == 4);
 FREEZE(offsetof(Py_buffer_extended, device) % PTR == 0);
+
+/* ---- the typed entry: version first ------------------------------------ */
+FREEZE(offsetof(BufferExt_GetBufferEntry, version) == 0);
+FREEZE(sizeof(((BufferExt_GetBufferEntry *)0)->version) == 4);
+FREEZE(offsetof(BufferExt_GetBufferEntry, getbuffer) == PTR);
+FREEZE(offsetof(BufferExt_GetBufferEntry, getbuffer_ex) == 2 * PTR);
+FREEZE(sizeof(BufferExt_GetBufferEntry) == 3 * PTR);
 
 /* ---- device_info structs: version first, fixed-width, reserved -------- */
 FREEZE(offsetof(BufferExt_CUDADeviceInfo, version) == 0);
@@ -111,9 +120,26 @@ FREEZE(offsetof(Py_buffer_extended, device_info) % 8 == 0);
 FREEZE(sizeof(Py_buffer_extended) == sizeof(Py_buffer));
 #endif
 
-/* Something to compile, so the object file is not empty. */
-int bufferext_layout_abi_version(void);
-int bufferext_layout_abi_version(void)
+/* The exporter's macro, expanded as an extension expands it: the file is
+ * compiled with -Wpedantic too (tests/capi/build.py), where the header must
+ * be as clean as Python.h. */
+static int
+layout_export(PyObject *obj, Py_buffer *view, int flags,
+              Py_buffer_extended *ext)
 {
-    return BUFFEREXT_ABI_VERSION;
+    return BufferExt_SetDevice(ext, obj, flags, NULL, NULL) < 0
+               ? -1
+               : PyBuffer_FillInfo(view, obj, NULL, 0, 1, flags);
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(layout_getbuffer, layout_export);
+
+/* Something to compile, so the object file is not empty (and the
+ * functions the macro defined are used). */
+struct layout_procs {
+    getbufferproc getbuffer;
+    BufferExt_GetBufferExProc getbuffer_ex;
+};
+extern const struct layout_procs bufferext_layout_procs;
+const struct layout_procs bufferext_layout_procs = {layout_getbuffer,
+                                                    layout_getbuffer_ex};

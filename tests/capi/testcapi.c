@@ -252,8 +252,9 @@ exporter_check_request(ExporterObject *self, PyObject *op, int flags)
     return 0;
 }
 
-/* Break the protocol as `self->liar` says (the consumer always passes a
- * Py_buffer_extended in the tests that use liars). */
+/* Break the protocol as `self->liar` says: a liar writes the extension
+ * whatever path the request took, as a C exporter that ignores the header
+ * may (the tests that use liars always pass a Py_buffer_extended). */
 static int
 exporter_lie(ExporterObject *self, PyObject *op, Py_buffer *view, int flags)
 {
@@ -307,8 +308,11 @@ exporter_lie_fields(ExporterObject *self, Py_buffer *view)
     }
 }
 
+/* The one function of the exporter: `ext` is NULL for a request through
+ * its plain getbuffer, the consumer's extended view through its entry. */
 static int
-exporter_getbuffer(PyObject *op, Py_buffer *view, int flags)
+exporter_export(PyObject *op, Py_buffer *view, int flags,
+                Py_buffer_extended *ext)
 {
     ExporterObject *self = Exporter_CAST(op);
     const char *device;
@@ -332,7 +336,7 @@ exporter_getbuffer(PyObject *op, Py_buffer *view, int flags)
             return -1;
         }
     }
-    else if (BufferExt_SetDevice(op, view, flags, device, info) < 0) {
+    else if (BufferExt_SetDevice(ext, op, flags, device, info) < 0) {
         return -1;
     }
     view->buf = self->data;
@@ -353,6 +357,8 @@ exporter_getbuffer(PyObject *op, Py_buffer *view, int flags)
     }
     return 0;
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(exporter_getbuffer, exporter_export);
 
 static void
 exporter_releasebuffer(PyObject *op, Py_buffer *view)
@@ -434,15 +440,21 @@ EXPORTER_SPEC(spec_legacy, "ExporterLegacy");
 EXPORTER_SPEC(spec_simple, "ExporterSimpleOnly");
 EXPORTER_SPEC(spec_full, "ExporterFull");
 EXPORTER_SPEC(spec_nodevice, "ExporterNoDevice");
+EXPORTER_SPEC(spec_noentry, "ExporterNoEntry");
 
 /* ExporterNoDevice honours FORMAT, ND and STRIDES only (no WRITABLE, no
- * contiguity, no DEVICE); ExporterFull every legacy flag and DEVICE. */
+ * contiguity, no DEVICE); ExporterFull every legacy flag and DEVICE;
+ * ExporterNoEntry declares what ExporterFull does but publishes no typed
+ * entry (BufferExt_SetSupportedFlags), so DEVICE never reaches it. */
 #define MASK_FULL (BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE)
 #define MASK_NODEVICE (PyBUF_FORMAT | PyBUF_STRIDES)
 #define NO_DECLARATION (-100)
 
+/* Make the type of `spec`, declare `declared` (NO_DECLARATION: nothing)
+ * with `entry` (NULL: none) and add it to `module`.  0 or -1. */
 static int
-add_exporter_type(PyObject *module, PyType_Spec *spec, int declared)
+add_exporter_type(PyObject *module, PyType_Spec *spec, int declared,
+                  BufferExt_GetBufferExProc entry)
 {
     const char *name = strrchr(spec->name, '.') + 1;
     PyObject *type = PyType_FromSpec(spec);
@@ -451,7 +463,11 @@ add_exporter_type(PyObject *module, PyType_Spec *spec, int declared)
         return -1;
     }
     if (declared != NO_DECLARATION &&
-        BufferExt_SetSupportedFlags((PyTypeObject *)type, declared) < 0) {
+        (entry != NULL
+             ? BufferExt_SetExtendedGetBuffer((PyTypeObject *)type, declared,
+                                              entry)
+             : BufferExt_SetSupportedFlags((PyTypeObject *)type,
+                                           declared)) < 0) {
         Py_DECREF(type);
         return -1;
     }
@@ -605,13 +621,13 @@ conf_dealloc(PyObject *op)
 }
 
 static int
-conf_getbuffer(PyObject *op, Py_buffer *view, int flags)
+conf_export(PyObject *op, Py_buffer *view, int flags, Py_buffer_extended *ext)
 {
     ConfObject *self = Conf_CAST(op);
     const char *device = self->has_device ? self->device : NULL;
 
     view->obj = NULL;
-    if (BufferExt_SetDevice(op, view, flags, device,
+    if (BufferExt_SetDevice(ext, op, flags, device,
                             device && self->info_mode ? &self->info
                                                       : NULL) < 0) {
         return -1;
@@ -630,6 +646,8 @@ conf_getbuffer(PyObject *op, Py_buffer *view, int flags)
     self->exports++;
     return 0;
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(conf_getbuffer, conf_export);
 
 static void
 conf_releasebuffer(PyObject *op, Py_buffer *view)
@@ -951,6 +969,27 @@ tc_set_supported_flags(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* set_extended_getbuffer(type, flags, with_entry=True) -> None:
+ * BufferExt_SetExtendedGetBuffer with the exporter's entry, or NULL. */
+static PyObject *
+tc_set_extended_getbuffer(PyObject *module, PyObject *args)
+{
+    PyObject *type;
+    int flags, with_entry = 1;
+
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!i|p:set_extended_getbuffer", &PyType_Type,
+                          &type, &flags, &with_entry)) {
+        return NULL;
+    }
+    if (BufferExt_SetExtendedGetBuffer(
+            (PyTypeObject *)type, flags,
+            with_entry ? exporter_getbuffer_ex : NULL) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* is_device(obj, flags) -> bool: acquire, BufferExt_IsDevice, release. */
 static PyObject *
 tc_is_device(PyObject *module, PyObject *args)
@@ -1104,84 +1143,27 @@ tc_reset_cache_stats(PyObject *module, PyObject *noargs)
 
 /* ---- producer helpers called directly --------------------------------- */
 
-/* extended_for(flags, marked=True, nested=False, forged=False, stale=False)
- * -> bool:
- * whether BufferExt_Extended hands back the same address as an extended
- * view, None if it returns NULL.  `marked`: a consumer marked the view, as
- * BufferExt_GetBuffer does for the exporter (else it is a bare Py_buffer a
- * plain consumer passes).  `nested`: another view is marked and unmarked
- * first (an exporter consuming another object before it answers).
- * `forged`: view->internal holds the ABI 2 mark (the view's address, its
- * bits flipped by the key 0x62756665), which memory nobody initialised may
- * hold.  `stale`: the same view was marked for an earlier request, which is
- * over (a consumer reusing its Py_buffer for a plain request next). */
-static PyObject *
-tc_extended_for(PyObject *module, PyObject *args)
-{
-    Py_buffer_extended ext, other;
-    Py_buffer_extended *got;
-    BufferExtInternal_Marking mark = {NULL, NULL}, inner;
-    int flags, marked = 1, nested = 0, forged = 0, stale = 0;
-
-    (void)module;
-    if (!PyArg_ParseTuple(args, "i|pppp:extended_for", &flags, &marked,
-                          &nested, &forged, &stale)) {
-        return NULL;
-    }
-    memset(&ext, 0, sizeof(ext));
-    if (forged) {
-        ext.view.internal =
-            (void *)((uintptr_t)&ext.view ^ ~(uintptr_t)0x62756665u);
-    }
-    if (stale) {
-        if (BufferExtInternal_SetMark(&mark, &ext, PyBUF_DEVICE) < 0) {
-            return NULL;
-        }
-        BufferExtInternal_ClearMark(&mark);
-    }
-    if (marked && BufferExtInternal_SetMark(&mark, &ext, flags) < 0) {
-        return NULL;
-    }
-    if (nested) {
-        if (BufferExtInternal_SetMark(&inner, &other, PyBUF_DEVICE) < 0) {
-            BufferExtInternal_ClearMark(&mark);
-            return NULL;
-        }
-        BufferExtInternal_ClearMark(&inner);
-    }
-    got = BufferExt_Extended(&ext.view, flags);
-    BufferExtInternal_ClearMark(&mark);
-    if (got == NULL) {
-        Py_RETURN_NONE;
-    }
-    return PyBool_FromLong(got == &ext);
-}
-
-/* set_device(exporter, flags, device, with_info, marked=True) -> dict of
- * the extension after BufferExt_SetDevice on a zeroed extended view (the
- * exporter only names the type in errors); `marked` as in extended_for. */
+/* set_device(exporter, flags, device, with_info, extended=True) -> dict
+ * of the extension after BufferExt_SetDevice on a zeroed extended view
+ * (the exporter only names the type in errors); `extended` False: as an
+ * exporter's function called through its plain getbuffer (ext NULL). */
 static PyObject *
 tc_set_device(PyObject *module, PyObject *args)
 {
     static BufferExt_CUDADeviceInfo info;
     Py_buffer_extended ext;
-    BufferExtInternal_Marking mark = {NULL, NULL};
     PyObject *exporter;
     const char *device;
-    int flags, with_info, marked = 1, rc;
+    int flags, with_info, extended = 1, rc;
 
     (void)module;
     if (!PyArg_ParseTuple(args, "Oizp|p:set_device", &exporter, &flags,
-                          &device, &with_info, &marked)) {
+                          &device, &with_info, &extended)) {
         return NULL;
     }
     memset(&ext, 0, sizeof(ext));
-    if (marked && BufferExtInternal_SetMark(&mark, &ext, flags) < 0) {
-        return NULL;
-    }
-    rc = BufferExt_SetDevice(exporter, &ext.view, flags, device,
+    rc = BufferExt_SetDevice(extended ? &ext : NULL, exporter, flags, device,
                              with_info ? &info : NULL);
-    BufferExtInternal_ClearMark(&mark);
     if (rc < 0) {
         if (!extension_is_clear(&ext)) {
             PyErr_SetString(PyExc_AssertionError,
@@ -1196,15 +1178,17 @@ tc_set_device(PyObject *module, PyObject *args)
                          ext.device_info == &info ? Py_True : Py_False);
 }
 
-/* make_exporter_type(name, declared) -> a new subclass of
- * ExporterUndeclared named `name`; declared None = no declaration. */
+/* make_exporter_type(name, declared, entry=True) -> a new subclass of
+ * ExporterUndeclared named `name`; declared None = no declaration; with
+ * `entry`, the declaration comes with the exporter's typed entry. */
 static PyObject *
 tc_make_exporter_type(PyObject *module, PyObject *args)
 {
     PyObject *name, *declared, *base, *type;
-    int flags;
+    int flags, entry = 1;
 
-    if (!PyArg_ParseTuple(args, "UO:make_exporter_type", &name, &declared)) {
+    if (!PyArg_ParseTuple(args, "UO|p:make_exporter_type", &name, &declared,
+                          &entry)) {
         return NULL;
     }
     base = PyObject_GetAttrString(module, "ExporterUndeclared");
@@ -1220,7 +1204,10 @@ tc_make_exporter_type(PyObject *module, PyObject *args)
     }
     flags = (int)PyLong_AsLong(declared);   /* tests pass small ints */
     if ((flags == -1 && PyErr_Occurred()) ||
-        BufferExt_SetSupportedFlags((PyTypeObject *)type, flags) < 0) {
+        (entry ? BufferExt_SetExtendedGetBuffer((PyTypeObject *)type, flags,
+                                                exporter_getbuffer_ex)
+               : BufferExt_SetSupportedFlags((PyTypeObject *)type,
+                                             flags)) < 0) {
         Py_DECREF(type);
         return NULL;
     }
@@ -1236,6 +1223,7 @@ static PyMethodDef tc_methods[] = {
     VARARGS(check_supports),
     {"supported_flags", tc_supported_flags, METH_O, NULL},
     VARARGS(set_supported_flags),
+    VARARGS(set_extended_getbuffer),
     VARARGS(is_device),
     VARARGS(is_device_fields),
     VARARGS(release_twice),
@@ -1244,7 +1232,6 @@ static PyMethodDef tc_methods[] = {
     VARARGS(check_loop),
     {"cache_stats", tc_cache_stats, METH_NOARGS, NULL},
     {"reset_cache_stats", tc_reset_cache_stats, METH_NOARGS, NULL},
-    VARARGS(extended_for),
     VARARGS(set_device),
     VARARGS(make_exporter_type),
     {NULL, NULL, 0, NULL},
@@ -1308,15 +1295,21 @@ static int
 tc_exec(PyObject *module)
 {
     if (add_constants(module) < 0 ||
-        add_exporter_type(module, &spec_undeclared, NO_DECLARATION) < 0 ||
-        add_exporter_type(module, &spec_legacy,
-                          BUFFEREXT_SUPPORTS_LEGACY) < 0 ||
+        add_exporter_type(module, &spec_undeclared, NO_DECLARATION,
+                          NULL) < 0 ||
+        add_exporter_type(module, &spec_legacy, BUFFEREXT_SUPPORTS_LEGACY,
+                          exporter_getbuffer_ex) < 0 ||
         add_exporter_type(module, &spec_simple,
-                          BUFFEREXT_SUPPORTS_SIMPLE_ONLY) < 0 ||
-        add_exporter_type(module, &spec_full, MASK_FULL) < 0 ||
-        add_exporter_type(module, &spec_nodevice, MASK_NODEVICE) < 0 ||
+                          BUFFEREXT_SUPPORTS_SIMPLE_ONLY,
+                          exporter_getbuffer_ex) < 0 ||
+        add_exporter_type(module, &spec_full, MASK_FULL,
+                          exporter_getbuffer_ex) < 0 ||
+        add_exporter_type(module, &spec_nodevice, MASK_NODEVICE,
+                          exporter_getbuffer_ex) < 0 ||
+        add_exporter_type(module, &spec_noentry, MASK_FULL, NULL) < 0 ||
         add_exporter_type(module, &conf_spec,
-                          BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE) < 0) {
+                          BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE,
+                          conf_getbuffer_ex) < 0) {
         return -1;
     }
     return 0;

@@ -178,7 +178,7 @@ lexp_dealloc(PyObject *op)
 }
 
 static int
-lexp_getbuffer(PyObject *op, Py_buffer *view, int flags)
+lexp_export(PyObject *op, Py_buffer *view, int flags, Py_buffer_extended *ext)
 {
     LimitedExporter *self = (LimitedExporter *)op;
     const char *device = NULL;
@@ -195,11 +195,11 @@ lexp_getbuffer(PyObject *op, Py_buffer *view, int flags)
             return -1;
         }
     }
-    if (BufferExt_SetDevice(op, view, flags, device,
+    if (BufferExt_SetDevice(ext, op, flags, device,
                             device ? &self->info : NULL) < 0) {
         return -1;
     }
-    if (BufferExt_Extended(view, flags) != NULL) {
+    if (ext != NULL) {
         self->device_requests++;
     }
     view->buf = (void *)PyBytes_AsString(self->data);
@@ -218,6 +218,8 @@ lexp_getbuffer(PyObject *op, Py_buffer *view, int flags)
     self->exports++;
     return 0;
 }
+
+BUFFEREXT_DEFINE_GETBUFFER(lexp_getbuffer, lexp_export);
 
 static void
 lexp_releasebuffer(PyObject *op, Py_buffer *view)
@@ -243,7 +245,7 @@ lexp_device_requests(PyObject *op, void *closure)
 static PyGetSetDef lexp_getset[] = {
     {"exports", lexp_exports, NULL, "number of live exports", NULL},
     {"device_requests", lexp_device_requests, NULL,
-     "getbuffer calls that received a PyBUF_DEVICE request", NULL},
+     "requests that reached the typed entry", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -279,7 +281,8 @@ set_supported_flags_immutable(PyObject *module, PyObject *unused)
     if (type == NULL) {
         return NULL;
     }
-    rc = BufferExt_SetSupportedFlags((PyTypeObject *)type, DECLARED);
+    rc = BufferExt_SetExtendedGetBuffer((PyTypeObject *)type, DECLARED,
+                                        lexp_getbuffer_ex);
     Py_DECREF(type);
     if (rc < 0) {
         return NULL;
@@ -304,7 +307,8 @@ exec_module(PyObject *module)
     PyObject *type = PyType_FromSpec(&lexp_spec);
 
     if (type == NULL ||
-        BufferExt_SetSupportedFlags((PyTypeObject *)type, DECLARED) < 0 ||
+        BufferExt_SetExtendedGetBuffer((PyTypeObject *)type, DECLARED,
+                                       lexp_getbuffer_ex) < 0 ||
         PyModule_AddObject(module, "LimitedExporter", type) < 0) {
         Py_XDECREF(type);
         return -1;

@@ -1,15 +1,17 @@
 # cython: language_level=3, freethreading_compatible=True
-"""A Cython producer: a cdef class whose __getbuffer__ answers PyBUF_DEVICE
-requests with CPU memory through the header's helpers, and declares its
-supported flags (tests/test_cython.py builds it)."""
+"""A Cython producer: a cdef class whose one fill function serves its
+__getbuffer__ (a plain request: ext NULL) and its typed entry (an extended
+request: the consumer's Py_buffer_extended), answering PyBUF_DEVICE requests
+with CPU memory through the header's helpers, and that declares its supported
+flags with the entry (tests/test_cython.py builds it)."""
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND
 from cpython.buffer cimport PyBUF_STRIDES
-from cpython.object cimport PyTypeObject
+from cpython.object cimport PyObject, PyTypeObject
 
 from bufferext cimport (
-    Py_buffer_extended, PyBUF_DEVICE, BufferExt_Extended, BufferExt_SetDevice,
-    BufferExt_SetSupportedFlags)
+    Py_buffer_extended, PyBUF_DEVICE, BufferExt_SetDevice,
+    BufferExt_SetExtendedGetBuffer, BufferExtCython_SetObj)
 
 cdef char *FORMAT_B = b"B"
 
@@ -30,13 +32,15 @@ cdef class Bytes:
         self.shape[0] = len(data)
         self.strides[0] = 1
 
-    def __getbuffer__(self, Py_buffer *view, int flags):
+    cdef int fill(self, Py_buffer *view, int flags,
+                  Py_buffer_extended *ext) except -1:
+        """Everything of the export but view.obj, which the caller sets."""
         if flags & PyBUF_WRITABLE:
             raise BufferError("Bytes: the buffer is read-only")
         # CPU memory: answer a PyBUF_DEVICE request explicitly (flags gets
         # PyBUF_DEVICE, device stays NULL); nothing otherwise
-        BufferExt_SetDevice(self, view, flags, NULL, NULL)
-        if BufferExt_Extended(view, flags) != NULL:
+        BufferExt_SetDevice(ext, self, flags, NULL, NULL)
+        if ext != NULL:
             self.device_requests += 1
         view.buf = <char *>self.data
         view.len = self.shape[0]
@@ -48,11 +52,24 @@ cdef class Bytes:
         view.strides = self.strides if flags & PyBUF_STRIDES else NULL
         view.suboffsets = NULL
         view.internal = NULL
-        view.obj = self
         self.exports += 1
+        return 0
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        self.fill(view, flags, NULL)
+        view.obj = self
 
     def __releasebuffer__(self, Py_buffer *view):
         self.exports -= 1
 
 
-BufferExt_SetSupportedFlags(<PyTypeObject *>Bytes, DECLARED)
+cdef int bytes_getbuffer_ex(PyObject *obj, Py_buffer_extended *ext,
+                            int flags) except -1:
+    """The typed entry: the same fill, with the consumer's extended view."""
+    (<Bytes>obj).fill(&ext.view, flags, ext)
+    BufferExtCython_SetObj(&ext.view, <object>obj)
+    return 0
+
+
+BufferExt_SetExtendedGetBuffer(<PyTypeObject *>Bytes, DECLARED,
+                               bytes_getbuffer_ex)

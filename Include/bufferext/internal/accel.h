@@ -1,6 +1,6 @@
 /* bufferext/internal/accel.h -- the accelerator of bufferext/core.h: the
- * lookup of a type's declaration, its per-type cache, the inlined dispatch
- * of getbuffer/releasebuffer and the PEP 688 routing.  Internal: included
+ * lookup of a type's declaration and typed entry, their per-type cache and
+ * the inlined dispatch of getbuffer/releasebuffer.  Internal: included
  * by core.h only; every name here (BufferExtAccel_*, BUFFEREXT_ACCEL_*) may
  * change in any release.  The public functions in core.h are all that
  * extensions call.
@@ -20,13 +20,12 @@
  *   3.9-3.11 with the GIL
  *                the cache entries with plain loads (one thread at a time);
  *                3.12+ and free-threaded builds through a sequence lock.
- *   3.9-3.11     the declaration through _PyType_Lookup, which reads the
- *                MRO's tp_dict and also gives the type its version tag.
- *   3.12+        the declaration through tp_mro and PyType_GetDict, after
- *                PyUnstable_Type_AssignVersionTag; for PEP 688, the
- *                d_wrapped and d_type fields of the wrapper descriptor of
- *                __buffer__ (PyWrapperDescrObject) and m_ml/m_self of the
- *                guard (PyCFunctionObject).
+ *   3.9-3.11     the declaration and the entry through _PyType_Lookup,
+ *                which reads the MRO's tp_dict and also gives the type its
+ *                version tag.
+ *   3.12+        the declaration and the entry through tp_mro and
+ *                PyType_GetDict, after
+ *                PyUnstable_Type_AssignVersionTag.
  *   3.9-3.15, GIL builds
  *                BufferExt_GetBuffer/Release call bf_getbuffer and
  *                bf_releasebuffer directly, as PyObject_GetBuffer and
@@ -56,19 +55,13 @@
 #define BUFFEREXT_ACCEL_CACHE_SIZE 64
 #define BUFFEREXT_ACCEL_INVALID_DECLARATION (-2) /* cached: the attribute is bad */
 
-/* What the header knows of a type: its declaration and, where PEP 688
- * exists, the getbuffer function a PyBUF_DEVICE request may call (NULL: the
- * type's getbuffer runs Python code, which can only hand back a memoryview,
- * so the request goes to it without PyBUF_DEVICE). */
+/* What the header knows of a type: its declaration and its typed entry. */
 typedef struct {
     int declared;           /* as read; BUFFEREXT_ACCEL_INVALID_DECLARATION if bad */
     int mask;               /* the request flags honoured: the declaration
-                               translated (0: legacy, -1: none), less
-                               PyBUF_DEVICE where it cannot reach getbuffer */
-#ifdef BUFFEREXT_INTERNAL_PEP688
-    getbufferproc device_getbuffer;
-    int guarded;            /* __buffer__ is the guard, or there is none */
-#endif
+                               translated (0: legacy, -1: none), less the
+                               extended flags where there is no entry */
+    BufferExt_GetBufferExProc entry;    /* the trusted typed entry, or NULL */
 } BufferExtAccel_TypeInfo;
 
 /* An entry is guarded by a sequence lock: `seq` is odd while a writer
@@ -146,38 +139,25 @@ static inline unsigned int BufferExtAccel_TypeTag(PyTypeObject *type)
 
 typedef getbufferproc BufferExtAccel_GetBufferProc;
 
-/* The getbuffer slot of the type of `obj`, or NULL when it exports no
- * buffers: PyObject_CheckBuffer(obj) inlined where the type struct is
- * visible (the test is the same on every CPython 3.9-3.15: a getbuffer slot
- * is present, and the call into libpython costs as much as the cache
- * lookup).  BufferExt_GetBuffer reads it once and calls what it read. */
-/* Mirrors: PyObject_CheckBuffer (Objects/abstract.c, 3.9-3.15).  Re-check
+/* The getbuffer slot of `type`, or NULL when its instances export no
+ * buffers: PyObject_CheckBuffer inlined where the type struct is visible
+ * (the test is the same on every CPython 3.9-3.15: a getbuffer slot is
+ * present, and the call into libpython costs as much as the cache lookup).
+ * Mirrors: PyObject_CheckBuffer (Objects/abstract.c, 3.9-3.15).  Re-check
  * at 3.16. */
 static inline BufferExtAccel_GetBufferProc
-BufferExtAccel_BufferSlot(PyObject *obj)
+BufferExtAccel_TypeSlot(PyTypeObject *type)
 {
-    PyBufferProcs *procs = Py_TYPE(obj)->tp_as_buffer;
+    PyBufferProcs *procs = type->tp_as_buffer;
     return procs != NULL ? procs->bf_getbuffer : NULL;
 }
 
-/* Whether `obj` exports buffers, given `slot` = BufferExtAccel_BufferSlot(obj)
- * (the limited API decides by a call instead). */
-static inline int
-BufferExtAccel_Exports(PyObject *obj, BufferExtAccel_GetBufferProc slot)
-{
-    (void)obj;
-    return slot != NULL;
-}
-
-/* The getbuffer slot of the type of `obj` (`slot`, as read above), for the
- * PEP 688 routing. */
+/* The getbuffer slot of the type of `obj`: BufferExt_GetBuffer reads it
+ * once and calls what it read. */
 static inline BufferExtAccel_GetBufferProc
-BufferExtAccel_Slot(PyObject *obj, const BufferExtAccel_TypeInfo *info,
-                    BufferExtAccel_GetBufferProc slot)
+BufferExtAccel_BufferSlot(PyObject *obj)
 {
-    (void)obj;
-    (void)info;
-    return slot;
+    return BufferExtAccel_TypeSlot(Py_TYPE(obj));
 }
 
 /* PyObject_CheckBuffer(obj), inlined. */
@@ -234,14 +214,6 @@ BufferExtAccel_CallSlot(BufferExtAccel_GetBufferProc slot, PyObject *obj,
     (void)slot;
 #endif
     return PyObject_GetBuffer(obj, view, flags);
-}
-
-/* PyObject_GetBuffer(obj, view, flags). */
-static inline int
-BufferExtAccel_CallGetBuffer(PyObject *obj, Py_buffer *view, int flags)
-{
-    return BufferExtAccel_CallSlot(BufferExtAccel_BufferSlot(obj), obj, view,
-                                   flags);
 }
 
 /* PyBuffer_Release(view): the exporter's releasebuffer, then the reference
@@ -344,86 +316,36 @@ static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type)
     return (int)declared;
 }
 
-#ifdef BUFFEREXT_INTERNAL_PEP688
-/* The guard BufferExt_SetSupportedFlags puts in place of a type's
- * __buffer__: an instancemethod around a builtin function whose self is
- * CPython's own __buffer__ wrapper of the type.  Its docstring marks it,
- * so that a header in another extension recognises it. */
-#define BUFFEREXT_ACCEL_GUARD_DOC BUFFEREXT_INTERNAL_GUARD_DOC
-
-/* The __buffer__ wrapper inside a guard, or NULL if `found` is none.
- * Mirrors: the layout of PyCFunctionObject (m_ml, m_self;
- * Include/cpython/methodobject.h, 3.12-3.15).  Re-check at 3.16. */
-static inline PyObject *BufferExtAccel_GuardedWrapper(PyObject *found)
+/* The typed entry of `type`, or NULL: the capsule BUFFEREXT_ENTRY_ATTR
+ * found in its MRO (as the declaration is), trusted only for its owner (the
+ * capsule's context) and subclasses whose getbuffer is still the one the
+ * entry extends.  Whose it is, not where it was found: a capsule copied into
+ * another class's dict, or a subclass whose getbuffer runs a __buffer__ of
+ * its own, gets no extended request.  Runs Python code only as the
+ * declaration's lookup does (a dict key's __eq__). */
+static inline BufferExt_GetBufferExProc
+BufferExtAccel_ReadEntry(PyTypeObject *type)
 {
-    PyObject *func;
-    PyCFunctionObject *cfunc;
+    PyObject *found = BufferExtAccel_LookupMRO(type, BUFFEREXT_ENTRY_ATTR);
+    const BufferExt_GetBufferEntry *entry = NULL;
+    PyTypeObject *owner;
 
-    if (!PyInstanceMethod_Check(found)) {
-        return NULL;
-    }
-    func = PyInstanceMethod_GET_FUNCTION(found);
-    if (!PyCFunction_Check(func)) {
-        return NULL;
-    }
-    cfunc = (PyCFunctionObject *)func;
-    if (cfunc->m_ml->ml_doc == NULL ||
-        strcmp(cfunc->m_ml->ml_doc, BUFFEREXT_ACCEL_GUARD_DOC) != 0 ||
-        cfunc->m_self == NULL ||
-        !Py_IS_TYPE(cfunc->m_self, &PyWrapperDescr_Type)) {
-        return NULL;
-    }
-    return cfunc->m_self;
-}
-
-/* Fill info->device_getbuffer, the getbuffer function a PyBUF_DEVICE
- * request to instances of `type` may call (NULL when the type's getbuffer
- * runs Python code: a class with its own __buffer__, or anything this
- * header cannot vouch for), and info->guarded.  A Python subclass of a
- * guarded type that keeps its base's __buffer__ gets the base's getbuffer:
- * CPython gave the subclass the generic slot only because it saw the guard
- * where it expected its wrapper.  Mirrors: how update_one_slot
- * (Objects/typeobject.c, 3.12-3.15) picks bf_getbuffer from a __buffer__
- * that is a PyWrapperDescrObject (d_wrapped, d_base; PyDescr_TYPE) of the
- * same slot, else slot_bf_getbuffer.  Re-check at 3.16. */
-static inline void BufferExtAccel_ReadRoute(
-    PyTypeObject *type, BufferExtAccel_TypeInfo *info)
-{
-    getbufferproc slot = type->tp_as_buffer != NULL
-                             ? type->tp_as_buffer->bf_getbuffer : NULL;
-    PyObject *found = BufferExtAccel_LookupMRO(type, "__buffer__");
-    PyObject *wrapper;
-
-    info->device_getbuffer = NULL;
-    info->guarded = found == NULL;
-    if (found == NULL) {
-        info->device_getbuffer = slot;
-        return;
-    }
-    wrapper = BufferExtAccel_GuardedWrapper(found);
-    info->guarded = wrapper != NULL;
-    if (wrapper == NULL && Py_IS_TYPE(found, &PyWrapperDescr_Type)) {
-        wrapper = found;
-    }
-    /* The owner check: a guard or wrapper is anyone's to copy into another
-     * class's dict, and its function reads the object as an instance of
-     * the class it was made for (PyDescr_TYPE).  Found in a class that is
-     * not a subclass of that one, it vouches for nothing: the class is
-     * unguarded and its own slot (which calls __buffer__, whose wrapper
-     * raises CPython's TypeError) gets no device request. */
-    if (wrapper != NULL && !PyType_IsSubtype(type, PyDescr_TYPE(wrapper))) {
-        info->guarded = 0;
-        wrapper = NULL;
-    }
-    if (wrapper != NULL && slot != NULL) {
-        void *wrapped = ((PyWrapperDescrObject *)wrapper)->d_wrapped;
-        if (wrapped == (void *)slot || info->guarded) {
-            info->device_getbuffer = (getbufferproc)wrapped;
+    if (found != NULL && PyCapsule_IsValid(found, BUFFEREXT_ENTRY_CAPSULE)) {
+        entry = (const BufferExt_GetBufferEntry *)PyCapsule_GetPointer(
+            found, BUFFEREXT_ENTRY_CAPSULE);
+        owner = (PyTypeObject *)PyCapsule_GetContext(found);
+        /* PyType_IsSubtype compares owner with the members of type's MRO,
+         * never reading it */
+        if (entry->version != BUFFEREXT_ABI_VERSION || owner == NULL ||
+            !PyType_IsSubtype(type, owner) ||
+            BufferExtAccel_TypeSlot(type) != entry->getbuffer) {
+            entry = NULL;
         }
     }
-    Py_DECREF(found);
+    Py_XDECREF(found);
+    PyErr_Clear();
+    return entry != NULL ? entry->getbuffer_ex : NULL;
 }
-#endif
 
 /* Everything the header needs to know of `type`, read afresh. */
 static inline BufferExtAccel_TypeInfo
@@ -436,25 +358,18 @@ BufferExtAccel_ReadInfo(PyTypeObject *type)
     info.mask = info.declared == BUFFEREXT_SUPPORTS_LEGACY
                     ? BUFFEREXT_LEGACY_FLAGS
                     : (info.declared < 0 ? 0 : info.declared);
-#ifdef BUFFEREXT_INTERNAL_PEP688
-    BufferExtAccel_ReadRoute(type, &info);
-    if (info.device_getbuffer == NULL) {
-        /* a device request cannot reach the type's getbuffer */
-        info.mask &= ~PyBUF_DEVICE;
+    info.entry = BufferExtAccel_ReadEntry(type);
+    if (info.entry == NULL) {
+        /* only a typed entry serves an extended flag */
+        info.mask &= ~BUFFEREXT_EXTENDED_FLAGS;
     }
-#endif
     return info;
 }
 
 static inline int BufferExtAccel_SameInfo(BufferExtAccel_TypeInfo a,
-                                             BufferExtAccel_TypeInfo b)
+                                          BufferExtAccel_TypeInfo b)
 {
-#ifdef BUFFEREXT_INTERNAL_PEP688
-    if (a.device_getbuffer != b.device_getbuffer || a.guarded != b.guarded) {
-        return 0;
-    }
-#endif
-    return a.declared == b.declared;
+    return a.declared == b.declared && a.entry == b.entry;
 }
 
 #ifdef BUFFEREXT_ACCEL_HAVE_CACHE
@@ -495,11 +410,7 @@ static inline void BufferExtAccel_CacheStore(
     BUFFEREXT_ACCEL_STORE(&entry->tag, tag);
     BUFFEREXT_ACCEL_STORE(&entry->info.declared, info.declared);
     BUFFEREXT_ACCEL_STORE(&entry->info.mask, info.mask);
-#  ifdef BUFFEREXT_INTERNAL_PEP688
-    BUFFEREXT_ACCEL_STORE(&entry->info.device_getbuffer,
-                             info.device_getbuffer);
-    BUFFEREXT_ACCEL_STORE(&entry->info.guarded, info.guarded);
-#  endif
+    BUFFEREXT_ACCEL_STORE(&entry->info.entry, info.entry);
     BUFFEREXT_ACCEL_STORE_RELEASE(&entry->seq, seq + 2);
 }
 
@@ -524,11 +435,7 @@ static inline int BufferExtAccel_CacheLoad(
     }
     info->declared = BUFFEREXT_ACCEL_LOAD(&entry->info.declared);
     info->mask = BUFFEREXT_ACCEL_LOAD(&entry->info.mask);
-#  ifdef BUFFEREXT_INTERNAL_PEP688
-    info->device_getbuffer =
-        BUFFEREXT_ACCEL_LOAD(&entry->info.device_getbuffer);
-    info->guarded = BUFFEREXT_ACCEL_LOAD(&entry->info.guarded);
-#  endif
+    info->entry = BUFFEREXT_ACCEL_LOAD(&entry->info.entry);
     BUFFEREXT_ACCEL_FENCE(__ATOMIC_ACQUIRE);
     return (seq & 1) == 0 && BUFFEREXT_ACCEL_LOAD(&entry->seq) == seq;
 #  endif
@@ -590,6 +497,61 @@ BufferExtAccel_InfoCached(PyTypeObject *type, BufferExtAccel_TypeInfo *info)
 }
 #endif
 
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
+/* The cached mask of `type` in *mask: 1 (a hit), or 0.  The query's path
+ * reads nothing else of the entry. */
+static inline int
+BufferExtAccel_MaskCached(PyTypeObject *type, int *mask)
+{
+    unsigned int tag = BufferExtAccel_TypeTag(type);
+    BufferExtAccel_CacheEntry *entry;
+#  ifndef BUFFEREXT_ACCEL_ONE_THREAD
+    unsigned int seq;
+#  endif
+
+    if (tag == 0 || !BufferExtAccel_CacheOwner()) {
+        return 0;
+    }
+    entry = &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE];
+#  ifdef BUFFEREXT_ACCEL_ONE_THREAD
+    if (entry->tag != tag || entry->type != type) {
+        return 0;
+    }
+    *mask = entry->info.mask;
+#  else
+    seq = BUFFEREXT_ACCEL_LOAD_ACQUIRE(&entry->seq);
+    if (BUFFEREXT_ACCEL_LOAD(&entry->tag) != tag ||
+        BUFFEREXT_ACCEL_LOAD(&entry->type) != type) {
+        return 0;
+    }
+    *mask = BUFFEREXT_ACCEL_LOAD(&entry->info.mask);
+    BUFFEREXT_ACCEL_FENCE(__ATOMIC_ACQUIRE);
+    if ((seq & 1) != 0 || BUFFEREXT_ACCEL_LOAD(&entry->seq) != seq) {
+        return 0;
+    }
+#  endif
+    BUFFEREXT_ACCEL_COUNT(0);
+    return 1;
+}
+#endif
+
+/* The mask of the request flags instances of `type` honour, through the
+ * cache.  Never raises. */
+static inline int BufferExtAccel_Mask(PyTypeObject *type)
+{
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
+    int mask;
+
+    if (BufferExtAccel_MaskCached(type, &mask)) {
+        return mask;
+    }
+    return BufferExtAccel_InfoMiss(type).mask;
+#else
+    BUFFEREXT_ACCEL_COUNT(1);
+    return BufferExtAccel_ReadInfo(type).mask;
+#endif
+}
+
 /* What the header knows of `type`, through the cache.  Never raises. */
 static inline BufferExtAccel_TypeInfo
 BufferExtAccel_Info(PyTypeObject *type)
@@ -606,79 +568,5 @@ BufferExtAccel_Info(PyTypeObject *type)
     return BufferExtAccel_ReadInfo(type);
 #endif
 }
-
-#ifdef BUFFEREXT_INTERNAL_PEP688
-/* The guard's body: __buffer__(self, flags) as CPython's wrapper computes
- * it (flags through __index__, once), BufferError if flags include
- * PyBUF_DEVICE, else the wrapper (`wrapper`, the guard's self) called with
- * the computed int.  Mirrors: wrap_buffer (Objects/typeobject.c,
- * 3.12-3.15: PyNumber_AsSsize_t with OverflowError, then the int range).
- * Re-check at 3.16. */
-BUFFEREXT_INTERNAL_COLD PyObject *
-BufferExtAccel_GuardCall(PyObject *wrapper, PyObject *const *args,
-                            Py_ssize_t nargs)
-{
-    PyObject *call[2], *result;
-    Py_ssize_t flags;
-
-    if (nargs != 2) {
-        return PyObject_Vectorcall(wrapper, args, (size_t)nargs, NULL);
-    }
-    flags = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
-    if (flags == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (flags > INT_MAX || flags < INT_MIN) {
-        PyErr_SetString(PyExc_OverflowError,
-                        "buffer flags out of range");
-        return NULL;
-    }
-    if (flags & PyBUF_DEVICE) {
-        PyErr_Format(PyExc_BufferError,
-                     "%.200s: __buffer__ cannot serve a PyBUF_DEVICE "
-                     "request (flags=0x%x): it returns a memoryview, which "
-                     "describes CPU memory only; request device memory "
-                     "with BufferExt_GetBuffer or bufferext.get_buffer()",
-                     Py_TYPE(args[0])->tp_name, (unsigned int)flags);
-        return NULL;
-    }
-    call[0] = args[0];
-    call[1] = PyLong_FromSsize_t(flags);
-    if (call[1] == NULL) {
-        return NULL;
-    }
-    result = PyObject_Vectorcall(wrapper, call, 2, NULL);
-    Py_DECREF(call[1]);
-    return result;
-}
-
-/* Put the guard in place of CPython's __buffer__ wrapper in `dict`, the
- * dict of `type`; nothing if the type has no wrapper of its own there.
- * 0, or -1 with an exception. */
-static inline int BufferExtAccel_Guard(PyTypeObject *type, PyObject *dict)
-{
-    static PyMethodDef def = {
-        "__buffer__", (PyCFunction)(void (*)(void))BufferExtAccel_GuardCall,
-        METH_FASTCALL, BUFFEREXT_ACCEL_GUARD_DOC};
-    PyObject *wrapper, *func, *method;
-    int rc;
-
-    wrapper = PyDict_GetItemString(dict, "__buffer__");     /* borrowed */
-    if (wrapper == NULL || !Py_IS_TYPE(wrapper, &PyWrapperDescr_Type) ||
-        ((PyWrapperDescrObject *)wrapper)->d_wrapped !=
-            (void *)type->tp_as_buffer->bf_getbuffer) {
-        return 0;
-    }
-    func = PyCFunction_New(&def, wrapper);
-    method = func == NULL ? NULL : PyInstanceMethod_New(func);
-    Py_XDECREF(func);
-    if (method == NULL) {
-        return -1;
-    }
-    rc = PyDict_SetItemString(dict, "__buffer__", method);
-    Py_DECREF(method);
-    return rc;
-}
-#endif
 
 #endif /* BUFFEREXT_INTERNAL_ACCEL_H */

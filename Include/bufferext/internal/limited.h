@@ -6,8 +6,8 @@
  *
  * It reads no type internals (no tp_version_tag, tp_dict, tp_as_buffer,
  * tp_name): a type's slots through PyType_GetSlot, its flags through
- * PyType_GetFlags, the declaration and __buffer__ through attribute
- * lookups, the running CPython through Py_Version.
+ * PyType_GetFlags, the declaration and the typed entry through attribute
+ * lookups.
  *   declaration  PyObject_GetAttr(type, "__buffer_supported_flags__"), whose
  *                lookup CPython itself caches; for a type whose metaclass is
  *                not `type`, the dicts of its __mro__ one by one, so the
@@ -16,28 +16,19 @@
  *                called; the full API never calls it.)
  *   cache        per translation unit, keyed by the type object; an entry
  *                holds strong references to the type and to the objects
- *                its info derives from (the declaration and __buffer__), so
- *                no key can be freed and its address reused.  An immutable
- *                type's entry (Py_TPFLAGS_IMMUTABLETYPE: bytes,
- *                numpy.ndarray, ...; its attributes cannot change) is used
- *                as it is; a mutable type's is used while the two
- *                attribute lookups give the same objects.  Main interpreter
+ *                its info derives from (the declaration and the entry's
+ *                capsule), so no key can be freed and its address reused.
+ *                An immutable type's entry (Py_TPFLAGS_IMMUTABLETYPE:
+ *                bytes, numpy.ndarray, ...; its attributes cannot change)
+ *                is used as it is; a mutable type's is used while the two
+ *                attribute lookups give the same objects and its getbuffer
+ *                slot is the same.  Main interpreter
  *                only, so one thread at a time touches it (a GIL build: the
  *                limited API has no free-threaded variant before 3.15).
  *                The references are never released: an embedder that runs
  *                Py_Finalize and Py_Initialize again in one process keeps
  *                this extension's cache (and its statics) from the first
  *                run, which the limited API gives no hook to reset.
- *   PEP 688      from 3.12 (Py_Version, at run time: an abi3 extension built
- *                for 3.11 runs there too) the __buffer__ routing of
- *                accel.h, read through the public attributes of the
- *                objects found (__self__, __objclass__, __doc__).  The
- *                guard itself cannot be built (instancemethod is not in the
- *                limited API): BufferExt_SetSupportedFlags does not install
- *                it, so a limited-API type is unguarded on 3.12+: its
- *                __buffer__ hands over unmarked views (BufferExt_SetDevice
- *                refuses device memory through it), the header's own
- *                device requests arrive marked.
  *   dispatch     PyObject_GetBuffer and PyBuffer_Release, never inlined.
  *
  * Its version-specific parts say what they follow (a "Mirrors:" line) and
@@ -58,9 +49,8 @@ typedef int (*BufferExtAccel_GetBufferProc)(PyObject *, Py_buffer *, int);
 typedef struct {
     int declared;
     int mask;
-    BufferExtAccel_GetBufferProc slot;              /* the type's getbuffer */
-    BufferExtAccel_GetBufferProc device_getbuffer;  /* as in accel.h */
-    int guarded;
+    BufferExt_GetBufferExProc entry;    /* as in accel.h */
+    BufferExtAccel_GetBufferProc slot;  /* the type's getbuffer, as read */
 } BufferExtAccel_TypeInfo;
 
 #if !defined(Py_GIL_DISABLED)
@@ -72,23 +62,8 @@ static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
     return PyObject_CheckBuffer(obj);
 }
 
-/* What accel.h reads of the type to call its getbuffer directly: nothing
- * here (NULL), every export goes through PyObject_GetBuffer and whether
- * `obj` exports is asked by a call. */
-static inline BufferExtAccel_GetBufferProc
-BufferExtAccel_BufferSlot(PyObject *obj)
-{
-    (void)obj;
-    return NULL;
-}
-
-static inline int
-BufferExtAccel_Exports(PyObject *obj, BufferExtAccel_GetBufferProc slot)
-{
-    (void)slot;
-    return PyObject_CheckBuffer(obj);
-}
-
+/* Every export goes through PyObject_GetBuffer (accel.h's direct call of
+ * the slot reads the type struct). */
 static inline int
 BufferExtAccel_CallSlot(BufferExtAccel_GetBufferProc slot, PyObject *obj,
                         Py_buffer *view, int flags)
@@ -97,32 +72,25 @@ BufferExtAccel_CallSlot(BufferExtAccel_GetBufferProc slot, PyObject *obj,
     return PyObject_GetBuffer(obj, view, flags);
 }
 
-static inline int
-BufferExtAccel_CallGetBuffer(PyObject *obj, Py_buffer *view, int flags)
-{
-    return PyObject_GetBuffer(obj, view, flags);
-}
-
 static inline void BufferExtAccel_CallRelease(Py_buffer *view)
 {
     PyBuffer_Release(view);
 }
 
-/* The getbuffer slot of the type of `obj`, as the cache saw it. */
-static inline BufferExtAccel_GetBufferProc
-BufferExtAccel_Slot(PyObject *obj, const BufferExtAccel_TypeInfo *info,
-                    BufferExtAccel_GetBufferProc slot)
-{
-    (void)obj;
-    (void)slot;
-    return info->slot;
-}
-
+/* The getbuffer slot of `type` (NULL: none).  PyType_GetSlot gives a
+ * function as a void *; the union converts it without the cast ISO C does
+ * not define (the platforms CPython runs on give both the same
+ * representation). */
 static inline BufferExtAccel_GetBufferProc
 BufferExtAccel_TypeSlot(PyTypeObject *type)
 {
-    return (BufferExtAccel_GetBufferProc)PyType_GetSlot(type,
-                                                        Py_bf_getbuffer);
+    union {
+        void *data;
+        BufferExtAccel_GetBufferProc func;
+    } slot;
+
+    slot.data = PyType_GetSlot(type, Py_bf_getbuffer);
+    return slot.func;
 }
 
 /* The attribute `key` (a str) of `obj`, or NULL; never raises.
@@ -218,97 +186,35 @@ static inline int BufferExtAccel_DeclaredFrom(PyObject *value)
     return (int)declared;
 }
 
-/* 1 if `obj` is a slot wrapper (CPython's wrapper_descriptor type, found
- * as the type of object.__init__). */
-static inline int BufferExtAccel_IsSlotWrapper(PyObject *obj)
+/* accel.h's BufferExtAccel_ReadEntry, from `found`, the entry's capsule
+ * as the lookup found it (or NULL), for a type whose getbuffer is `slot`. */
+static inline BufferExt_GetBufferExProc
+BufferExtAccel_EntryFrom(PyTypeObject *type, PyObject *found,
+                         BufferExtAccel_GetBufferProc slot)
 {
-    PyObject *init = BufferExtAccel_GetAttr((PyObject *)&PyBaseObject_Type,
-                                            "__init__");
-    int same = init != NULL && Py_TYPE(obj) == Py_TYPE(init);
+    const BufferExt_GetBufferEntry *entry;
+    PyTypeObject *owner;
 
-    Py_XDECREF(init);
-    return same;
-}
-
-/* The getbuffer slot of the class a slot wrapper was made for (its
- * __objclass__), or NULL, also when `type` is not a subclass of that class
- * (the owner check of accel.h's BufferExtAccel_ReadRoute: a wrapper copied
- * into a stranger's dict vouches for nothing). */
-static inline BufferExtAccel_GetBufferProc
-BufferExtAccel_WrapperSlot(PyTypeObject *type, PyObject *wrapper)
-{
-    PyObject *owner = BufferExtAccel_GetAttr(wrapper, "__objclass__");
-    BufferExtAccel_GetBufferProc slot = NULL;
-
-    if (owner != NULL && PyType_Check(owner) &&
-        PyType_IsSubtype(type, (PyTypeObject *)owner)) {
-        slot = BufferExtAccel_TypeSlot((PyTypeObject *)owner);
-    }
-    Py_XDECREF(owner);
-    return slot;
-}
-
-/* The slot wrapper inside the guard of a full-API header, or NULL if
- * `found` is none.  Looked up on the type, the guard (an instancemethod)
- * gives its function: a builtin whose self is the wrapper and whose
- * docstring is the guard's (less its signature). */
-static inline PyObject *BufferExtAccel_GuardedWrapper(PyObject *found)
-{
-    const char *doc = strstr(BUFFEREXT_INTERNAL_GUARD_DOC, "\n--\n\n");
-    PyObject *self, *text;
-    int same = 0;
-
-    if (!PyCFunction_Check(found)) {
+    if (found == NULL || !PyCapsule_IsValid(found, BUFFEREXT_ENTRY_CAPSULE)) {
         return NULL;
     }
-    text = BufferExtAccel_GetAttr(found, "__doc__");
-    if (text != NULL && PyUnicode_Check(text) && doc != NULL) {
-        same = PyUnicode_CompareWithASCIIString(text, doc + 5) == 0;
+    entry = (const BufferExt_GetBufferEntry *)PyCapsule_GetPointer(
+        found, BUFFEREXT_ENTRY_CAPSULE);
+    owner = (PyTypeObject *)PyCapsule_GetContext(found);
+    if (entry->version != BUFFEREXT_ABI_VERSION || owner == NULL ||
+        !PyType_IsSubtype(type, owner) || slot != entry->getbuffer) {
+        return NULL;
     }
-    Py_XDECREF(text);
-    self = same ? PyCFunction_GetSelf(found) : NULL;
-    return self != NULL && BufferExtAccel_IsSlotWrapper(self) ? self : NULL;
-}
-
-/* accel.h's BufferExtAccel_ReadRoute, through public attributes;
- * `found` is the type's __buffer__ (NULL: none, or CPython < 3.12). */
-static inline void BufferExtAccel_ReadRoute(
-    PyTypeObject *type, PyObject *found, BufferExtAccel_TypeInfo *info)
-{
-    PyObject *wrapper;
-
-    info->device_getbuffer = info->slot;
-    info->guarded = 1;
-    if (found == NULL) {
-        return;
-    }
-    info->device_getbuffer = NULL;
-    wrapper = BufferExtAccel_GuardedWrapper(found);
-    info->guarded = wrapper != NULL;
-    if (wrapper == NULL && BufferExtAccel_IsSlotWrapper(found)) {
-        wrapper = found;
-    }
-    if (wrapper != NULL) {
-        BufferExtAccel_GetBufferProc wrapped =
-            BufferExtAccel_WrapperSlot(type, wrapper);
-        if (wrapped == NULL) {              /* a stranger's */
-            info->guarded = 0;
-        }
-        else if (info->slot != NULL &&
-                 (wrapped == info->slot || info->guarded)) {
-            info->device_getbuffer = wrapped;
-        }
-    }
+    return entry->getbuffer_ex;
 }
 
 /* The objects a type's info derives from, as new references (or NULL):
- * its declaration and, from CPython 3.12 (PEP 688), its __buffer__.  As
- * long as both lookups give the same objects, the info is unchanged.
- * Mirrors: the running version (Py_Version, 3.11+) against 3.12, where
- * PEP 688 put __buffer__ on every buffer type.  Re-check at 3.16. */
+ * its declaration and its entry's capsule.  As long as both lookups give
+ * the same objects (and the type's getbuffer is the same), the info is
+ * unchanged. */
 typedef struct {
     PyObject *declared;
-    PyObject *buffer;
+    PyObject *entry;
 } BufferExtAccel_Keys;
 
 static inline BufferExtAccel_Keys
@@ -319,15 +225,11 @@ BufferExtAccel_ReadKeys(PyTypeObject *type, PyObject *const *names)
     if (names == NULL) {
         keys.declared = BufferExtAccel_LookupMRO(
             type, BUFFEREXT_SUPPORTED_FLAGS_ATTR);
-        keys.buffer = Py_Version >= 0x030C0000
-                          ? BufferExtAccel_LookupMRO(type, "__buffer__")
-                          : NULL;
+        keys.entry = BufferExtAccel_LookupMRO(type, BUFFEREXT_ENTRY_ATTR);
     }
     else {
         keys.declared = BufferExtAccel_LookupMROKey(type, names[0]);
-        keys.buffer = Py_Version >= 0x030C0000
-                          ? BufferExtAccel_LookupMROKey(type, names[1])
-                          : NULL;
+        keys.entry = BufferExtAccel_LookupMROKey(type, names[1]);
     }
     return keys;
 }
@@ -335,7 +237,7 @@ BufferExtAccel_ReadKeys(PyTypeObject *type, PyObject *const *names)
 static inline void BufferExtAccel_ClearKeys(BufferExtAccel_Keys *keys)
 {
     Py_CLEAR(keys->declared);
-    Py_CLEAR(keys->buffer);
+    Py_CLEAR(keys->entry);
 }
 
 static inline BufferExtAccel_TypeInfo
@@ -348,9 +250,9 @@ BufferExtAccel_InfoFrom(PyTypeObject *type, const BufferExtAccel_Keys *keys)
                     ? BUFFEREXT_LEGACY_FLAGS
                     : (info.declared < 0 ? 0 : info.declared);
     info.slot = BufferExtAccel_TypeSlot(type);
-    BufferExtAccel_ReadRoute(type, keys->buffer, &info);
-    if (info.device_getbuffer == NULL) {
-        info.mask &= ~PyBUF_DEVICE;
+    info.entry = BufferExtAccel_EntryFrom(type, keys->entry, info.slot);
+    if (info.entry == NULL) {
+        info.mask &= ~BUFFEREXT_EXTENDED_FLAGS;
     }
     return info;
 }
@@ -390,7 +292,7 @@ static inline PyObject *const *BufferExtAccel_Names(void)
     if (names[1] == NULL) {
         PyObject *a = PyUnicode_InternFromString(
             BUFFEREXT_SUPPORTED_FLAGS_ATTR);
-        PyObject *b = PyUnicode_InternFromString("__buffer__");
+        PyObject *b = PyUnicode_InternFromString(BUFFEREXT_ENTRY_ATTR);
         if (a == NULL || b == NULL) {
             Py_XDECREF(a);
             Py_XDECREF(b);
@@ -435,7 +337,8 @@ BufferExtAccel_InfoMiss(PyTypeObject *type, BufferExtAccel_CacheEntry *entry,
 /* What the header knows of `type`.  Never raises.  An immutable type's
  * entry is trusted as it is; a mutable type's only while the lookups of its
  * keys give the same objects (two attribute lookups, served by CPython's
- * own type cache). */
+ * own type cache) and its getbuffer is the same (a __buffer__ assigned to
+ * the class changes it). */
 static inline BufferExtAccel_TypeInfo
 BufferExtAccel_Info(PyTypeObject *type)
 {
@@ -452,7 +355,8 @@ BufferExtAccel_Info(PyTypeObject *type)
         }
         keys = BufferExtAccel_ReadKeys(type, BufferExtAccel_Names());
         if (entry->type == type && keys.declared == entry->keys.declared &&
-            keys.buffer == entry->keys.buffer) {
+            keys.entry == entry->keys.entry &&
+            BufferExtAccel_TypeSlot(type) == entry->info.slot) {
             BufferExtAccel_ClearKeys(&keys);
             BUFFEREXT_ACCEL_COUNT(0);
             return entry->info;
@@ -462,6 +366,12 @@ BufferExtAccel_Info(PyTypeObject *type)
 #endif
     BUFFEREXT_ACCEL_COUNT(1);
     return BufferExtAccel_ReadInfo(type);
+}
+
+/* The mask of the request flags instances of `type` honour. */
+static inline int BufferExtAccel_Mask(PyTypeObject *type)
+{
+    return BufferExtAccel_Info(type).mask;
 }
 
 #endif /* BUFFEREXT_INTERNAL_LIMITED_H */

@@ -45,10 +45,9 @@ public:
     Py_ssize_t exports() const noexcept { return exports_.load(); }
 
     // [fill]
-    // The bf_getbuffer body once the binding found this object behind
-    // `self`; the binding has called BufferExt_SetDevice already (it must
-    // come first, before the object is looked up).  0, or -1 with
-    // BufferError.
+    // The body of the binding's export function once it found this object
+    // behind `self`; the binding has called BufferExt_SetDevice already.
+    // 0, or -1 with BufferError.
     int fill(PyObject *self, Py_buffer *view, int flags) noexcept {
         // C order: Fortran order too only when one dimension is 1 (or 0).
         const bool fortran = shape_[0] <= 1 || shape_[1] <= 1;

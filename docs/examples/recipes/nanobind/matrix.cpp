@@ -1,7 +1,7 @@
 // matrix.cpp -- the nanobind twin of ../pybind11/matrix.cpp: the same
 // Matrix over the same HostMatrix (host_matrix.hpp), its buffer slots given
-// to nb::class_ as nb::type_slots, its flags declared with
-// BufferExt_SetSupportedFlags.  Linked into the module of describe.cpp
+// to nb::class_ as nb::type_slots, its flags declared with its typed entry
+// (BufferExt_SetExtendedGetBuffer).  Linked into the module of describe.cpp
 // (add_matrix); checked by check_producer.py.
 #include <nanobind/nanobind.h>
 
@@ -12,15 +12,18 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
-// bf_getbuffer: CPython calls it from C, so no C++ exception may escape
-// (noexcept: nothing below throws).
-static int matrix_getbuffer(PyObject *self, Py_buffer *view,
-                            int flags) noexcept {
+// [getbuffer]
+// The one function of both doors: `ext` is NULL for a plain request (the
+// type's bf_getbuffer) and the consumer's Py_buffer_extended for an
+// extended one (the typed entry).  CPython calls both from C, so no C++
+// exception may escape (noexcept: nothing below throws).
+static int matrix_export(PyObject *self, Py_buffer *view, int flags,
+                         Py_buffer_extended *ext) noexcept {
     view->obj = nullptr;
-    // First, before the object is read: CPU memory answers a PyBUF_DEVICE
-    // request explicitly (flags gets PyBUF_DEVICE, device stays NULL);
-    // without the request it does nothing.  Never fails for CPU memory.
-    (void)BufferExt_SetDevice(self, view, flags, nullptr, nullptr);
+    // CPU memory answers a PyBUF_DEVICE request of the typed entry
+    // explicitly (flags gets PyBUF_DEVICE, device stays NULL); otherwise it
+    // does nothing.  Never fails for CPU memory.
+    (void)BufferExt_SetDevice(ext, self, flags, nullptr, nullptr);
     // Matrix.__new__(Matrix) makes an instance __init__ never constructed
     if (!nb::inst_ready(self)) {
         PyErr_Format(PyExc_BufferError, "%.200s: not initialized",
@@ -30,10 +33,14 @@ static int matrix_getbuffer(PyObject *self, Py_buffer *view,
     return nb::inst_ptr<HostMatrix>(self)->fill(self, view, flags);
 }
 
+// matrix_getbuffer (bf_getbuffer) and matrix_getbuffer_ex (the typed entry)
+BUFFEREXT_DEFINE_GETBUFFER(matrix_getbuffer, matrix_export);
+
 static void matrix_releasebuffer(PyObject *, Py_buffer *view) noexcept {
     // the object fill() exported, kept in the view: no lookup to fail here
     static_cast<HostMatrix *>(view->internal)->release();
 }
+// [getbuffer end]
 
 // [type]
 // nanobind creates the type from these (PyType_FromSpec)
@@ -48,10 +55,10 @@ void add_matrix(nb::module_ &m) {
         "A 2-D float32 matrix in host memory, exported through the "
         "extended buffer protocol (C++, nanobind).");
     // Right after the type is created: the request flags it honours, every
-    // legacy one and PyBUF_DEVICE (on 3.12+ this also guards __buffer__).
-    if (BufferExt_SetSupportedFlags(
+    // legacy one and PyBUF_DEVICE, and the typed entry that serves them.
+    if (BufferExt_SetExtendedGetBuffer(
             reinterpret_cast<PyTypeObject *>(cls.ptr()),
-            BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE) < 0) {
+            BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE, matrix_getbuffer_ex) < 0) {
         throw nb::python_error();
     }
     // [type end]

@@ -1,8 +1,9 @@
 // matrix.cpp -- a pybind11 producer of the extended buffer protocol:
 // Matrix, a HostMatrix (host_matrix.hpp) whose Python type gets its buffer
-// slots through py::custom_type_setup and declares PyBUF_DEVICE with
-// BufferExt_SetSupportedFlags.  Linked into the module of describe.cpp
-// (add_matrix); built by setup.py beside it; checked by check_producer.py.
+// slots through py::custom_type_setup and declares PyBUF_DEVICE with its
+// typed entry (BufferExt_SetExtendedGetBuffer).  Linked into the module of
+// describe.cpp (add_matrix); built by setup.py beside it; checked by
+// check_producer.py.
 #include <pybind11/pybind11.h>
 
 #include <bufferext.h>
@@ -12,20 +13,24 @@
 namespace py = pybind11;
 
 // [getbuffer]
-// bf_getbuffer: CPython calls it from C, so no C++ exception may escape
-// (noexcept: nothing below throws).
-static int matrix_getbuffer(PyObject *self, Py_buffer *view,
-                            int flags) noexcept {
+// The one function of both doors: `ext` is NULL for a plain request (the
+// type's bf_getbuffer) and the consumer's Py_buffer_extended for an
+// extended one (the typed entry).  CPython calls both from C, so no C++
+// exception may escape (noexcept: nothing below throws).
+static int matrix_export(PyObject *self, Py_buffer *view, int flags,
+                         Py_buffer_extended *ext) noexcept {
     view->obj = nullptr;
-    // First, before the object is read: CPU memory answers a PyBUF_DEVICE
-    // request explicitly (flags gets PyBUF_DEVICE, device stays NULL);
-    // without the request it does nothing.  Never fails for CPU memory.
-    (void)BufferExt_SetDevice(self, view, flags, nullptr, nullptr);
+    // CPU memory answers a PyBUF_DEVICE request of the typed entry
+    // explicitly (flags gets PyBUF_DEVICE, device stays NULL); otherwise it
+    // does nothing.  Never fails for CPU memory.
+    (void)BufferExt_SetDevice(ext, self, flags, nullptr, nullptr);
     // pybind11 allocates the C++ object before __init__ constructs it, and
     // Matrix.__new__(Matrix) skips __init__: read it only once constructed
     // (the test of pybind11's custom_type_setup example).  Neither call
     // throws; a Python subclass may have other pybind11 bases, hence the
-    // lookup by type.
+    // lookup by type.  py::detail is pybind11's internal namespace (no
+    // public API gives an instance's holder state); check it again when
+    // pybind11 changes its major version.
     auto *inst = reinterpret_cast<py::detail::instance *>(self);
     py::detail::value_and_holder held = inst->get_value_and_holder(
         py::detail::get_type_info(typeid(HostMatrix)), false);
@@ -37,6 +42,9 @@ static int matrix_getbuffer(PyObject *self, Py_buffer *view,
     HostMatrix *matrix = held.value_ptr<HostMatrix>();
     return matrix->fill(self, view, flags);
 }
+
+// matrix_getbuffer (bf_getbuffer) and matrix_getbuffer_ex (the typed entry)
+BUFFEREXT_DEFINE_GETBUFFER(matrix_getbuffer, matrix_export);
 
 static void matrix_releasebuffer(PyObject *, Py_buffer *view) noexcept {
     // the object fill() exported, kept in the view: no lookup to fail here
@@ -56,10 +64,10 @@ void add_matrix(py::module_ &m) {
         "A 2-D float32 matrix in host memory, exported through the "
         "extended buffer protocol (C++, pybind11).");
     // Right after the type is created: the request flags it honours, every
-    // legacy one and PyBUF_DEVICE (on 3.12+ this also guards __buffer__).
-    if (BufferExt_SetSupportedFlags(
+    // legacy one and PyBUF_DEVICE, and the typed entry that serves them.
+    if (BufferExt_SetExtendedGetBuffer(
             reinterpret_cast<PyTypeObject *>(cls.ptr()),
-            BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE) < 0) {
+            BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE, matrix_getbuffer_ex) < 0) {
         throw py::error_already_set();
     }
     // [type end]

@@ -1,0 +1,684 @@
+/* bufferext/internal/accel.h -- the accelerator of bufferext/core.h: the
+ * lookup of a type's declaration, its per-type cache, the inlined dispatch
+ * of getbuffer/releasebuffer and the PEP 688 routing.  Internal: included
+ * by core.h only; every name here (BufferExtAccel_*, BUFFEREXT_ACCEL_*) may
+ * change in any release.  The public functions in core.h are all that
+ * extensions call.
+ *
+ * It must not grow.  Everything here is compiled into other people's
+ * extensions and read against a CPython that was not there when they were
+ * built; each read of CPython's internals says below (a "Mirrors:" line)
+ * which upstream function and versions it copies and the release at which
+ * to check it again.  New work goes into bufferext's own module, behind a
+ * function, where one wheel per interpreter can follow CPython.
+ *
+ * What it reads of CPython, by version, and when it falls back:
+ *   all          tp_as_buffer->bf_getbuffer (CheckBuffer, inlined).
+ *   3.9-3.12     tp_flags (Py_TPFLAGS_VALID_VERSION_TAG) and tp_version_tag:
+ *                the cache key.
+ *   3.13+        tp_version_tag alone (zeroed on change), atomically.
+ *   3.9-3.11 with the GIL
+ *                the cache entries with plain loads (one thread at a time);
+ *                3.12+ and free-threaded builds through a sequence lock.
+ *   3.9-3.11     the declaration through _PyType_Lookup, which reads the
+ *                MRO's tp_dict and also gives the type its version tag.
+ *   3.12+        the declaration through tp_mro and PyType_GetDict, after
+ *                PyUnstable_Type_AssignVersionTag; for PEP 688, the
+ *                d_wrapped and d_type fields of the wrapper descriptor of
+ *                __buffer__ (PyWrapperDescrObject) and m_ml/m_self of the
+ *                guard (PyCFunctionObject).
+ *   3.9-3.15, GIL builds
+ *                BufferExt_GetBuffer/Release call bf_getbuffer and
+ *                bf_releasebuffer directly, as PyObject_GetBuffer and
+ *                PyBuffer_Release do there (checked against each release:
+ *                3.14.10 and 3.15.2 by their machine code in Debian's
+ *                libpython).
+ *   3.16+, free-threaded builds, or -DBUFFEREXT_ACCEL_INLINE_DISPATCH=0
+ *                the public PyObject_GetBuffer and PyBuffer_Release.
+ *   compilers without GCC/Clang atomics
+ *                the cache only where one thread runs at a time (GIL builds
+ *                before 3.12, the main interpreter from 3.12), none on
+ *                free-threaded builds: every query reads the declaration.
+ */
+#ifndef BUFFEREXT_INTERNAL_ACCEL_H
+#define BUFFEREXT_INTERNAL_ACCEL_H
+#ifndef BUFFEREXT_ACCEL_INSIDE
+#  error "include <bufferext.h>, not <bufferext/internal/accel.h>"
+#endif
+
+/* ---- run-time supported flags: lookup and per-type cache --------------- */
+
+/* Cache entries remember (type, version tag) -> declared value.  CPython
+ * gives a type a fresh version tag whenever its attributes change (and never
+ * reuses one), so a matching tag proves the declaration is unchanged.  Types
+ * without a valid tag are looked up every time.  The cache is disabled on
+ * free-threaded builds. */
+#define BUFFEREXT_ACCEL_CACHE_SIZE 64
+#define BUFFEREXT_ACCEL_INVALID_DECLARATION (-2) /* cached: the attribute is bad */
+
+/* What the header knows of a type: its declaration and, where PEP 688
+ * exists, the getbuffer function a PyBUF_DEVICE request may call (NULL: the
+ * type's getbuffer runs Python code, which can only hand back a memoryview,
+ * so the request goes to it without PyBUF_DEVICE). */
+typedef struct {
+    int declared;           /* as read; BUFFEREXT_ACCEL_INVALID_DECLARATION if bad */
+    int mask;               /* the request flags honoured: the declaration
+                               translated (0: legacy, -1: none), less
+                               PyBUF_DEVICE where it cannot reach getbuffer */
+#ifdef BUFFEREXT_INTERNAL_PEP688
+    getbufferproc device_getbuffer;
+    int guarded;            /* __buffer__ is the guard, or there is none */
+#endif
+} BufferExtAccel_TypeInfo;
+
+/* An entry is guarded by a sequence lock: `seq` is odd while a writer
+ * fills the entry, and a reader keeps what it read only if `seq` was even
+ * and unchanged around its reads.  Interpreters with a GIL of their own
+ * (PEP 684, 3.12+) and free-threaded builds share the table between
+ * threads that run in parallel; a writer that finds the entry busy simply
+ * does not cache. */
+typedef struct {
+    unsigned int seq;
+    unsigned int tag;
+    PyTypeObject *type;
+    BufferExtAccel_TypeInfo info;
+} BufferExtAccel_CacheEntry;
+
+/* The atomic accesses the sequence lock needs (GCC and Clang builtins,
+ * which C and C++ both accept).  Without them the cache is used only
+ * where one thread at a time can run: GIL builds before 3.12, and the main
+ * interpreter of 3.12+ (found by a call, which costs about 4 ns). */
+#if defined(__GNUC__) || defined(__clang__)
+#  define BUFFEREXT_ACCEL_ATOMICS 1
+#  define BUFFEREXT_ACCEL_LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#  define BUFFEREXT_ACCEL_LOAD_ACQUIRE(p) \
+    __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#  define BUFFEREXT_ACCEL_STORE(p, v) \
+    __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#  define BUFFEREXT_ACCEL_STORE_RELEASE(p, v) \
+    __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#  define BUFFEREXT_ACCEL_FENCE(order) __atomic_thread_fence(order)
+#else
+#  define BUFFEREXT_ACCEL_LOAD(p) (*(p))
+#  define BUFFEREXT_ACCEL_LOAD_ACQUIRE(p) (*(p))
+#  define BUFFEREXT_ACCEL_STORE(p, v) (*(p) = (v))
+#  define BUFFEREXT_ACCEL_STORE_RELEASE(p, v) (*(p) = (v))
+#  define BUFFEREXT_ACCEL_FENCE(order) ((void)0)
+#endif
+
+#if defined(BUFFEREXT_ACCEL_ATOMICS) || !defined(Py_GIL_DISABLED)
+#  define BUFFEREXT_ACCEL_HAVE_CACHE 1
+#endif
+
+/* Before 3.12 a GIL build runs one thread at a time in the whole process
+ * (no interpreter has a GIL of its own): the table is written (InfoMiss,
+ * which runs no Python code between its stores) and read with the GIL
+ * held, so a reader never meets a writer and the hit path reads the entry
+ * with plain loads, without the sequence checks.  Mirrors: the GIL as one
+ * per process (3.9-3.11; PEP 684 gave interpreters their own in 3.12). */
+#if PY_VERSION_HEX < 0x030C0000 && !defined(Py_GIL_DISABLED)
+#  define BUFFEREXT_ACCEL_ONE_THREAD 1
+#endif
+
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
+static inline BufferExtAccel_CacheEntry *BufferExtAccel_Cache(void)
+{
+    static BufferExtAccel_CacheEntry cache[BUFFEREXT_ACCEL_CACHE_SIZE];
+    return cache;
+}
+
+/* The type's version tag, or 0 when it has none.
+ * Mirrors: the tag test of _PyType_Lookup (Objects/typeobject.c) -- the
+ * Py_TPFLAGS_VALID_VERSION_TAG flag 3.9-3.12, a zero tag 3.13-3.15.
+ * Re-check at 3.16. */
+static inline unsigned int BufferExtAccel_TypeTag(PyTypeObject *type)
+{
+#  if PY_VERSION_HEX >= 0x030D0000
+    /* 3.13 zeroes the tag on change and no longer keeps the flag below;
+     * free-threaded builds change it while other threads read it. */
+    return BUFFEREXT_ACCEL_LOAD(&type->tp_version_tag);
+#  else
+    return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)
+               ? type->tp_version_tag : 0;
+#  endif
+}
+#endif
+
+typedef getbufferproc BufferExtAccel_GetBufferProc;
+
+/* The getbuffer slot of the type of `obj`, or NULL when it exports no
+ * buffers: PyObject_CheckBuffer(obj) inlined where the type struct is
+ * visible (the test is the same on every CPython 3.9-3.15: a getbuffer slot
+ * is present, and the call into libpython costs as much as the cache
+ * lookup).  BufferExt_GetBuffer reads it once and calls what it read. */
+/* Mirrors: PyObject_CheckBuffer (Objects/abstract.c, 3.9-3.15).  Re-check
+ * at 3.16. */
+static inline BufferExtAccel_GetBufferProc
+BufferExtAccel_BufferSlot(PyObject *obj)
+{
+    PyBufferProcs *procs = Py_TYPE(obj)->tp_as_buffer;
+    return procs != NULL ? procs->bf_getbuffer : NULL;
+}
+
+/* Whether `obj` exports buffers, given `slot` = BufferExtAccel_BufferSlot(obj)
+ * (the limited API decides by a call instead). */
+static inline int
+BufferExtAccel_Exports(PyObject *obj, BufferExtAccel_GetBufferProc slot)
+{
+    (void)obj;
+    return slot != NULL;
+}
+
+/* The getbuffer slot of the type of `obj` (`slot`, as read above), for the
+ * PEP 688 routing. */
+static inline BufferExtAccel_GetBufferProc
+BufferExtAccel_Slot(PyObject *obj, const BufferExtAccel_TypeInfo *info,
+                    BufferExtAccel_GetBufferProc slot)
+{
+    (void)obj;
+    (void)info;
+    return slot;
+}
+
+/* PyObject_CheckBuffer(obj), inlined. */
+static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
+{
+    return BufferExtAccel_BufferSlot(obj) != NULL;
+}
+
+/* BUFFEREXT_ACCEL_INLINE_DISPATCH: BufferExt_GetBuffer and BufferExt_Release
+ * call the exporter's slots directly instead of PyObject_GetBuffer and
+ * PyBuffer_Release where the bodies of those functions are known to be
+ * exactly that (CPython 3.9-3.15 with the GIL, checked against each
+ * release): it saves two calls into libpython per export.  Elsewhere, or
+ * when compiled with -DBUFFEREXT_ACCEL_INLINE_DISPATCH=0, the functions are
+ * called.  Mirrors: PyObject_GetBuffer and PyBuffer_Release
+ * (Objects/abstract.c, 3.9-3.15; 3.14.10 and 3.15.2 also by the machine
+ * code of Debian's libpython).  Re-check at 3.16, which gets the calls
+ * until then. */
+#ifndef BUFFEREXT_ACCEL_INLINE_DISPATCH
+#  if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX < 0x03100000
+#    define BUFFEREXT_ACCEL_INLINE_DISPATCH 1
+#  else
+#    define BUFFEREXT_ACCEL_INLINE_DISPATCH 0
+#  endif
+#endif
+
+/* BUFFEREXT_ACCEL_FAST_GETBUFFER: BufferExt_GetBuffer inlines only the
+ * common case (the slot called directly, the type's entry in the cache,
+ * every request flag supported) and leaves the rest to an out-of-line copy
+ * of the whole function; where the slot is not called directly it is that
+ * whole function, inline. */
+#if BUFFEREXT_ACCEL_INLINE_DISPATCH && defined(BUFFEREXT_ACCEL_HAVE_CACHE)
+#  define BUFFEREXT_ACCEL_FAST_GETBUFFER 1
+#endif
+
+/* PyObject_GetBuffer(obj, view, flags), given `slot` =
+ * BufferExtAccel_BufferSlot(obj).  3.13+ also refuses the bare values
+ * PyBUF_READ and PyBUF_WRITE: from 3.12 on (in case a 3.12 release has
+ * the check too) those go through the function.  Mirrors: PyObject_GetBuffer
+ * (Objects/abstract.c, 3.9-3.15).  Re-check at 3.16. */
+static inline int
+BufferExtAccel_CallSlot(BufferExtAccel_GetBufferProc slot, PyObject *obj,
+                        Py_buffer *view, int flags)
+{
+#if BUFFEREXT_ACCEL_INLINE_DISPATCH
+    if (slot != NULL
+#  if PY_VERSION_HEX >= 0x030C0000
+        && flags != PyBUF_READ && flags != PyBUF_WRITE
+#  endif
+        ) {
+        return slot(obj, view, flags);
+    }
+#else
+    (void)slot;
+#endif
+    return PyObject_GetBuffer(obj, view, flags);
+}
+
+/* PyObject_GetBuffer(obj, view, flags). */
+static inline int
+BufferExtAccel_CallGetBuffer(PyObject *obj, Py_buffer *view, int flags)
+{
+    return BufferExtAccel_CallSlot(BufferExtAccel_BufferSlot(obj), obj, view,
+                                   flags);
+}
+
+/* PyBuffer_Release(view): the exporter's releasebuffer, then the reference
+ * to view->obj dropped; nothing when view->obj is NULL.  Mirrors:
+ * PyBuffer_Release (Objects/abstract.c, 3.9-3.15).  Re-check at 3.16. */
+static inline void
+BufferExtAccel_CallRelease(Py_buffer *view)
+{
+#if BUFFEREXT_ACCEL_INLINE_DISPATCH
+    PyObject *obj = view->obj;
+    PyBufferProcs *procs;
+    if (obj == NULL) {
+        return;
+    }
+    procs = Py_TYPE(obj)->tp_as_buffer;
+    if (procs != NULL && procs->bf_releasebuffer != NULL) {
+        procs->bf_releasebuffer(obj, view);
+    }
+    view->obj = NULL;
+    Py_DECREF(obj);
+#else
+    PyBuffer_Release(view);
+#endif
+}
+
+
+/* The value of `name` in the dict of the first class of type's MRO that
+ * has it, as a slot lookup finds it (never through the metaclass): a new
+ * reference, or NULL (never raises).  Mirrors: find_name_in_mro
+ * (Objects/typeobject.c, 3.12-3.15: tp_mro walked, each type's dict) and,
+ * 3.9-3.11, calls _PyType_Lookup itself (private, unchanged 3.9-3.11).
+ * Re-check at 3.16. */
+static inline PyObject *
+BufferExtAccel_LookupMRO(PyTypeObject *type, const char *name)
+{
+    PyObject *key = PyUnicode_InternFromString(name), *found = NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *mro = type->tp_mro;
+    Py_ssize_t i;
+
+    for (i = 0; key != NULL && mro != NULL && i < PyTuple_GET_SIZE(mro);
+         i++) {
+        PyObject *dict = BufferExtCompat_TypeGetDict(
+            (PyTypeObject *)PyTuple_GET_ITEM(mro, i));
+        int rc;
+        if (dict == NULL) {
+            continue;
+        }
+#  if PY_VERSION_HEX >= 0x030D0000
+        rc = PyDict_GetItemRef(dict, key, &found);
+#  else
+        found = PyDict_GetItemWithError(dict, key);
+        Py_XINCREF(found);
+        rc = found != NULL ? 1 : (PyErr_Occurred() ? -1 : 0);
+#  endif
+        Py_DECREF(dict);
+        if (rc != 0) {
+            break;
+        }
+    }
+#else
+    /* Before 3.12 the lookup that also gives the type a version tag (which
+     * the cache needs) is _PyType_Lookup; it reads the MRO the same way. */
+    if (key != NULL) {
+        found = _PyType_Lookup(type, key);
+        Py_XINCREF(found);
+    }
+#endif
+    Py_XDECREF(key);
+    PyErr_Clear();
+    return found;
+}
+
+/* Read the declaration of `type`: the attribute found in its MRO.  Returns
+ * the declared value (-1 included) or BUFFEREXT_ACCEL_INVALID_DECLARATION for a
+ * value that is not an int in {-1} U [0, INT_MAX].  Never raises: a
+ * missing attribute reads as 0 (the legacy default).  Like a slot, the
+ * declaration belongs to the class: the metaclass is not consulted, and no
+ * descriptor is called (so no Python code runs). */
+static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type)
+{
+    PyObject *value;
+    long declared;
+    int overflow;
+
+    value = BufferExtAccel_LookupMRO(type, BUFFEREXT_SUPPORTED_FLAGS_ATTR);
+    if (value == NULL) {
+        return BUFFEREXT_SUPPORTS_LEGACY;
+    }
+    if (!PyLong_Check(value) || PyBool_Check(value)) {
+        Py_DECREF(value);
+        return BUFFEREXT_ACCEL_INVALID_DECLARATION;
+    }
+    declared = PyLong_AsLongAndOverflow(value, &overflow);
+    Py_DECREF(value);
+    if (overflow || declared < -1 || declared > INT_MAX) {
+        PyErr_Clear();
+        return BUFFEREXT_ACCEL_INVALID_DECLARATION;
+    }
+    return (int)declared;
+}
+
+#ifdef BUFFEREXT_INTERNAL_PEP688
+/* The guard BufferExt_SetSupportedFlags puts in place of a type's
+ * __buffer__: an instancemethod around a builtin function whose self is
+ * CPython's own __buffer__ wrapper of the type.  Its docstring marks it,
+ * so that a header in another extension recognises it. */
+#define BUFFEREXT_ACCEL_GUARD_DOC BUFFEREXT_INTERNAL_GUARD_DOC
+
+/* The __buffer__ wrapper inside a guard, or NULL if `found` is none.
+ * Mirrors: the layout of PyCFunctionObject (m_ml, m_self;
+ * Include/cpython/methodobject.h, 3.12-3.15).  Re-check at 3.16. */
+static inline PyObject *BufferExtAccel_GuardedWrapper(PyObject *found)
+{
+    PyObject *func;
+    PyCFunctionObject *cfunc;
+
+    if (!PyInstanceMethod_Check(found)) {
+        return NULL;
+    }
+    func = PyInstanceMethod_GET_FUNCTION(found);
+    if (!PyCFunction_Check(func)) {
+        return NULL;
+    }
+    cfunc = (PyCFunctionObject *)func;
+    if (cfunc->m_ml->ml_doc == NULL ||
+        strcmp(cfunc->m_ml->ml_doc, BUFFEREXT_ACCEL_GUARD_DOC) != 0 ||
+        cfunc->m_self == NULL ||
+        !Py_IS_TYPE(cfunc->m_self, &PyWrapperDescr_Type)) {
+        return NULL;
+    }
+    return cfunc->m_self;
+}
+
+/* Fill info->device_getbuffer, the getbuffer function a PyBUF_DEVICE
+ * request to instances of `type` may call (NULL when the type's getbuffer
+ * runs Python code: a class with its own __buffer__, or anything this
+ * header cannot vouch for), and info->guarded.  A Python subclass of a
+ * guarded type that keeps its base's __buffer__ gets the base's getbuffer:
+ * CPython gave the subclass the generic slot only because it saw the guard
+ * where it expected its wrapper.  Mirrors: how update_one_slot
+ * (Objects/typeobject.c, 3.12-3.15) picks bf_getbuffer from a __buffer__
+ * that is a PyWrapperDescrObject (d_wrapped, d_base; PyDescr_TYPE) of the
+ * same slot, else slot_bf_getbuffer.  Re-check at 3.16. */
+static inline void BufferExtAccel_ReadRoute(
+    PyTypeObject *type, BufferExtAccel_TypeInfo *info)
+{
+    getbufferproc slot = type->tp_as_buffer != NULL
+                             ? type->tp_as_buffer->bf_getbuffer : NULL;
+    PyObject *found = BufferExtAccel_LookupMRO(type, "__buffer__");
+    PyObject *wrapper;
+
+    info->device_getbuffer = NULL;
+    info->guarded = found == NULL;
+    if (found == NULL) {
+        info->device_getbuffer = slot;
+        return;
+    }
+    wrapper = BufferExtAccel_GuardedWrapper(found);
+    info->guarded = wrapper != NULL;
+    if (wrapper == NULL && Py_IS_TYPE(found, &PyWrapperDescr_Type)) {
+        wrapper = found;
+    }
+    /* The owner check: a guard or wrapper is anyone's to copy into another
+     * class's dict, and its function reads the object as an instance of
+     * the class it was made for (PyDescr_TYPE).  Found in a class that is
+     * not a subclass of that one, it vouches for nothing: the class is
+     * unguarded and its own slot (which calls __buffer__, whose wrapper
+     * raises CPython's TypeError) gets no device request. */
+    if (wrapper != NULL && !PyType_IsSubtype(type, PyDescr_TYPE(wrapper))) {
+        info->guarded = 0;
+        wrapper = NULL;
+    }
+    if (wrapper != NULL && slot != NULL) {
+        void *wrapped = ((PyWrapperDescrObject *)wrapper)->d_wrapped;
+        if (wrapped == (void *)slot || info->guarded) {
+            info->device_getbuffer = (getbufferproc)wrapped;
+        }
+    }
+    Py_DECREF(found);
+}
+#endif
+
+/* Everything the header needs to know of `type`, read afresh. */
+static inline BufferExtAccel_TypeInfo
+BufferExtAccel_ReadInfo(PyTypeObject *type)
+{
+    BufferExtAccel_TypeInfo info;
+
+    info.declared = BufferExtAccel_ReadDeclared(type);
+    /* 0 is the legacy default; -1 and invalid values, PyBUF_SIMPLE only */
+    info.mask = info.declared == BUFFEREXT_SUPPORTS_LEGACY
+                    ? BUFFEREXT_LEGACY_FLAGS
+                    : (info.declared < 0 ? 0 : info.declared);
+#ifdef BUFFEREXT_INTERNAL_PEP688
+    BufferExtAccel_ReadRoute(type, &info);
+    if (info.device_getbuffer == NULL) {
+        /* a device request cannot reach the type's getbuffer */
+        info.mask &= ~PyBUF_DEVICE;
+    }
+#endif
+    return info;
+}
+
+static inline int BufferExtAccel_SameInfo(BufferExtAccel_TypeInfo a,
+                                             BufferExtAccel_TypeInfo b)
+{
+#ifdef BUFFEREXT_INTERNAL_PEP688
+    if (a.device_getbuffer != b.device_getbuffer || a.guarded != b.guarded) {
+        return 0;
+    }
+#endif
+    return a.declared == b.declared;
+}
+
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
+/* Whether this thread may use the table.  Without atomics, from 3.12,
+ * only the main interpreter does: interpreters with a GIL of their own
+ * (PEP 684) run in parallel, and the table is one per translation unit,
+ * shared by every interpreter of the process.  Mirrors: PEP 684
+ * (3.12-3.15).  Re-check at 3.16. */
+static inline int BufferExtAccel_CacheOwner(void)
+{
+#  if PY_VERSION_HEX >= 0x030C0000 && !defined(BUFFEREXT_ACCEL_ATOMICS)
+    return PyInterpreterState_Get() == PyInterpreterState_Main();
+#  else
+    return 1;
+#  endif
+}
+
+/* Store `info` for (type, tag) unless another thread is writing the entry. */
+static inline void BufferExtAccel_CacheStore(
+    BufferExtAccel_CacheEntry *entry, PyTypeObject *type,
+    unsigned int tag, BufferExtAccel_TypeInfo info)
+{
+    unsigned int seq = BUFFEREXT_ACCEL_LOAD(&entry->seq);
+
+    if (seq & 1) {
+        return;
+    }
+#  ifdef BUFFEREXT_ACCEL_ATOMICS
+    if (!__atomic_compare_exchange_n(&entry->seq, &seq, seq + 1, 0,
+                                     __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        return;
+    }
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+#  else
+    entry->seq = seq + 1;
+#  endif
+    BUFFEREXT_ACCEL_STORE(&entry->type, type);
+    BUFFEREXT_ACCEL_STORE(&entry->tag, tag);
+    BUFFEREXT_ACCEL_STORE(&entry->info.declared, info.declared);
+    BUFFEREXT_ACCEL_STORE(&entry->info.mask, info.mask);
+#  ifdef BUFFEREXT_INTERNAL_PEP688
+    BUFFEREXT_ACCEL_STORE(&entry->info.device_getbuffer,
+                             info.device_getbuffer);
+    BUFFEREXT_ACCEL_STORE(&entry->info.guarded, info.guarded);
+#  endif
+    BUFFEREXT_ACCEL_STORE_RELEASE(&entry->seq, seq + 2);
+}
+
+/* The entry's info in *info if it holds (type, tag) and no writer
+ * interfered: 1, else 0. */
+static inline int BufferExtAccel_CacheLoad(
+    BufferExtAccel_CacheEntry *entry, PyTypeObject *type,
+    unsigned int tag, BufferExtAccel_TypeInfo *info)
+{
+#  ifdef BUFFEREXT_ACCEL_ONE_THREAD
+    if (entry->tag != tag || entry->type != type) {
+        return 0;
+    }
+    *info = entry->info;
+    return 1;
+#  else
+    unsigned int seq = BUFFEREXT_ACCEL_LOAD_ACQUIRE(&entry->seq);
+
+    if (BUFFEREXT_ACCEL_LOAD(&entry->tag) != tag ||
+        BUFFEREXT_ACCEL_LOAD(&entry->type) != type) {
+        return 0;
+    }
+    info->declared = BUFFEREXT_ACCEL_LOAD(&entry->info.declared);
+    info->mask = BUFFEREXT_ACCEL_LOAD(&entry->info.mask);
+#  ifdef BUFFEREXT_INTERNAL_PEP688
+    info->device_getbuffer =
+        BUFFEREXT_ACCEL_LOAD(&entry->info.device_getbuffer);
+    info->guarded = BUFFEREXT_ACCEL_LOAD(&entry->info.guarded);
+#  endif
+    BUFFEREXT_ACCEL_FENCE(__ATOMIC_ACQUIRE);
+    return (seq & 1) == 0 && BUFFEREXT_ACCEL_LOAD(&entry->seq) == seq;
+#  endif
+}
+
+/* Cache miss: read what the header needs and remember it under the type's
+ * (new) version tag.  Out of line: the hit path below is what consumers
+ * inline. */
+BUFFEREXT_INTERNAL_COLD BufferExtAccel_TypeInfo
+BufferExtAccel_InfoMiss(PyTypeObject *type)
+{
+    BufferExtAccel_CacheEntry *entry;
+    BufferExtAccel_TypeInfo info;
+    unsigned int before, tag;
+
+    BUFFEREXT_ACCEL_COUNT(1);
+    /* Mirrors: PyUnstable_Type_AssignVersionTag (3.12-3.15; before,
+     * _PyType_Lookup assigns the tag).  Re-check at 3.16. */
+#  if PY_VERSION_HEX >= 0x030C0000
+    PyUnstable_Type_AssignVersionTag(type);
+#  endif
+    before = BufferExtAccel_TypeTag(type);
+    info = BufferExtAccel_ReadInfo(type);
+    /* On 3.9-3.11 the lookup itself may assign the tag. */
+    tag = BufferExtAccel_TypeTag(type);
+    /* Should the type change meanwhile (another thread, a dict key's
+     * __eq__), a value is cached only under a tag that was valid for the
+     * whole of one lookup. */
+    if (tag != 0 && tag != before) {
+        BufferExtAccel_TypeInfo again = BufferExtAccel_ReadInfo(type);
+        if (!BufferExtAccel_SameInfo(again, info) ||
+            BufferExtAccel_TypeTag(type) != tag) {
+            return again;
+        }
+    }
+    if (tag != 0 && BufferExtAccel_CacheOwner()) {
+        entry = &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE];
+        BufferExtAccel_CacheStore(entry, type, tag, info);
+    }
+    return info;
+}
+#endif
+
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
+/* What the cache holds of `type`: 1 with *info filled (a hit), or 0. */
+static inline int
+BufferExtAccel_InfoCached(PyTypeObject *type, BufferExtAccel_TypeInfo *info)
+{
+    unsigned int tag = BufferExtAccel_TypeTag(type);
+
+    if (tag != 0 && BufferExtAccel_CacheOwner() &&
+        BufferExtAccel_CacheLoad(
+            &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE], type,
+            tag, info)) {
+        BUFFEREXT_ACCEL_COUNT(0);
+        return 1;
+    }
+    return 0;
+}
+#endif
+
+/* What the header knows of `type`, through the cache.  Never raises. */
+static inline BufferExtAccel_TypeInfo
+BufferExtAccel_Info(PyTypeObject *type)
+{
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
+    BufferExtAccel_TypeInfo info;
+
+    if (BufferExtAccel_InfoCached(type, &info)) {
+        return info;
+    }
+    return BufferExtAccel_InfoMiss(type);
+#else
+    BUFFEREXT_ACCEL_COUNT(1);
+    return BufferExtAccel_ReadInfo(type);
+#endif
+}
+
+#ifdef BUFFEREXT_INTERNAL_PEP688
+/* The guard's body: __buffer__(self, flags) as CPython's wrapper computes
+ * it (flags through __index__, once), BufferError if flags include
+ * PyBUF_DEVICE, else the wrapper (`wrapper`, the guard's self) called with
+ * the computed int.  Mirrors: wrap_buffer (Objects/typeobject.c,
+ * 3.12-3.15: PyNumber_AsSsize_t with OverflowError, then the int range).
+ * Re-check at 3.16. */
+BUFFEREXT_INTERNAL_COLD PyObject *
+BufferExtAccel_GuardCall(PyObject *wrapper, PyObject *const *args,
+                            Py_ssize_t nargs)
+{
+    PyObject *call[2], *result;
+    Py_ssize_t flags;
+
+    if (nargs != 2) {
+        return PyObject_Vectorcall(wrapper, args, (size_t)nargs, NULL);
+    }
+    flags = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (flags == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (flags > INT_MAX || flags < INT_MIN) {
+        PyErr_SetString(PyExc_OverflowError,
+                        "buffer flags out of range");
+        return NULL;
+    }
+    if (flags & PyBUF_DEVICE) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: __buffer__ cannot serve a PyBUF_DEVICE "
+                     "request (flags=0x%x): it returns a memoryview, which "
+                     "describes CPU memory only; request device memory "
+                     "with BufferExt_GetBuffer or bufferext.get_buffer()",
+                     Py_TYPE(args[0])->tp_name, (unsigned int)flags);
+        return NULL;
+    }
+    call[0] = args[0];
+    call[1] = PyLong_FromSsize_t(flags);
+    if (call[1] == NULL) {
+        return NULL;
+    }
+    result = PyObject_Vectorcall(wrapper, call, 2, NULL);
+    Py_DECREF(call[1]);
+    return result;
+}
+
+/* Put the guard in place of CPython's __buffer__ wrapper in `dict`, the
+ * dict of `type`; nothing if the type has no wrapper of its own there.
+ * 0, or -1 with an exception. */
+static inline int BufferExtAccel_Guard(PyTypeObject *type, PyObject *dict)
+{
+    static PyMethodDef def = {
+        "__buffer__", (PyCFunction)(void (*)(void))BufferExtAccel_GuardCall,
+        METH_FASTCALL, BUFFEREXT_ACCEL_GUARD_DOC};
+    PyObject *wrapper, *func, *method;
+    int rc;
+
+    wrapper = PyDict_GetItemString(dict, "__buffer__");     /* borrowed */
+    if (wrapper == NULL || !Py_IS_TYPE(wrapper, &PyWrapperDescr_Type) ||
+        ((PyWrapperDescrObject *)wrapper)->d_wrapped !=
+            (void *)type->tp_as_buffer->bf_getbuffer) {
+        return 0;
+    }
+    func = PyCFunction_New(&def, wrapper);
+    method = func == NULL ? NULL : PyInstanceMethod_New(func);
+    Py_XDECREF(func);
+    if (method == NULL) {
+        return -1;
+    }
+    rc = PyDict_SetItemString(dict, "__buffer__", method);
+    Py_DECREF(method);
+    return rc;
+}
+#endif
+
+#endif /* BUFFEREXT_INTERNAL_ACCEL_H */

@@ -1,0 +1,467 @@
+/* bufferext/internal/limited.h -- what bufferext/core.h uses in place of
+ * the accelerator (internal/accel.h) when the extension is built with
+ * Py_LIMITED_API >= 3.11: the same internal interface (BufferExtAccel_*),
+ * written with the stable ABI only.  Internal: included by core.h only;
+ * every name here may change in any release.
+ *
+ * It reads no type internals (no tp_version_tag, tp_dict, tp_as_buffer,
+ * tp_name): a type's slots through PyType_GetSlot, its flags through
+ * PyType_GetFlags, the declaration and __buffer__ through attribute
+ * lookups, the running CPython through Py_Version.
+ *   declaration  PyObject_GetAttr(type, "__buffer_supported_flags__"), whose
+ *                lookup CPython itself caches; for a type whose metaclass is
+ *                not `type`, the dicts of its __mro__ one by one, so the
+ *                metaclass is not consulted.  (A descriptor stored as the
+ *                declaration, which is invalid anyway, has its __get__
+ *                called; the full API never calls it.)
+ *   cache        per translation unit, keyed by the type object; an entry
+ *                holds strong references to the type and to the objects
+ *                its info derives from (the declaration and __buffer__), so
+ *                no key can be freed and its address reused.  An immutable
+ *                type's entry (Py_TPFLAGS_IMMUTABLETYPE: bytes,
+ *                numpy.ndarray, ...; its attributes cannot change) is used
+ *                as it is; a mutable type's is used while the two
+ *                attribute lookups give the same objects.  Main interpreter
+ *                only, so one thread at a time touches it (a GIL build: the
+ *                limited API has no free-threaded variant before 3.15).
+ *                The references are never released: an embedder that runs
+ *                Py_Finalize and Py_Initialize again in one process keeps
+ *                this extension's cache (and its statics) from the first
+ *                run, which the limited API gives no hook to reset.
+ *   PEP 688      from 3.12 (Py_Version, at run time: an abi3 extension built
+ *                for 3.11 runs there too) the __buffer__ routing of
+ *                accel.h, read through the public attributes of the
+ *                objects found (__self__, __objclass__, __doc__).  The
+ *                guard itself cannot be built (instancemethod is not in the
+ *                limited API): BufferExt_SetSupportedFlags does not install
+ *                it, so a limited-API type is unguarded on 3.12+: its
+ *                __buffer__ hands over unmarked views (BufferExt_SetDevice
+ *                refuses device memory through it), the header's own
+ *                device requests arrive marked.
+ *   dispatch     PyObject_GetBuffer and PyBuffer_Release, never inlined.
+ *
+ * Its version-specific parts say what they follow (a "Mirrors:" line) and
+ * when to check them again; like accel.h it must not grow.
+ */
+#ifndef BUFFEREXT_INTERNAL_LIMITED_H
+#define BUFFEREXT_INTERNAL_LIMITED_H
+#ifndef BUFFEREXT_ACCEL_INSIDE
+#  error "include <bufferext.h>, not <bufferext/internal/limited.h>"
+#endif
+
+#define BUFFEREXT_ACCEL_CACHE_SIZE 64
+#define BUFFEREXT_ACCEL_INVALID_DECLARATION (-2)
+
+/* getbufferproc is not in the limited API; the slot's signature is. */
+typedef int (*BufferExtAccel_GetBufferProc)(PyObject *, Py_buffer *, int);
+
+typedef struct {
+    int declared;
+    int mask;
+    BufferExtAccel_GetBufferProc slot;              /* the type's getbuffer */
+    BufferExtAccel_GetBufferProc device_getbuffer;  /* as in accel.h */
+    int guarded;
+} BufferExtAccel_TypeInfo;
+
+#if !defined(Py_GIL_DISABLED)
+#  define BUFFEREXT_ACCEL_HAVE_CACHE 1
+#endif
+
+static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
+{
+    return PyObject_CheckBuffer(obj);
+}
+
+/* What accel.h reads of the type to call its getbuffer directly: nothing
+ * here (NULL), every export goes through PyObject_GetBuffer and whether
+ * `obj` exports is asked by a call. */
+static inline BufferExtAccel_GetBufferProc
+BufferExtAccel_BufferSlot(PyObject *obj)
+{
+    (void)obj;
+    return NULL;
+}
+
+static inline int
+BufferExtAccel_Exports(PyObject *obj, BufferExtAccel_GetBufferProc slot)
+{
+    (void)slot;
+    return PyObject_CheckBuffer(obj);
+}
+
+static inline int
+BufferExtAccel_CallSlot(BufferExtAccel_GetBufferProc slot, PyObject *obj,
+                        Py_buffer *view, int flags)
+{
+    (void)slot;
+    return PyObject_GetBuffer(obj, view, flags);
+}
+
+static inline int
+BufferExtAccel_CallGetBuffer(PyObject *obj, Py_buffer *view, int flags)
+{
+    return PyObject_GetBuffer(obj, view, flags);
+}
+
+static inline void BufferExtAccel_CallRelease(Py_buffer *view)
+{
+    PyBuffer_Release(view);
+}
+
+/* The getbuffer slot of the type of `obj`, as the cache saw it. */
+static inline BufferExtAccel_GetBufferProc
+BufferExtAccel_Slot(PyObject *obj, const BufferExtAccel_TypeInfo *info,
+                    BufferExtAccel_GetBufferProc slot)
+{
+    (void)obj;
+    (void)slot;
+    return info->slot;
+}
+
+static inline BufferExtAccel_GetBufferProc
+BufferExtAccel_TypeSlot(PyTypeObject *type)
+{
+    return (BufferExtAccel_GetBufferProc)PyType_GetSlot(type,
+                                                        Py_bf_getbuffer);
+}
+
+/* The attribute `key` (a str) of `obj`, or NULL; never raises.
+ * Mirrors: PyObject_GetOptionalAttr, in the limited API from 3.13 (before,
+ * PyObject_GetAttr and the AttributeError cleared).  Re-check at 3.16. */
+static inline PyObject *
+BufferExtAccel_GetAttrKey(PyObject *obj, PyObject *key)
+{
+    PyObject *found = NULL;
+
+#if Py_LIMITED_API + 0 >= 0x030D0000
+    (void)PyObject_GetOptionalAttr(obj, key, &found);
+#else
+    found = PyObject_GetAttr(obj, key);
+#endif
+    PyErr_Clear();
+    return found;
+}
+
+/* The attribute `name` of `obj`, or NULL; never raises. */
+static inline PyObject *
+BufferExtAccel_GetAttr(PyObject *obj, const char *name)
+{
+    PyObject *key = PyUnicode_InternFromString(name), *found = NULL;
+
+    if (key != NULL) {
+        found = BufferExtAccel_GetAttrKey(obj, key);
+        Py_DECREF(key);
+    }
+    PyErr_Clear();
+    return found;
+}
+
+/* The value of `name` as the dicts of type's MRO hold it: a new reference,
+ * or NULL (never raises).  With the metaclass `type`, PyObject_GetAttr
+ * finds exactly that (through CPython's own lookup cache); with another
+ * metaclass the dicts are read one by one. */
+static inline PyObject *
+BufferExtAccel_LookupMROKey(PyTypeObject *type, PyObject *key)
+{
+    PyObject *mro, *found = NULL;
+    Py_ssize_t i, n;
+
+    if (Py_IS_TYPE((PyObject *)type, &PyType_Type)) {
+        return BufferExtAccel_GetAttrKey((PyObject *)type, key);
+    }
+    mro = BufferExtAccel_GetAttr((PyObject *)type, "__mro__");
+    n = mro != NULL && PyTuple_Check(mro) ? PyTuple_Size(mro) : 0;
+    for (i = 0; i < n && found == NULL; i++) {
+        PyObject *dict = BufferExtAccel_GetAttr(PyTuple_GetItem(mro, i),
+                                                "__dict__");
+        if (dict != NULL) {
+            found = PyObject_GetItem(dict, key);
+            Py_DECREF(dict);
+        }
+        PyErr_Clear();
+    }
+    Py_XDECREF(mro);
+    return found;
+}
+
+static inline PyObject *
+BufferExtAccel_LookupMRO(PyTypeObject *type, const char *name)
+{
+    PyObject *key = PyUnicode_InternFromString(name), *found = NULL;
+
+    if (key != NULL) {
+        found = BufferExtAccel_LookupMROKey(type, key);
+        Py_DECREF(key);
+    }
+    PyErr_Clear();
+    return found;
+}
+
+/* As in accel.h: the declared value `value` (the attribute found, or NULL)
+ * stands for, or BUFFEREXT_ACCEL_INVALID_DECLARATION. */
+static inline int BufferExtAccel_DeclaredFrom(PyObject *value)
+{
+    long declared;
+    int overflow;
+
+    if (value == NULL) {
+        return BUFFEREXT_SUPPORTS_LEGACY;
+    }
+    if (!PyLong_Check(value) || PyBool_Check(value)) {
+        return BUFFEREXT_ACCEL_INVALID_DECLARATION;
+    }
+    declared = PyLong_AsLongAndOverflow(value, &overflow);
+    if (overflow || declared < -1 || declared > INT_MAX) {
+        PyErr_Clear();
+        return BUFFEREXT_ACCEL_INVALID_DECLARATION;
+    }
+    return (int)declared;
+}
+
+/* 1 if `obj` is a slot wrapper (CPython's wrapper_descriptor type, found
+ * as the type of object.__init__). */
+static inline int BufferExtAccel_IsSlotWrapper(PyObject *obj)
+{
+    PyObject *init = BufferExtAccel_GetAttr((PyObject *)&PyBaseObject_Type,
+                                            "__init__");
+    int same = init != NULL && Py_TYPE(obj) == Py_TYPE(init);
+
+    Py_XDECREF(init);
+    return same;
+}
+
+/* The getbuffer slot of the class a slot wrapper was made for (its
+ * __objclass__), or NULL, also when `type` is not a subclass of that class
+ * (the owner check of accel.h's BufferExtAccel_ReadRoute: a wrapper copied
+ * into a stranger's dict vouches for nothing). */
+static inline BufferExtAccel_GetBufferProc
+BufferExtAccel_WrapperSlot(PyTypeObject *type, PyObject *wrapper)
+{
+    PyObject *owner = BufferExtAccel_GetAttr(wrapper, "__objclass__");
+    BufferExtAccel_GetBufferProc slot = NULL;
+
+    if (owner != NULL && PyType_Check(owner) &&
+        PyType_IsSubtype(type, (PyTypeObject *)owner)) {
+        slot = BufferExtAccel_TypeSlot((PyTypeObject *)owner);
+    }
+    Py_XDECREF(owner);
+    return slot;
+}
+
+/* The slot wrapper inside the guard of a full-API header, or NULL if
+ * `found` is none.  Looked up on the type, the guard (an instancemethod)
+ * gives its function: a builtin whose self is the wrapper and whose
+ * docstring is the guard's (less its signature). */
+static inline PyObject *BufferExtAccel_GuardedWrapper(PyObject *found)
+{
+    const char *doc = strstr(BUFFEREXT_INTERNAL_GUARD_DOC, "\n--\n\n");
+    PyObject *self, *text;
+    int same = 0;
+
+    if (!PyCFunction_Check(found)) {
+        return NULL;
+    }
+    text = BufferExtAccel_GetAttr(found, "__doc__");
+    if (text != NULL && PyUnicode_Check(text) && doc != NULL) {
+        same = PyUnicode_CompareWithASCIIString(text, doc + 5) == 0;
+    }
+    Py_XDECREF(text);
+    self = same ? PyCFunction_GetSelf(found) : NULL;
+    return self != NULL && BufferExtAccel_IsSlotWrapper(self) ? self : NULL;
+}
+
+/* accel.h's BufferExtAccel_ReadRoute, through public attributes;
+ * `found` is the type's __buffer__ (NULL: none, or CPython < 3.12). */
+static inline void BufferExtAccel_ReadRoute(
+    PyTypeObject *type, PyObject *found, BufferExtAccel_TypeInfo *info)
+{
+    PyObject *wrapper;
+
+    info->device_getbuffer = info->slot;
+    info->guarded = 1;
+    if (found == NULL) {
+        return;
+    }
+    info->device_getbuffer = NULL;
+    wrapper = BufferExtAccel_GuardedWrapper(found);
+    info->guarded = wrapper != NULL;
+    if (wrapper == NULL && BufferExtAccel_IsSlotWrapper(found)) {
+        wrapper = found;
+    }
+    if (wrapper != NULL) {
+        BufferExtAccel_GetBufferProc wrapped =
+            BufferExtAccel_WrapperSlot(type, wrapper);
+        if (wrapped == NULL) {              /* a stranger's */
+            info->guarded = 0;
+        }
+        else if (info->slot != NULL &&
+                 (wrapped == info->slot || info->guarded)) {
+            info->device_getbuffer = wrapped;
+        }
+    }
+}
+
+/* The objects a type's info derives from, as new references (or NULL):
+ * its declaration and, from CPython 3.12 (PEP 688), its __buffer__.  As
+ * long as both lookups give the same objects, the info is unchanged.
+ * Mirrors: the running version (Py_Version, 3.11+) against 3.12, where
+ * PEP 688 put __buffer__ on every buffer type.  Re-check at 3.16. */
+typedef struct {
+    PyObject *declared;
+    PyObject *buffer;
+} BufferExtAccel_Keys;
+
+static inline BufferExtAccel_Keys
+BufferExtAccel_ReadKeys(PyTypeObject *type, PyObject *const *names)
+{
+    BufferExtAccel_Keys keys;
+
+    if (names == NULL) {
+        keys.declared = BufferExtAccel_LookupMRO(
+            type, BUFFEREXT_SUPPORTED_FLAGS_ATTR);
+        keys.buffer = Py_Version >= 0x030C0000
+                          ? BufferExtAccel_LookupMRO(type, "__buffer__")
+                          : NULL;
+    }
+    else {
+        keys.declared = BufferExtAccel_LookupMROKey(type, names[0]);
+        keys.buffer = Py_Version >= 0x030C0000
+                          ? BufferExtAccel_LookupMROKey(type, names[1])
+                          : NULL;
+    }
+    return keys;
+}
+
+static inline void BufferExtAccel_ClearKeys(BufferExtAccel_Keys *keys)
+{
+    Py_CLEAR(keys->declared);
+    Py_CLEAR(keys->buffer);
+}
+
+static inline BufferExtAccel_TypeInfo
+BufferExtAccel_InfoFrom(PyTypeObject *type, const BufferExtAccel_Keys *keys)
+{
+    BufferExtAccel_TypeInfo info;
+
+    info.declared = BufferExtAccel_DeclaredFrom(keys->declared);
+    info.mask = info.declared == BUFFEREXT_SUPPORTS_LEGACY
+                    ? BUFFEREXT_LEGACY_FLAGS
+                    : (info.declared < 0 ? 0 : info.declared);
+    info.slot = BufferExtAccel_TypeSlot(type);
+    BufferExtAccel_ReadRoute(type, keys->buffer, &info);
+    if (info.device_getbuffer == NULL) {
+        info.mask &= ~PyBUF_DEVICE;
+    }
+    return info;
+}
+
+/* Everything the header needs to know of `type`, read afresh. */
+static inline BufferExtAccel_TypeInfo
+BufferExtAccel_ReadInfo(PyTypeObject *type)
+{
+    BufferExtAccel_Keys keys = BufferExtAccel_ReadKeys(type, NULL);
+    BufferExtAccel_TypeInfo info = BufferExtAccel_InfoFrom(type, &keys);
+
+    BufferExtAccel_ClearKeys(&keys);
+    return info;
+}
+
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
+/* An entry holds strong references to the type and to its keys, so that
+ * none of them can be freed and another object take its address. */
+typedef struct {
+    PyTypeObject *type;
+    BufferExtAccel_Keys keys;
+    BufferExtAccel_TypeInfo info;
+} BufferExtAccel_CacheEntry;
+
+static inline BufferExtAccel_CacheEntry *BufferExtAccel_Cache(void)
+{
+    static BufferExtAccel_CacheEntry cache[BUFFEREXT_ACCEL_CACHE_SIZE];
+    return cache;
+}
+
+/* The two attribute names as str objects, made once (by the main
+ * interpreter, which alone uses them); NULL if they cannot be made. */
+static inline PyObject *const *BufferExtAccel_Names(void)
+{
+    static PyObject *names[2];
+
+    if (names[1] == NULL) {
+        PyObject *a = PyUnicode_InternFromString(
+            BUFFEREXT_SUPPORTED_FLAGS_ATTR);
+        PyObject *b = PyUnicode_InternFromString("__buffer__");
+        if (a == NULL || b == NULL) {
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            PyErr_Clear();
+            return NULL;
+        }
+        names[0] = a;
+        names[1] = b;
+    }
+    return names;
+}
+
+static inline BufferExtAccel_CacheEntry *
+BufferExtAccel_CacheSlot(PyTypeObject *type)
+{
+    size_t hash = (size_t)type >> 4;
+    return &BufferExtAccel_Cache()[(hash ^ (hash >> 6)) %
+                                   BUFFEREXT_ACCEL_CACHE_SIZE];
+}
+
+/* Cache miss (or stale keys): compute from `keys` (which it takes over) and
+ * remember. */
+BUFFEREXT_INTERNAL_COLD BufferExtAccel_TypeInfo
+BufferExtAccel_InfoMiss(PyTypeObject *type, BufferExtAccel_CacheEntry *entry,
+                        BufferExtAccel_Keys keys)
+{
+    BufferExtAccel_TypeInfo info = BufferExtAccel_InfoFrom(type, &keys);
+    PyTypeObject *old = entry->type;
+    BufferExtAccel_Keys old_keys = entry->keys;
+
+    BUFFEREXT_ACCEL_COUNT(1);
+    Py_INCREF((PyObject *)type);
+    entry->type = type;
+    entry->keys = keys;
+    entry->info = info;
+    Py_XDECREF((PyObject *)old);
+    BufferExtAccel_ClearKeys(&old_keys);
+    return info;
+}
+#endif
+
+/* What the header knows of `type`.  Never raises.  An immutable type's
+ * entry is trusted as it is; a mutable type's only while the lookups of its
+ * keys give the same objects (two attribute lookups, served by CPython's
+ * own type cache). */
+static inline BufferExtAccel_TypeInfo
+BufferExtAccel_Info(PyTypeObject *type)
+{
+#ifdef BUFFEREXT_ACCEL_HAVE_CACHE
+    /* the main interpreter only: one thread at a time (a GIL build) */
+    if (PyInterpreterState_GetID(PyInterpreterState_Get()) == 0) {
+        BufferExtAccel_CacheEntry *entry = BufferExtAccel_CacheSlot(type);
+        BufferExtAccel_Keys keys;
+
+        if (entry->type == type &&
+            (PyType_GetFlags(type) & Py_TPFLAGS_IMMUTABLETYPE)) {
+            BUFFEREXT_ACCEL_COUNT(0);
+            return entry->info;
+        }
+        keys = BufferExtAccel_ReadKeys(type, BufferExtAccel_Names());
+        if (entry->type == type && keys.declared == entry->keys.declared &&
+            keys.buffer == entry->keys.buffer) {
+            BufferExtAccel_ClearKeys(&keys);
+            BUFFEREXT_ACCEL_COUNT(0);
+            return entry->info;
+        }
+        return BufferExtAccel_InfoMiss(type, entry, keys);
+    }
+#endif
+    BUFFEREXT_ACCEL_COUNT(1);
+    return BufferExtAccel_ReadInfo(type);
+}
+
+#endif /* BUFFEREXT_INTERNAL_LIMITED_H */
