@@ -115,10 +115,12 @@ device_of(PyObject *module, PyObject *obj)
         return NULL;
     }
     entry = typed_entry(type);
+#ifndef BUFFEREXT_NATIVE
     if (Py_TYPE(obj) != type) {         /* the lookup ran Python code */
         BufferExtInternal_RaiseRetyped(obj);
         return NULL;
     }
+#endif
     BufferExtInternal_ClearExtension(&ext);
     rc = entry != NULL ? entry(obj, &ext, flags)
                        : type->tp_as_buffer->bf_getbuffer(obj, &ext.view,
