@@ -50,7 +50,8 @@ ci_selection() {     # NAME -> the pytest arguments, one per line
         mpi) printf '%s\n' --with-mpi -m mpi tests ;;
         clients) printf '%s\n' tests/test_clients_mpi.py tests/test_clients_torch.py \
             tests/test_demo.py tests/test_dlpack_exchange.py tests/test_arrow.py \
-            tests/test_mpi_local.py tests/test_guard_mpi.py tests/test_lowp.py ;;
+            tests/test_mpi_local.py tests/test_guard_mpi.py tests/test_lowp.py \
+            tests/test_launcher.py ;;
         threads) echo tests/test_threads.py ;;
         recipes) printf '%s\n' --durations=0 tests/test_recipes.py ;;
         # the C-level tests, for valgrind and the debug CPython's refleak run

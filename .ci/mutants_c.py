@@ -187,6 +187,18 @@ MUTANTS: List[Mutant] = [
        "    /* Both export this buffer",
        "    /* Both export this buffer")],
      None, "3.11", ["tests/test_cpubuffer_pickle.py"]),
+    # issue 41 and the typed entry's round: planted in the code they changed
+    ("format reader: a swapped one-byte item refused", "Modules/export.c",
+     "    if (swapped && size > 1) {", "    if (swapped) {", "3.11",
+     ["tests/test_lowp.py", "tests/test_dlpack_cpu.py", "tests/test_arrow.py"]),
+    ("gate: every export taken for our own", "Modules/gate.c",
+     "    if (!bufferext_own_export(exporter, &ext->view) &&",
+     "    if (0 &&", "3.11", ["tests/test_hostile.py", "tests/test_gate.py"]),
+    ("own export: any export of our types taken for ours", "Modules/state.c",
+     "            return view->internal ==\n"
+     "                   (void *)((char *)exporter + own_entries[i].layout);",
+     "            return 1;", "3.12", ["tests/test_gate.py", "tests/test_hostile.py",
+                                      "tests/test_typed_entry.py"]),
     ("arrow import: the capsules not read again after the wait",
      "Modules/arrow.c",
      "        if (bufferext_cuda_event_wait(st, \"arrow\", in.event) < 0 ||\n"

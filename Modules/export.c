@@ -344,7 +344,7 @@ sized:
     if (itemsize != size) {
         return 3;
     }
-    if (swapped) {
+    if (swapped && size > 1) {         /* a byte has no order: '>b' is 'b' */
         return 1;
     }
     *packed = code | (uint32_t)(size * 8) << 8 | (uint32_t)1 << 16;

@@ -79,7 +79,7 @@ Py_ssize_t *bufferext_dims_alloc(int ndim, int64_t **items);
 void bufferext_layout_dlpack(bufferext_export_layout *layout,
                              int64_t *storage);
 /* The packed DLPack dtype of a struct format: 0 and *packed set; 1 when the
- * byte order is not native; 2 when DLPack has no such type; 3 when the
+ * byte order is not native on items of more than one byte; 2 when DLPack has no such type; 3 when the
  * format's item size is not `itemsize`. */
 int bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
                             uint32_t *packed);

@@ -66,7 +66,11 @@ supported_flags(PyObject *module, PyObject *obj)
 {
     int mask = BufferExt_SupportedFlags(obj);
     (void)module;
-    return mask < 0 ? NULL : PyLong_FromLong(mask);
+    if (mask < 0) {
+        bufferext_hint_as_buffer("supported_flags", obj);
+        return NULL;
+    }
+    return PyLong_FromLong(mask);
 }
 
 /* The typed entry BufferExt_GetBuffer trusts for instances of `type`
@@ -82,13 +86,38 @@ typed_entry(PyTypeObject *type)
 #endif
 }
 
-/* _has_typed_entry(obj): whether extended requests to obj can reach a
- * typed entry (declared or not): for the checker. */
+/* _has_typed_entry(cls): whether extended requests to instances of the
+ * class cls can reach a typed entry (declared or not): for the checker. */
 static PyObject *
-has_typed_entry(PyObject *module, PyObject *obj)
+has_typed_entry(PyObject *module, PyObject *cls)
 {
     (void)module;
-    return PyBool_FromLong(typed_entry(Py_TYPE(obj)) != NULL);
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "_has_typed_entry: a class is "
+                     "required, not '%.200s'", Py_TYPE(cls)->tp_name);
+        return NULL;
+    }
+    return PyBool_FromLong(typed_entry((PyTypeObject *)cls) != NULL);
+}
+
+/* _native_declaration(cls): the declaration of the class cls where the
+ * interpreter implements the draft (its slot bf_supported_flags, 0 where it
+ * says nothing), None in backport mode (where it is the type attribute):
+ * for the checker. */
+static PyObject *
+native_declaration(PyObject *module, PyObject *cls)
+{
+    (void)module;
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "_native_declaration: a class is "
+                     "required, not '%.200s'", Py_TYPE(cls)->tp_name);
+        return NULL;
+    }
+#ifdef BUFFEREXT_NATIVE
+    return PyLong_FromLong(BufferExtNative_Declared((PyTypeObject *)cls));
+#else
+    Py_RETURN_NONE;
+#endif
 }
 
 /* _device_of(obj): where the memory of obj's getbuffer is, asked directly
@@ -133,6 +162,24 @@ device_of(PyObject *module, PyObject *obj)
                                       : Py_NewRef(Py_None);
     BufferExt_Release(&ext);
     return result;
+}
+
+/* _exports_buffers(cls): whether the instances of the class cls export
+ * buffers (it has a buffer slot), asked of the class alone: for the
+ * checker's report of a class, which makes no instance. */
+static PyObject *
+exports_buffers(PyObject *module, PyObject *cls)
+{
+    PyBufferProcs *procs;
+    (void)module;
+
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "_exports_buffers: a class is required, "
+                     "not '%.200s'", Py_TYPE(cls)->tp_name);
+        return NULL;
+    }
+    procs = ((PyTypeObject *)cls)->tp_as_buffer;
+    return PyBool_FromLong(procs != NULL && procs->bf_getbuffer != NULL);
 }
 
 static PyObject *
@@ -183,8 +230,18 @@ static PyMethodDef module_methods[] = {
      "The device of the memory obj's getbuffer exports when asked directly\n"
      "with FULL_RO | DEVICE, or None for CPU memory (for the checker)."},
     {"_has_typed_entry", has_typed_entry, METH_O,
-     "_has_typed_entry($module, obj, /)\n--\n\n"
-     "Whether extended requests to obj reach a typed entry (for the checker)."},
+     "_has_typed_entry($module, cls, /)\n--\n\n"
+     "Whether extended requests to instances of the class cls reach a typed\n"
+     "entry (for the checker)."},
+    {"_native_declaration", native_declaration, METH_O,
+     "_native_declaration($module, cls, /)\n--\n\n"
+     "The declaration of the class cls where the interpreter implements the\n"
+     "draft (its slot, 0 where it says nothing), None in backport mode (for\n"
+     "the checker)."},
+    {"_exports_buffers", exports_buffers, METH_O,
+     "_exports_buffers($module, cls, /)\n--\n\n"
+     "Whether the instances of the class cls export buffers (its buffer\n"
+     "slot), for the checker's report of a class."},
     {"_device_libraries", device_libraries, METH_NOARGS,
      "_device_libraries($module, /)\n--\n\n"
      "One dict per device library: what was looked for and found."},
@@ -215,6 +272,7 @@ module_exec(PyObject *module)
     if (add_int(module, "PyBUF_DEVICE", PyBUF_DEVICE) < 0 ||
         add_int(module, "PyBUF_REQUIRED_FLAGS", PyBUF_REQUIRED_FLAGS) < 0 ||
         add_int(module, "LEGACY_FLAGS", BUFFEREXT_LEGACY_FLAGS) < 0 ||
+        add_int(module, "EXTENDED_FLAGS", BUFFEREXT_EXTENDED_FLAGS) < 0 ||
         add_int(module, "ABI_VERSION", BUFFEREXT_ABI_VERSION) < 0 ||
         add_int(module, "VERSION_HEX", BUFFEREXT_VERSION_HEX) < 0 ||
 #ifdef BUFFEREXT_NATIVE

@@ -188,12 +188,8 @@ view_release_held(BufferViewObject *self)
     self->layout.item_strides = NULL;
 }
 
-/* get_buffer's TypeError for an object that speaks no buffer protocol but
- * one that as_buffer() bridges says so: the most common first mistake is
- * get_buffer(tensor).  Called with the exporter's error set and nothing of
- * ours held: the lookups on its type may run a metaclass's Python code. */
-static void
-view_hint_as_buffer(PyObject *obj)
+void
+bufferext_hint_as_buffer(const char *who, PyObject *obj)
 {
     static const char *const bridged[][2] = {   /* as_buffer's order */
         {"__arrow_c_device_array__", "the Arrow C Device interface"},
@@ -229,9 +225,9 @@ view_hint_as_buffer(PyObject *obj)
     Py_XDECREF(exc);
     Py_XDECREF(tb);
     PyErr_Format(PyExc_TypeError,
-                 "get_buffer: a '%.200s' object is not a buffer exporter; "
+                 "%s: a '%.200s' object is not a buffer exporter; "
                  "it speaks %s (%s): bufferext.as_buffer(obj) bridges it "
-                 "into an extended buffer", type->tp_name, bridged[i][1],
+                 "into an extended buffer", who, type->tp_name, bridged[i][1],
                  bridged[i][0]);
 }
 
@@ -265,7 +261,7 @@ bufferext_get_buffer(PyObject *module, PyObject *const *args,
     }
     if (bufferext_gate_acquire(obj, &self->ext, flags) < 0) {
         Py_DECREF(self);
-        view_hint_as_buffer(obj);
+        bufferext_hint_as_buffer("get_buffer", obj);
         return NULL;
     }
     self->acquired = 1;

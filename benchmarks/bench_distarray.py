@@ -110,15 +110,21 @@ def run(quick: bool = False) -> List[Dict[str, Any]]:
     return bench_maps(quick) + bench_protocol(quick)
 
 
+def row(r: Dict[str, Any]) -> str:
+    """One measurement as a line: name, time, ratio, target and verdict (a
+    figure with no target says so)."""
+    extra = (f"ratio {r['ratio']:.2f} (numpy pass {r['numpy_pass_seconds'] * 1e3:.1f} ms)"
+             if "ratio" in r else "")
+    t = r["seconds"]
+    shown = f"{t * 1e3:8.2f} ms" if t > 1e-3 else f"{t * 1e6:8.2f} us"
+    target = "no target" if r["target"] is None else f"target {r['target']}"
+    verdict = "" if r["ok"] is None else "OK" if r["ok"] else "MISSED"
+    return f"{r['name']:32s} {shown}  {extra:38s} {target}  {verdict}".rstrip()
+
+
 def main(argv: List[str]) -> int:
-    results = run(quick="--quick" in argv)
-    for r in results:
-        extra = (f"ratio {r['ratio']:.2f} (numpy pass {r['numpy_pass_seconds'] * 1e3:.1f} ms)"
-                 if "ratio" in r else "")
-        t = r["seconds"]
-        shown = f"{t * 1e3:8.2f} ms" if t > 1e-3 else f"{t * 1e6:8.2f} us"
-        print(f"{r['name']:32s} {shown}  {extra:38s} target {r['target']}  "
-              f"{'' if r['ok'] is None else 'OK' if r['ok'] else 'MISSED'}")
+    for r in run(quick="--quick" in argv):
+        print(row(r))
     return 0
 
 

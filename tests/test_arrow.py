@@ -348,8 +348,11 @@ def test_a_foreign_schemas_metadata_is_read(meta: bytes, message: str) -> None:
     with pytest.raises(BufferError, match=message):
         bufferext.as_buffer(producer)
     assert producer.releases == 0 and producer.array.release
-    # metadata that names no extension changes nothing
-    producer.schema.metadata = metadata((b"owner", b"lab"), (b"", b""))
+    # metadata that names no extension changes nothing: the key is read
+    # whole, so keys it begins or that begin it are plain metadata
+    producer.schema.metadata = metadata(
+        (b"owner", b"lab"), (b"", b""), (b"ARROW:extension:names", b"x.y"),
+        (b"ARROW:extension:nam", b"x.y"))
     assert np.asarray(bufferext.as_buffer(producer)).tolist() == [0, 1, 2]
 
 
@@ -480,6 +483,23 @@ def test_requested_schema_and_keywords() -> None:
         b.__arrow_c_device_array__(None, requested_schema=None)
     gc.collect()
     assert b.exports == 0
+
+
+@pytest.mark.parametrize("prefix", ["<", ">", "!", "=", "@"])
+def test_one_byte_formats_in_any_byte_order_export_as_unprefixed(
+        c99: Any, prefix: str) -> None:
+    """A byte has no order: a foreign export of '>b' or '!B' is Arrow's
+    int8 or uint8 (the C reader took them for byte-swapped and refused
+    them), and a one-byte '[name]' is refused as the unprefixed one is."""
+    for code, arrow_type in (("b", pa.int8()), ("B", pa.uint8())):
+        foreign = c99.Configurable(4, 4, 1, 1, prefix + code, shape=(4,))
+        assert pa.array(bufferext.as_buffer(foreign, readonly=True)).type == arrow_type
+    for fmt in ("[float8_e4m3fn]", prefix + "[float8_e4m3fn]"):
+        foreign = bufferext.as_buffer(c99.Configurable(4, 4, 1, 1, fmt, shape=(4,)),
+                                      readonly=True)
+        with pytest.raises(BufferError, match=re.escape(
+                f"format {fmt!r} has no Arrow fixed-width primitive type")):
+            foreign.__arrow_c_array__()
 
 
 @pytest.mark.parametrize("make,message", [
@@ -727,7 +747,8 @@ def test_a_cuda_device_array_without_a_driver_is_a_clear_error(
 # Child code: `device`, an Arrow device array of CUDA host memory (device
 # type 3) over a CUDABuffer `b` of 7s written late (the stand-in's LATE
 # mode), whose sync_event is the CUDABuffer's pending event; `producer`
-# counts its releases.  Writes land LATE_MS late unless waited for.
+# counts its releases.  Writes stay pending until waited for.
+LATE = {"STANDIN_CUDA_LATE": "1", "STANDIN_CUDA_HOST_VISIBLE": "1"}
 CUDA_HOST_ARRAY = """
 import sys
 sys.path.insert(0, %r)
@@ -762,12 +783,13 @@ assert np.asarray(ad).tolist() == [7, 7, 7, 7]
 del ad
 assert producer.releases == 1
 b.close()
-""", env={"STANDIN_CUDA_LATE_MS": "300", "STANDIN_CUDA_HOST_VISIBLE": "1"})
+""", env=LATE)
 
 
 def test_two_threads_importing_one_array_take_it_once(driver: str) -> None:
     # The import waits for a CUDA host array's sync_event without the GIL;
-    # the other thread reads the same capsules meanwhile and waits too.
+    # the other thread reads the same capsules meanwhile and waits too (the
+    # stand-in holds both inside cuEventSynchronize until both are there).
     # Each reads the capsules again after its wait: one takes the array,
     # the other finds it taken and is refused, and it is released once.
     harness.check(driver, CUDA_HOST_ARRAY + """
@@ -776,26 +798,33 @@ once = capsules()
 class Replays:
     def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
         return once
-start = threading.Barrier(2)
 got, refused = [], []
 def run():
-    start.wait()
     try:
         got.append(bufferext.as_buffer(Replays()))
     except BufferError as exc:
         refused.append(str(exc))
+    finally:
+        sd.standin_let_go()         # one that fails before the wait must
+                                    # not leave the main thread waiting
+sd.standin_hold(b"cuEventSynchronize")
 threads = [threading.Thread(target=run) for _ in range(2)]
 for t in threads:
     t.start()
-for t in threads:
-    t.join()
+try:
+    assert sd.standin_wait_held(2) == 2, (got, refused)
+    assert got == [] and refused == []   # both read the capsules, none took
+finally:
+    sd.standin_let_go()
+    for t in threads:
+        t.join()
 assert len(got) == 1 and len(refused) == 1, (got, refused)
 assert "imported once" in refused[0], refused
 assert np.asarray(got[0]).tolist() == [7, 7, 7, 7]
 got.clear()
 assert producer.releases == 1
 b.close()
-""", env={"STANDIN_CUDA_LATE_MS": "1000", "STANDIN_CUDA_HOST_VISIBLE": "1"})
+""", env=LATE)
 
 
 def test_distarray_takes_an_arrow_array_through_the_protocol() -> None:

@@ -15,8 +15,8 @@ import pytest
 
 import bufferext
 from bufferext import BufferFlags as F
-from bufferext._check import (check, flag_names, format_report, legacy_requests,
-                              load_target)
+from bufferext._check import (check, check_class, flag_names, format_report,
+                              legacy_requests, load_target)
 from _helpers import ATTRIBUTE_DECLARES, BRIDGED_ONLY, NEEDS_ATTRIBUTE
 
 
@@ -190,15 +190,56 @@ def test_cli_json_and_load_errors() -> None:
 
 
 @pytest.mark.parametrize("target", ["os:path",
-                                    "bufferext._check:Finding.__name__",
-                                    "bufferext:CPUBuffer"])
+                                    "bufferext._check:Finding.__name__"])
 def test_cli_non_exporter_is_not_conformant(target: str) -> None:
-    # before: "conformant", exit 0 (a class is no longer called unasked)
     proc = run_cli(target)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "is not a buffer exporter" in proc.stderr
     assert "[violation] buffer: not a buffer exporter" in proc.stdout
     assert "result: NOT conformant" in proc.stdout
+
+
+def test_cli_a_producer_class_without_call_checks_its_declaration() -> None:
+    """check bufferext:CPUBuffer (no --call) checks what the class says of
+    its instances, making none: conformant, exit 0, and how to check one
+    (it said "NOT conformant" and exited 1: a class is no exporter).  A
+    class whose instances export no buffer is not conformant."""
+    proc = run_cli("bufferext:CPUBuffer")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[ok] supported flags: declared LEGACY|DEVICE (0x101fd)" in proc.stdout
+    assert "(--call checks what calling it makes, or give an expression that " \
+           "makes one)" in proc.stdout
+    assert proc.stdout.endswith("result: conformant (the class's declaration; no "
+                                "instance was checked)\n")
+    assert proc.stderr == ""
+    proc = run_cli("builtins:dict", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["scope"], report["conformant"]) == ("class", False)
+    assert report["findings"][0]["message"] == (
+        "its instances are not buffer exporters (the class dict has no buffer slot)")
+    assert "its instances are not buffer exporters" in proc.stderr
+
+
+@pytest.mark.parametrize("declared", [0, -1, 0x1fd, int(F.LEGACY | F.DEVICE), 2**31 - 1,
+                                      -2, 2**31, True, "0x1fd", 1.0, None])
+def test_a_class_declaration_is_judged_as_its_instances_are(declared: Any) -> None:
+    """The class report reads __buffer_supported_flags__ as the header
+    does for an instance: valid exactly where supported_flags(instance)
+    answers, with the same effective mask and the same words."""
+    Declares = type("Declares", (bytearray,), {"__buffer_supported_flags__": declared})
+    report = check(Declares)
+    assert report.scope == "class" and report.protocols["buffer"] is True
+    try:
+        mask = bufferext.supported_flags(Declares(4))
+    except TypeError as exc:
+        assert not report.conformant
+        violation = levels(report, "violation")[0]
+        assert violation.subject == "supported flags" and str(exc) in violation.message
+    else:
+        assert report.conformant, report.findings
+        assert levels(report, "ok")[0].message.endswith(
+            f"effective mask {'|'.join(mask.names())} ({int(mask):#x})")
 
 
 @pytest.mark.parametrize("target, error", [
@@ -507,6 +548,7 @@ def test_protocols_that_raise_are_reported_not_raised() -> None:
     assert p["array_interface"] == 3 and p["ve_array_interface"] is None
 
 
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
 def test_declaration_is_read_from_the_class() -> None:
     class Declared(np.ndarray):
         __buffer_supported_flags__ = int(bufferext.BufferFlags.LEGACY)
@@ -604,6 +646,7 @@ def test_cli_reports_an_exporter_raising_in_getbuffer(tmp_path) -> None:
             "RuntimeError: boom") in proc.stdout
 
 
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
 def test_a_declared_device_without_an_entry_is_warned() -> None:
     """A naive exporter (pybind11's def_buffer, here bytearray's) whose type
     declares DEVICE by hand has no typed entry, so no extended request
@@ -623,14 +666,57 @@ def test_a_declared_device_without_an_entry_is_warned() -> None:
     assert not levels(check(bytearray(8)), "warning")
 
 
-def test_a_class_target_has_no_spurious_violation_and_a_hint() -> None:
-    """check bufferext:CPUBuffer (no --call) checks the class: its one
-    violation is that a class is not an exporter; the unbound
-    __dlpack_device__ was called and reported as the class's fault."""
+class Plain(bytearray):
+    """An exporter class that declares nothing."""
+
+
+class DLPackOnly:
+    """A class whose instances speak DLPack and no buffer protocol."""
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        raise AssertionError("never called")
+
+
+def test_the_report_of_a_class() -> None:
+    """A class's report as printed: its protocols, its declaration (the
+    default where it makes none) and how to check an instance; a class
+    whose instances export nothing, but speak DLPack, gets as_buffer's
+    hint."""
+    report = check(Plain)
+    assert (report.target, report.type_name, report.scope) == ("Plain", "class Plain",
+                                                               "class")
+    assert check_class(Plain) == report
+    assert report.protocols["declared_supported_flags"] is None
+    assert format_report(report).splitlines()[:4] == [
+        "Plain: class Plain", "protocols:", "  buffer: True",
+        "  declared_supported_flags: None"]
+    assert format_report(report).splitlines()[-4:-3] == ["findings:"]
+    assert format_report(report).splitlines()[-3:] == [
+        "  [ok] supported flags: declared 0 (the default: every legacy flag): "
+        "effective mask LEGACY (0x1fd)",
+        "  [info] target: Plain is a class: its declaration is checked; how its "
+        "instances answer needs one (--call checks what calling it makes, or give "
+        "an expression that makes one)",
+        "result: conformant (the class's declaration; no instance was checked)"]
+
+    report = check(DLPackOnly, "mod:DLPackOnly")
+    assert report.target == "mod:DLPackOnly" and not report.conformant
+    assert [(f.level, f.subject) for f in report.findings] == [
+        ("violation", "buffer"), ("info", "as_buffer")]
+    assert report.findings[1].message.startswith("it speaks DLPack (__dlpack__): ")
+    assert format_report(report).endswith(
+        "result: NOT conformant (the class's declaration; no instance was checked)\n")
+    assert format_report(check(bytearray(2))).endswith("\nresult: conformant\n")
+
+
+def test_a_class_target_is_its_declaration_and_calls_nothing() -> None:
+    """check bufferext:CPUBuffer (no --call) checks the class: what it
+    declares, no instance (the unbound __dlpack_device__ was once called
+    and reported as the class's fault)."""
     report = check(bufferext.CPUBuffer, "bufferext:CPUBuffer")
-    assert [f.subject for f in levels(report, "violation")] == ["buffer"], \
-        report.findings
+    assert report.conformant and report.scope == "class", report.findings
+    assert report.type_name == "class CPUBuffer"
     assert report.protocols["dlpack_device"] is None
-    assert any("CPUBuffer is a class; its instances are the exporters (--call"
-               in f.message for f in levels(report, "info"))
+    assert any("CPUBuffer is a class: its declaration is checked" in f.message
+               for f in levels(report, "info"))
     assert check(bufferext.CPUBuffer(3)).protocols["dlpack_device"] == (1, 0)

@@ -139,12 +139,13 @@ def test_version():
 
 
 def test_info_reports_the_optional_parts():
-    """mpi4py and its MPI library, and matplotlib (plot_distribution): a
-    version, or how to install them."""
+    """mpi4py and its MPI library, ml_dtypes (bfloat16 and float8 arrays)
+    and matplotlib (plot_distribution): a version, or how to install them."""
     from importlib import metadata
     info = collect_info()
     text = format_info(info)
     for dist, label, hint in (("mpi4py", "mpi4py:           ", "pip install mpi4py mpich"),
+                              ("ml_dtypes", "ml_dtypes:        ", "pip install ml_dtypes"),
                               ("matplotlib", "matplotlib:       ", "pip install matplotlib")):
         try:
             version = metadata.version(dist)

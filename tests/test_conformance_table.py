@@ -14,6 +14,8 @@ from typing import Dict, List, Set, Tuple
 
 import pytest
 
+from _helpers import PARSES_PYTHON
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TABLE = os.path.join(ROOT, "docs", "conformance.rst")
@@ -121,6 +123,7 @@ def test_tests_cell_holds_only_test_references(rows: List[Row]) -> None:
         assert leftover == "", f"{row['ID']}: unparsable {leftover!r}"
 
 
+@PARSES_PYTHON
 def test_every_named_test_exists(rows: List[Row]) -> None:
     missing = missing_tests(rows)
     assert missing == [], "tests named in docs/conformance.rst that do " \
@@ -142,6 +145,7 @@ def test_every_dap_checklist_item_has_a_row(rows: List[Row]) -> None:
     assert set(expected) <= have, sorted(set(expected) - have)
 
 
+@PARSES_PYTHON
 def test_parser_catches_a_bad_row() -> None:
     """The checks above can fail: a row with no test and no reason, and a
     row naming a test that does not exist, are both seen."""

@@ -98,6 +98,13 @@ OUR_EXPORTERS = {
 
 REQUESTS = legacy_requests()
 
+#: Tests comparing sys.getrefcount of an exporter run in one thread under
+#: pytest-run-parallel: the other threads' copies hold the same object too
+#: (bytes of a literal are one constant, b"" one object per interpreter).
+SHARED_EXPORTER = pytest.mark.thread_unsafe(
+    reason="it compares sys.getrefcount of the exporter, which the other "
+    "threads' copies of this test hold too")
+
 
 def expected_fields(raw, flags):
     """What a BufferView shows for the raw Py_buffer of a request."""
@@ -176,7 +183,7 @@ def our_exporter(request):
     yield obj
 
 
-@pytest.mark.thread_unsafe(reason="it compares sys.getrefcount of the exporter, which the other threads' copies of this test hold too")
+@SHARED_EXPORTER
 @pytest.mark.parametrize("extra", [0, F.DEVICE], ids=["plain", "DEVICE"])
 def test_legacy_exporter_matrix(legacy_exporter, extra):
     assert bufferext.check_buffer_supports(legacy_exporter, F.LEGACY)
@@ -185,7 +192,7 @@ def test_legacy_exporter_matrix(legacy_exporter, extra):
         compare(legacy_exporter, flags, extra, device_answer=False)
 
 
-@pytest.mark.thread_unsafe(reason="it compares sys.getrefcount of the exporter, which the other threads' copies of this test hold too")
+@SHARED_EXPORTER
 @pytest.mark.parametrize("extra", [0, F.DEVICE], ids=["plain", "DEVICE"])
 def test_our_exporter_matrix(our_exporter, extra):
     assert bufferext.check_buffer_supports(our_exporter, F.LEGACY | F.DEVICE)
@@ -214,6 +221,7 @@ def test_matrix_detects_a_misbehaving_exporter():
         assert actual_fields(view) != expected_fields(raw, F.FULL_RO)
 
 
+@SHARED_EXPORTER
 @pytest.mark.parametrize("name", sorted(LEGACY_EXPORTERS))
 def test_repeated_acquire_release_no_drift(name):
     obj = LEGACY_EXPORTERS[name]()

@@ -14,7 +14,9 @@ import textwrap
 from typing import Dict, List, Set
 
 import bufferext.distarray
+from _helpers import PARSES_PYTHON
 
+pytestmark = PARSES_PYTHON
 PACKAGE = os.path.dirname(os.path.abspath(bufferext.distarray.__file__))
 
 

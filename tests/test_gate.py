@@ -245,3 +245,39 @@ def test_struct_formats_with_standard_sizes(c99: ModuleType, fmt: str,
         with pytest.raises(BufferError, match=f"format '{fmt}' does not "
                                               f"describe items of itemsize"):
             bufferext.get_buffer(exporter)
+
+
+# ---- our own exports skip the gate: whose export it was, not the type now --
+
+def test_our_own_export_is_taken_as_made() -> None:
+    # an export our code made is valid by construction: get_buffer of a
+    # CPUBuffer (the gate would accept it too; this holds its fields)
+    x = bufferext.CPUBuffer((2, 3), "i4")
+    with bufferext.get_buffer(x) as view:
+        assert (view.shape, view.strides, view.format) == ((2, 3), (12, 4),
+                                                           "i")
+    assert x.exports == 0
+
+
+@pytest.mark.skipif(not hasattr(memoryview, "_from_flags"),
+                    reason="a Python __buffer__ is 3.12+")
+def test_an_export_made_while_the_getbuffer_changed_is_still_checked(
+        c99: ModuleType) -> None:
+    # The subclass's Python __buffer__ hands over a lying export and, while
+    # it runs, gives the class CPUBuffer's getbuffer back: after the call the
+    # type's slot is ours, but the export was not made by our code (its
+    # view does not point at the object's layout), so the gate reads it
+    liar = c99.Configurable(16, 16, 8, 1, "i", shape=(2,), strides=(8,))
+
+    class Sub(bufferext.CPUBuffer):
+        def __buffer__(self, flags: int) -> memoryview:
+            Sub.__buffer__ = bufferext.CPUBuffer.__dict__["__buffer__"]
+            return memoryview(liar)
+
+    s = Sub(2)
+    with pytest.raises(BufferError, match="format 'i' does not describe "
+                                          "items of itemsize = 8 bytes"):
+        bufferext.get_buffer(s, F.FULL_RO)
+    assert liar.exports == 0
+    with bufferext.get_buffer(s, F.FULL_RO) as view:   # ours from now on
+        assert view.format == "d" and view.obj is s

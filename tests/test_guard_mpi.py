@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Tuple
 
@@ -30,8 +29,10 @@ pytest.importorskip("mpi4py")
 pytest.importorskip("pytest_mpi")
 
 TESTS_DIR = Path(__file__).resolve().parent
-LIMIT = 120     # the subprocess's timeout, seconds
-QUICK = 60      # "ended well before the limit"
+# The subprocess's timeout, seconds: reached only by a job that hangs (the
+# bug these tests catch), never the verdict of one that ends; how each job
+# ended is read from its output.
+LIMIT = 300
 
 # Inside an MPI job this file would start one nested job per rank.
 pytestmark = pytest.mark.skipif(
@@ -46,6 +47,9 @@ HEADER = """
     COMM = MPI.COMM_WORLD
     RANK = COMM.Get_rank()
     pytestmark = pytest.mark.mpi(min_size=2)
+    # the ranks leave collection together, so their tests (and watchdogs)
+    # start together however unevenly a loaded machine started them
+    COMM.Barrier()
 
 
     def test_in_step():
@@ -79,9 +83,9 @@ PASSES = HEADER + """
 
 
 def run_guarded(tmp_path: Path, source: str, test_timeout: str = ""
-                ) -> Tuple[int, str, float]:
+                ) -> Tuple[int, str]:
     """``mpiexec -n 2 python -m pytest --with-mpi`` on ``source`` with the
-    suite's conftest.py beside it: (exit status, output, seconds)."""
+    suite's conftest.py beside it: (exit status, output)."""
     shutil.copy(TESTS_DIR / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_guarded.py").write_text(textwrap.dedent(source))
@@ -91,7 +95,6 @@ def run_guarded(tmp_path: Path, source: str, test_timeout: str = ""
         env.pop(name, None)     # .ci/run's report must not see this run
     argv = [mpiexec(), "-n", "2", sys.executable, "-m", "pytest", "-q",
             "-p", "no:cacheprovider", "--with-mpi", "test_guarded.py"]
-    start = time.monotonic()
     with subprocess.Popen(argv, cwd=tmp_path, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           start_new_session=True) as job:
@@ -101,14 +104,14 @@ def run_guarded(tmp_path: Path, source: str, test_timeout: str = ""
             os.killpg(job.pid, signal.SIGKILL)     # mpiexec and its ranks
             output, _ = job.communicate()
             pytest.fail(f"the job still ran after {LIMIT} s:\n{output}")
-    return job.returncode, output, time.monotonic() - start
+    return job.returncode, output
 
 
 def test_a_failure_on_one_rank_ends_the_job_and_names_the_test(
         tmp_path: Path) -> None:
-    status, output, seconds = run_guarded(tmp_path, ONE_RANK_FAILS)
-    assert seconds < QUICK, output
+    status, output = run_guarded(tmp_path, ONE_RANK_FAILS)
     assert status != 0, output
+    assert "TIMEOUT" not in output, output      # ended by the failure
     assert ("bufferext MPI: rank 1 of 2: FAILED "
             "test_guarded.py::test_fails_on_rank_1") in output, output
     assert "AssertionError: rank 1 disagrees" in output, output
@@ -116,8 +119,7 @@ def test_a_failure_on_one_rank_ends_the_job_and_names_the_test(
 
 def test_a_deadlock_ends_after_the_timeout_with_each_ranks_stack(
         tmp_path: Path) -> None:
-    status, output, seconds = run_guarded(tmp_path, EVERY_RANK_BLOCKS, "3")
-    assert seconds < QUICK, output
+    status, output = run_guarded(tmp_path, EVERY_RANK_BLOCKS, "3")
     assert status != 0, output
     for rank in (0, 1):
         assert (f"bufferext MPI: rank {rank} of 2: TIMEOUT after 3 s in "
@@ -126,7 +128,7 @@ def test_a_deadlock_ends_after_the_timeout_with_each_ranks_stack(
 
 
 def test_a_passing_run_is_unchanged(tmp_path: Path) -> None:
-    status, output, _ = run_guarded(tmp_path, PASSES)
+    status, output = run_guarded(tmp_path, PASSES)
     assert status == 0, output
     assert output.count("2 passed") == 2, output
     assert "bufferext MPI" not in output, output

@@ -23,12 +23,14 @@ from typing import Dict, Iterator
 import pytest
 
 import bufferext
+from _helpers import PARSES_PYTHON
 from bufferext import _paths
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADERS = ROOT / "headers"
 
 
+@PARSES_PYTHON
 def test_paths_module_needs_only_the_standard_library() -> None:
     # _paths.py is bufferext_headers' too: an import of the package
     # (relative, or numpy) would break the dependency-free distribution

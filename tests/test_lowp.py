@@ -14,7 +14,7 @@ import os
 import re
 import struct
 import sys
-from typing import Any
+from typing import Any, Tuple
 
 import numpy as np
 import pytest
@@ -23,6 +23,7 @@ import bufferext
 from bufferext import BufferFlags
 from bufferext._check import check
 from bufferext._dtypes import LOWP
+from _dlpack_ctypes import read_versioned
 from _helpers import run_child
 from test_dlpack_exchange import P_MANAGED, SET_ERROR, api_of, fill
 
@@ -208,6 +209,61 @@ def test_the_c_format_reader_reads_the_whole_format(
     native = c99.Configurable(8, 8, 2, 1, "=[bfloat16]", shape=(4,))
     with bufferext.get_buffer(native, BufferFlags.FULL_RO) as view:
         assert view.__dlpack__() is not None
+
+
+#: Every byte-order prefix a struct format may carry.
+PREFIXES = ["<", ">", "!", "=", "@"]
+
+
+def _dlpack_dtype(exporter: Any) -> Tuple[int, int, int]:
+    """DLPack's data type of an export of ``exporter`` (the C reader)."""
+    with bufferext.get_buffer(exporter, BufferFlags.FULL_RO) as view:
+        dt = read_versioned(view.__dlpack__(max_version=(1, 0))).dl_tensor.dtype
+        return dt.code, dt.bits, dt.lanes
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+def test_a_one_byte_format_in_any_byte_order_is_the_unprefixed_one(
+        c99: Any, prefix: str, name: str) -> None:
+    """A byte has no order: '>[float8_e4m3fn]' and '![float8_e5m2]' are
+    the unprefixed format at every door, as '>b' is 'b' (they were refused
+    as byte-swapped, in Python and by the C reader alike): a producer's
+    dtype, Python's reader of a foreign export and DistArray.local over it,
+    the check report, a copy from it, and DLPack's data type of it."""
+    from bufferext._dtypes import describe, host_view
+    from bufferext.distarray import BlockMap, DistArray
+    plain = f"[{name}]"
+    fmt = prefix + plain
+    assert bufferext.CPUBuffer(3, fmt).format == plain
+    data = bytes([0x38, 0x40, 0x44, 0x48])
+    foreign = c99.Configurable(4, 4, 1, 1, fmt, shape=(4,))
+    same = c99.Configurable(4, 4, 1, 1, plain, shape=(4,))
+    for exporter in (foreign, same):
+        with bufferext.get_buffer(exporter, BufferFlags.FULL) as view:
+            ctypes.memmove(view.ptr, data, 4)
+    expected = host_view(same)
+    got = host_view(foreign)
+    assert got.dtype == expected.dtype and got.tobytes() == data
+    local = DistArray(foreign, [BlockMap(4, 1, 0, 0, 4)]).local
+    assert local.dtype == expected.dtype and local.tobytes() == data
+    assert describe(fmt, 1) == describe(plain, 1).replace(repr(plain), repr(fmt))
+    target = bufferext.CPUBuffer(4, plain)
+    target.copy_from_host(foreign)
+    assert bytes(target) == data
+    assert _dlpack_dtype(foreign) == _dlpack_dtype(same)
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_one_byte_struct_codes_in_any_byte_order_are_native_in_c(
+        c99: Any, prefix: str) -> None:
+    """The C reader read '>b' and '!B' as byte-swapped (DLPack refused them)
+    where Python resolves them: a byte has no order at any door."""
+    for code in "bB?":
+        assert bufferext.CPUBuffer(3, prefix + code).format == code
+        foreign = c99.Configurable(4, 4, 1, 1, prefix + code, shape=(4,))
+        same = c99.Configurable(4, 4, 1, 1, code, shape=(4,))
+        assert _dlpack_dtype(foreign) == _dlpack_dtype(same), prefix + code
 
 
 def test_host_view_checks_the_item_size_and_layout(c99: Any) -> None:

@@ -87,21 +87,16 @@ def test_staged_column_halos(standins: None, device: str) -> None:
         assert np.array_equal(np.asarray(d.buffer.to_host()).reshape(d.local_shape), ref)
 
 
-#: How late the stand-in's asynchronous writes land (STANDIN_CUDA_LATE_MS):
-#: far longer than the MPI operations below take, so that one that read
-#: device memory without waiting on the exporter's event would read the
-#: bytes from before the write.
-LATE_MS = "600"
-
-
 @pytest.fixture
 def late_aware(standins: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """MPI treated as CUDA-aware; the stand-in's device memory readable by
     the CPU (so MPICH can read it, as a CUDA-aware MPI reads device memory)
-    and its asynchronous writes landing LATE_MS after they are queued."""
+    and its asynchronous writes pending until waited for (STANDIN_CUDA_LATE):
+    an operation that read device memory without waiting on the exporter's
+    event would read the bytes from before the write, however long it ran."""
     monkeypatch.setenv("BUFFEREXT_MPI_CUDA_AWARE", "1")
     monkeypatch.setenv("STANDIN_CUDA_HOST_VISIBLE", "1")
-    monkeypatch.setenv("STANDIN_CUDA_LATE_MS", LATE_MS)
+    monkeypatch.setenv("STANDIN_CUDA_LATE", "1")
 
 
 def test_cuda_aware_mpi_waits_for_the_exporters_event(late_aware: None) -> None:

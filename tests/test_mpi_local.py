@@ -1,21 +1,17 @@
-"""The MPI layer on one process: comm=None paths (no mpi4py needed),
+"""The MPI layer on one process: comm=None paths (no mpi4py needed; what
+comm=None means under a launcher is tests/test_launcher.py),
 dims_create, and datatype chunking with a small forced count limit
 (checked against numpy through MPI.COMM_SELF)."""
 
 from __future__ import annotations
 
 import array
-import os
 import re
-import socket
-import subprocess
-import sys
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 
-from _helpers import mpiexec
 from bufferext import CPUBuffer
 from bufferext.distarray import (DistArray, ProtocolError, agree, cuda_aware,
                                  dims_create, validate_collective)
@@ -244,6 +240,12 @@ def test_acquired_hands_mpi_the_memory_or_refuses_by_name() -> None:
     for shape, dtype, message in refusals:
         with pytest.raises(BufferError, match=re.escape(message)):
             Acquired(buf, shape, dtype, write=False, aware=False)
+    # a dtype no format names matches no format, not even one bufferext
+    # does not read either (both 'no format' alike: it was accepted once)
+    records = np.zeros(2, dtype=[("a", "u1"), ("b", "<u2")])
+    with pytest.raises(BufferError, match=re.escape(
+            "the local buffer holds format 'T{B:a:=H:b:}', not dtype |V3")):
+        Acquired(records, (2,), np.dtype("V3"), write=False, aware=False)
     ml_dtypes = pytest.importorskip("ml_dtypes", reason="float8 dtypes")
     e5m2 = CPUBuffer(4, "float8_e5m2")
     with pytest.raises(BufferError, match=re.escape(
@@ -253,10 +255,11 @@ def test_acquired_hands_mpi_the_memory_or_refuses_by_name() -> None:
     assert buf.exports == ro.exports == e5m2.exports == 0
 
 
-def test_keys_hold_every_float_the_dtype_and_the_shape() -> None:
-    """A float array keys by its bytes (not its repr, which numpy cuts
-    past 1000 items), with its dtype (equal bytes as float64 and as
-    complex64 are other values) and its shape ((2, 3) is not (3, 2))."""
+def test_keys_hold_every_item_the_dtype_and_the_shape() -> None:
+    """An array keys by its bytes (not its repr, which numpy cuts past 1000
+    items), with its dtype (equal bytes as float64 and as complex64 are
+    other values) and its shape ((2, 3) is not (3, 2), for floats and
+    integers alike)."""
     first = np.linspace(0.0, 1.0, 3000)
     second = first.copy()
     second[1500], second[1501] = first[1501], first[1500]
@@ -264,6 +267,9 @@ def test_keys_hold_every_float_the_dtype_and_the_shape() -> None:
     zeros = np.zeros(2)
     apart = [first, second, zeros, zeros.view(np.complex64), np.zeros((2, 3)),
              np.zeros((3, 2)), np.zeros(6)]
+    # integers too (keyed as int64 whatever their width): index arrays
+    # whose shape differs make other plans
+    apart += [np.arange(6).reshape(2, 3), np.arange(6).reshape(3, 2), np.arange(6)]
     assert len({content_key(a) for a in apart}) == len(apart)
     assert len({digest(content_key(a)) for a in apart}) == len(apart)
     for wrap in (_Summarised, memoryview):
@@ -379,168 +385,46 @@ def test_staging_pieces_start_congruent_to_their_elements_modulo_a_page(
                 assert (piece - element) % PAGE == 0, (s, offset)
 
 
-# ---- what comm=None means: the launcher's environment decides ---------------
+def test_closing_a_state_asks_mpi_only_where_it_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """MPIState.close frees its plans' MPI objects only where mpi4py's MPI
+    is imported and not finalized, and never imports it (a child of an
+    mpiexec rank hung importing it in a finalizer); the plans, the halo and
+    the pinned buffer go either way."""
+    import sys
+    from bufferext.distarray._state import MPIState
 
-LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "PMI_FD", "PMI_PORT", "OMPI_COMM_WORLD_SIZE",
-                 "OMPI_COMM_WORLD_RANK")
+    freed: list = []
 
+    class Plan:
+        def free(self) -> None:
+            freed.append(self)
 
-@pytest.fixture
-def no_launcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    """No launcher's variables; ``PMI_FD`` set as hydra sets it for a rank it
-    started: a socket open in this process (a test's own pair).  mpi4py
-    looks not imported (an MPI already initialised is asked instead)."""
-    for name in LAUNCHER_VARS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
-    ours, hydra = socket.socketpair()
-    with ours, hydra:
-        monkeypatch.setenv("PMI_FD", str(ours.fileno()))
-        yield monkeypatch
+    class Pinned:
+        released = False
 
+        def release(self) -> None:
+            self.released = True
 
-@pytest.mark.parametrize("name", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"])
-def test_launcher_size_is_read_from_its_variable(no_launcher: pytest.MonkeyPatch,
-                                                 name: str) -> None:
-    from bufferext.distarray._comm import launched
-    assert launched() == (1, None)
-    no_launcher.setenv(name, "3")
-    assert launched() == (3, name)
-    for bad in ("", "two", "0", "-1"):
-        no_launcher.setenv(name, bad)
-        with pytest.raises(RuntimeError, match=f"{name}={bad!r}: .*positive integer"):
-            launched()
+    class RunningMPI:                   # what close asks of mpi4py.MPI
+        def __init__(self, finalized: bool) -> None:
+            self.finalized = finalized
 
+        def Is_finalized(self) -> bool:
+            return self.finalized
 
-def test_pmi_size_counts_only_where_hydras_socket_is_open(
-        no_launcher: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    """PMI_SIZE is a hint: a child of a rank inherits it without hydra's
-    socket (PMI_FD closed, or another kind of file), and is one process."""
-    from bufferext.distarray._comm import launched
-    no_launcher.setenv("PMI_SIZE", "2")
-    assert launched() == (2, "PMI_SIZE")
-    closed = os.open(os.devnull, os.O_RDONLY)
-    os.close(closed)
-    with open(tmp_path / "file", "w") as regular:
-        for fd in (str(closed), str(regular.fileno()), "nine", "-1"):
-            no_launcher.setenv("PMI_FD", fd)
-            assert launched() == (1, None), fd
-    no_launcher.delenv("PMI_FD")
-    assert launched() == (1, None)          # no PMI at all
-    no_launcher.setenv("PMI_PORT", "vm:43761")   # hydra's TCP mode: an address
-    assert launched() == (2, "PMI_SIZE")
-
-
-def test_an_initialised_mpi_is_asked_instead_of_the_socket(
-        no_launcher: pytest.MonkeyPatch) -> None:
-    """Once MPI_Init has run, its world answers (hydra's socket may be
-    closed by then, or open in a singleton run): PMI_SIZE counts only if
-    the world has more than one process."""
-    from bufferext.distarray._comm import launched
-
-    class World:
-        def __init__(self, size: int) -> None:
-            self.size = size
-
-        def Get_size(self) -> int:
-            return self.size
-
-    class InitialisedMPI:
-        def __init__(self, size: int) -> None:
-            self.COMM_WORLD = World(size)
-
-        def Is_initialized(self) -> bool:
-            return True
-
-    no_launcher.setenv("PMI_SIZE", "2")
-    no_launcher.setitem(sys.modules, "mpi4py.MPI", InitialisedMPI(1))
-    assert launched() == (1, None)          # the socket is open: a singleton
-    no_launcher.setitem(sys.modules, "mpi4py.MPI", InitialisedMPI(2))
-    no_launcher.setenv("PMI_FD", "-1")      # closed since MPI_Init
-    assert launched() == (2, "PMI_SIZE")
-
-
-def test_a_python_child_of_an_mpiexec_rank_is_one_process() -> None:
-    """Under mpiexec -n 2, a plain python started by a rank (subprocess)
-    inherits PMI_SIZE=2: comm=None is that child alone, without mpi4py
-    (it died in MPI_Init with exit status 15, no Python exception)."""
-    pytest.importorskip("mpi4py", reason="the rank imports mpi4py")
-    exe = mpiexec()
-    child = ("import sys, numpy as np; from bufferext.distarray import DistArray; "
-             "d = DistArray.from_global(np.arange(6), dist='b'); "
-             "print('child', d.comm, d.local.tolist(), 'mpi4py' in sys.modules)")
-    rank = ("import subprocess, sys; from mpi4py import MPI; "
-            f"out = subprocess.run([sys.executable, '-c', {child!r}], "
-            "capture_output=True, text=True, timeout=120); "
-            "print(MPI.COMM_WORLD.Get_rank(), out.returncode, out.stdout.strip(), "
-            "out.stderr.strip()[-300:], flush=True)")
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    proc = subprocess.run([exe, "-n", "2", sys.executable, "-c", rank],
-                          capture_output=True, text=True, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = sorted(line.strip() for line in proc.stdout.splitlines() if line.strip())
-    assert lines == ["0 0 child None [0, 1, 2, 3, 4, 5] False",
-                     "1 0 child None [0, 1, 2, 3, 4, 5] False"], proc.stdout + proc.stderr
-
-
-@pytest.mark.parametrize("name", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"])
-def test_comm_none_under_a_launcher_without_mpi4py_says_what_to_do(
-        no_launcher: pytest.MonkeyPatch, name: str) -> None:
-    """Under mpiexec -n 2 with no mpi4py, comm=None cannot mean both
-    processes: every entry point that takes comm refuses alike, naming the
-    variable that showed the launcher and what to install or pass, instead
-    of giving each process the whole array."""
-    no_launcher.setenv(name, "2")
-    no_launcher.setitem(sys.modules, "mpi4py", None)     # import mpi4py fails
-    d = DistArray.from_global(G, dist="bn", grid_shape=(2, 1), rank=1,
-                              comm=MPI_SELF_STANDIN)
-    calls = {
-        "from_global": lambda: DistArray.from_global(G, dist="bn"),
-        "scatter": lambda: DistArray.scatter(G, dist="bn"),
-        "from_distarray": lambda: DistArray.from_distarray(d.__distarray__()),
-        "DistArray": lambda: DistArray(d.buffer, d.maps),
-        "validate_collective": lambda: validate_collective(d),
-        "agree": lambda: agree(None, lambda: 1),
-    }
-    for what, call in calls.items():
-        with pytest.raises(ImportError) as info:
-            call()
-        message = str(info.value)
-        for part in (f"({name}=2)", "MPI.COMM_WORLD", "pip install mpi4py mpich",
-                     "comm=MPI.COMM_SELF"):
-            assert part in message, (what, message)
-
-
-class _OneProcess:
-    """A communicator of one process, as far as from_global asks."""
-
-    def Get_size(self) -> int:
-        return 1
-
-    def Get_rank(self) -> int:
-        return 0
-
-
-MPI_SELF_STANDIN = _OneProcess()
-
-
-@pytest.mark.parametrize("value", [None, "1"])
-def test_comm_none_without_a_launcher_is_one_process_without_mpi4py(
-        value: Any) -> None:
-    """No launcher, or one of one process (PMI_SIZE=1): comm=None is this
-    process alone, rank picks the section, and mpi4py is never imported."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    if value is not None:
-        env["PMI_SIZE"] = value
-    code = ("import sys, numpy as np; from bufferext.distarray import DistArray; "
-            "s = DistArray.from_global(np.arange(6), dist='b', grid_shape=(2,), rank=1); "
-            "d = DistArray.from_global(np.arange(6), dist='b', padding=[(1, 1)]); "
-            "imported = 'mpi4py' in sys.modules; "
-            "e = d.redistribute(dist='c'); d.update_halos(); "
-            "print(d.comm, s.local.tolist(), d.grid_shape, e.local.tolist(), "
-            "d.gather().tolist(), imported)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                          text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == ("None [3, 4, 5] (1,) [0, 1, 2, 3, 4, 5] "
-                           "[0, 1, 2, 3, 4, 5] False\n")
+    for running, frees in ((None, 0), (RunningMPI(True), 0), (RunningMPI(False), 2)):
+        if running is None:
+            monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+        else:
+            monkeypatch.setitem(sys.modules, "mpi4py.MPI", running)
+        state = MPIState(None)
+        state.plans["key"], state.halo, state.halo_call = Plan(), Plan(), object()
+        state.pinned = pinned = Pinned()
+        freed.clear()
+        state.close()
+        assert len(freed) == frees, running
+        assert (state.plans, state.halo, state.halo_call, state.pinned) == ({}, None,
+                                                                          None, None)
+        assert pinned.released
+        assert (sys.modules.get("mpi4py.MPI") is None) == (running is None)

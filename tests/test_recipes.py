@@ -30,7 +30,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
@@ -62,6 +62,64 @@ def test_readme_build_snippets_are_the_tested_recipe_files() -> None:
             "cmake/pyproject.toml", "cmake/CMakeLists.txt")}
     for path, body in shown.items():
         assert body == (HERE.parent / path).read_text(encoding="utf-8"), path
+
+
+# ---- bufferext-headers is required at bufferext's own version ---------------
+
+#: A quoted requirement (TOML, Python): ``"bufferext-headers==0.1.0"``.
+QUOTED = re.compile(r"""(["'])bufferext-headers([^"'\n]*)\1""")
+#: A shell requirement: a word of a ``pip install`` line.
+PIP_WORD = re.compile(r"""(?<![\w"'/.@-])bufferext-headers(\S*)""")
+
+
+def unpinned(text: str, version: str) -> List[str]:
+    """The requirements of ``bufferext-headers`` in ``text`` that are not
+    pinned to ``version``: ``==VERSION``, or a file URL of that version's
+    wheel.  Unpinned, pip takes the highest version any index offers, and
+    the name is not yet claimed on the public one."""
+    def pinned(spec: str) -> bool:
+        return spec == f"=={version}" or (spec.lstrip().startswith("@")
+                                          and f"-{version}-" in spec)
+
+    found = [m.group(0) for m in QUOTED.finditer(text)
+             if m.group(2)[:1] in ("", "=", "<", ">", "!", "~", ";", "[", ",", " ")
+             and not pinned(m.group(2))]
+    for line in text.splitlines():
+        if re.search(r"\bpip\b.*\binstall\b", line):
+            found += [m.group(0) for m in PIP_WORD.finditer(line)
+                      if not pinned(m.group(1))]
+    return found
+
+
+def test_the_unpinned_requirement_finder_sees_one() -> None:
+    assert unpinned('requires = ["setuptools>=64", "bufferext-headers"]\n'
+                    "python -m pip install wheel bufferext-headers>=0.1\n"
+                    "'bufferext-headers==0.0.9' 'bufferext-headers @ file:///b.whl'",
+                    "0.1.0") == ['"bufferext-headers"', "'bufferext-headers==0.0.9'",
+                                 "'bufferext-headers @ file:///b.whl'",
+                                 "bufferext-headers>=0.1"]
+    assert unpinned('["bufferext-headers==0.1.0"] pip install bufferext-headers==0.1.0 '
+                    '"bufferext-headers @ file:///x/bufferext_headers-0.1.0-py3-none-any.whl"'
+                    "\nprose: bufferext-headers' entry point; bufferext-headers is "
+                    "the header", "0.1.0") == []
+
+
+@pytest.mark.skipif(not README.is_file(), reason="README.md and docs/ are not "
+                    "beside the tests (a copy of tests/ outside the checkout)")
+def test_every_bufferext_headers_requirement_is_pinned() -> None:
+    """Wherever a reader copies a requirement of bufferext-headers from (the
+    README, the docs' pages, the recipes' pyproject.toml), it names
+    bufferext's own version (the history page, changes.rst, is not copied
+    from; headers/pyproject.toml is the distribution itself)."""
+    root = HERE.parent
+    sources = [README, root / "headers" / "README.md",
+               *sorted((root / "docs").glob("*.rst")),
+               *sorted((root / "docs" / "examples").rglob("pyproject.toml"))]
+    found = {str(p.relative_to(root)): unpinned(p.read_text(encoding="utf-8"),
+                                                bufferext.__version__)
+             for p in sources if p.name != "changes.rst"}
+    assert {k: v for k, v in found.items() if v} == {}
+    assert len(found) > 10
 
 
 def _cli(*args: str) -> str:
@@ -195,7 +253,7 @@ def test_isolated_build_installs_no_numpy(tmp_path: Path) -> None:
     project = _project(tmp_path, "setuptools")
     pyproject = project / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace(
-        '"bufferext-headers"]', '"bufferext-headers", "bufferext"]'))
+        '"bufferext-headers==0.1.0"]', '"bufferext-headers", "bufferext"]'))
     venv = Venv(tmp_path / "venv")
     done = subprocess.run(
         [venv.python, "-m", "pip", "install", "--find-links", WHEELHOUSE, "."],
@@ -207,13 +265,15 @@ def test_isolated_build_installs_no_numpy(tmp_path: Path) -> None:
 
 
 @needs_wheelhouse
-def test_setuptools_isolated_find_links(tmp_path: Path) -> None:
-    """``pip install --find-links DIR .``: bufferext-headers from a local
-    wheelhouse into the isolated build environment (PIP_FIND_LINKS works
-    the same), and nothing of bufferext's runtime."""
+def test_setuptools_as_the_c_api_page_builds_it(tmp_path: Path) -> None:
+    """docs/capi.rst's build: ``PIP_FIND_LINKS=DIR python -m pip install .``
+    in a fresh venv, bufferext-headers from a local wheelhouse into the
+    isolated build environment (``--find-links DIR`` works the same), and
+    nothing of bufferext's runtime."""
     project = _project(tmp_path, "setuptools")
     venv = Venv(tmp_path / "venv")
-    venv.pip(".", cwd=project, env=_forbid_runtime(tmp_path))
+    venv.run(venv.python, "-m", "pip", "install", ".", cwd=project,
+             env={"PIP_FIND_LINKS": WHEELHOUSE, **_forbid_runtime(tmp_path)})
     venv.pip("bufferext")                 # at run time, for the check only
     venv.check(tmp_path)
 
@@ -225,7 +285,7 @@ def test_setuptools_isolated_file_url(tmp_path: Path) -> None:
     pyproject = project / "pyproject.toml"
     url = Path(_headers_wheel()).as_uri()
     pyproject.write_text(pyproject.read_text().replace(
-        '"bufferext-headers"]', f'"bufferext-headers @ {url}"]'))
+        '"bufferext-headers==0.1.0"]', f'"bufferext-headers @ {url}"]'))
     venv = Venv(tmp_path / "venv")
     venv.run(venv.python, "-m", "pip", "install", "-q", ".", cwd=project,
              env=_forbid_runtime(tmp_path))
@@ -235,12 +295,12 @@ def test_setuptools_isolated_file_url(tmp_path: Path) -> None:
 
 @needs_wheelhouse
 def test_setuptools_no_isolation(tmp_path: Path) -> None:
-    """``pip install "setuptools>=64" wheel bufferext-headers`` then
+    """``pip install "setuptools>=64" wheel bufferext-headers==0.1.0`` then
     ``pip install --no-build-isolation .`` (a fresh venv's setuptools may
     predate bdist_wheel in setuptools itself: upgrade it first)."""
     project = _project(tmp_path, "setuptools")
     venv = Venv(tmp_path / "venv")
-    venv.pip("--upgrade", "setuptools>=64", "wheel", "bufferext-headers",
+    venv.pip("--upgrade", "setuptools>=64", "wheel", "bufferext-headers==0.1.0",
              env=_forbid_runtime(tmp_path))
     venv.pip("--no-build-isolation", ".", cwd=project)
     venv.pip("bufferext")
@@ -277,7 +337,7 @@ def test_makefile(tmp_path: Path) -> None:
         pytest.skip("no make")
     project = _project(tmp_path, "make")
     venv = Venv(tmp_path / "venv")
-    venv.pip("bufferext-headers", env=_forbid_runtime(tmp_path))
+    venv.pip("bufferext-headers==0.1.0", env=_forbid_runtime(tmp_path))
     venv.run("make", f"PYTHON={venv.python}", cwd=project)
     venv.pip("bufferext")
     venv.check(tmp_path, pythonpath=project)
@@ -298,7 +358,7 @@ def test_readme_compiler_command(tmp_path: Path) -> None:
     project.mkdir()
     shutil.copy(RECIPES / "shape.c", project)
     venv = Venv(tmp_path / "venv")
-    venv.pip("bufferext-headers", env=_forbid_runtime(tmp_path))
+    venv.pip("bufferext-headers==0.1.0", env=_forbid_runtime(tmp_path))
     venv.run("bash", "-e", "-o", "pipefail", "-c", blocks[0], cwd=project)
     venv.pip("bufferext")
     venv.check(tmp_path, pythonpath=project)
@@ -323,7 +383,7 @@ def _check_cxx(venv: Venv, module: str, cwd: Path) -> None:
 @needs_wheelhouse
 def test_pybind11_setuptools(tmp_path: Path) -> None:
     """pybind11's setup helpers, isolated: ``requires = ["setuptools>=64",
-    "pybind11>=2.13", "bufferext-headers"]``; describe.cpp holds the buffer
+    "pybind11>=2.13", "bufferext-headers==0.1.0"]``; describe.cpp holds the buffer
     in the RAII ExtendedBuffer of extended_buffer.hpp, and matrix.cpp's
     Matrix (host_matrix.hpp) exports one through py::custom_type_setup."""
     project = _project(tmp_path, "pybind11", *CXX_HEADERS)
@@ -336,7 +396,7 @@ def test_pybind11_setuptools(tmp_path: Path) -> None:
 @needs_wheelhouse
 def test_nanobind_scikit_build_core(tmp_path: Path) -> None:
     """nanobind through scikit-build-core, isolated: ``requires =
-    ["scikit-build-core", "nanobind>=2", "bufferext-headers"]`` and
+    ["scikit-build-core", "nanobind>=2", "bufferext-headers==0.1.0"]`` and
     ``nanobind_add_module`` linked with ``bufferext::headers``; the twins of
     the pybind11 module, Matrix's slots given as nb::type_slots."""
     project = _project(tmp_path, "nanobind", *CXX_HEADERS)

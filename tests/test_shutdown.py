@@ -305,12 +305,13 @@ SHUTDOWN_CASES = {
         threading.Thread(target=hold, daemon=True).start()
         started.wait()
     """,
-    # a daemon thread acquiring and releasing as fast as it can at exit
+    # daemon threads acquiring and releasing as fast as they can at exit
+    # (the main thread exits once all three are in their loops)
     "daemon_busy": """
-        started = threading.Event()
+        started = threading.Barrier(4)
         shared = [CPUBuffer(16), CUDABuffer(16), VEBuffer(16)]
         def spin():
-            started.set()
+            started.wait()
             while True:
                 for b in shared:
                     bufferext.get_buffer(b).release()
@@ -319,7 +320,6 @@ SHUTDOWN_CASES = {
         for _ in range(3):
             threading.Thread(target=spin, daemon=True).start()
         started.wait()
-        time.sleep(0.05)
     """,
 }
 

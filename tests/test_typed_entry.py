@@ -26,7 +26,9 @@ from _helpers import ATTRIBUTE_DECLARES, NATIVE_INTERPRETER, run_child
 
 DEVICE = int(BufferFlags.DEVICE)
 FULL_RO = int(BufferFlags.FULL_RO)
-has_entry = bufferext._bufferext._has_typed_entry
+def has_entry(obj: object) -> bool:
+    """Whether extended requests to ``obj`` reach a typed entry."""
+    return bufferext._bufferext._has_typed_entry(type(obj))
 needs_pep688 = pytest.mark.skipif(sys.version_info < (3, 12),
                                   reason="a Python __buffer__ is 3.12+")
 backport_only = pytest.mark.skipif(
@@ -104,7 +106,7 @@ def test_an_entry_copied_into_a_stranger_serves_nothing(
             __buffer_extended__ = capsule
             __buffer_supported_flags__ = 0x1FD | 0x10000
         evil = Evil({arg})
-        print("entry", bufferext._bufferext._has_typed_entry(evil))
+        print("entry", bufferext._bufferext._has_typed_entry(Evil))
         print("device", bufferext.check_buffer_supports(evil, 0x10000))
         try:
             with bufferext.get_buffer(evil) as view:

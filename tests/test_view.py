@@ -528,7 +528,8 @@ def test_refcounts_stable_over_loops():
 
 
 def test_refcounts_stable_on_error_paths():
-    obj = b"abc"
+    obj = bytes(bytearray(b"abc"))    # this call's own, not the constant
+                                      # that other threads' calls share
     before = sys.getrefcount(obj)
     for _ in range(2000):
         with pytest.raises(BufferError):
@@ -619,18 +620,24 @@ def test_many_views_and_bound_methods_dying_at_once():
         v.released for v in views)
 
 
+@pytest.mark.parametrize("ask", [get_buffer, bufferext.supported_flags],
+                         ids=["get_buffer", "supported_flags"])
 @pytest.mark.parametrize("make, what", BRIDGED_ONLY)
-def test_get_buffer_of_a_bridged_object_points_at_as_buffer(make, what):
-    # the most common first mistake: get_buffer(torch_tensor)
+def test_a_request_of_a_bridged_object_points_at_as_buffer(make, what, ask):
+    # the most common first mistake: get_buffer(torch_tensor), or asking
+    # supported_flags(torch_tensor) first
     obj = make()
     with pytest.raises(TypeError) as info:
-        get_buffer(obj)
+        ask(obj)
     assert str(info.value) == (
-        f"get_buffer: a '{type(obj).__name__}' object is not a buffer "
+        f"{ask.__name__}: a '{type(obj).__name__}' object is not a buffer "
         f"exporter; it speaks {what}: bufferext.as_buffer(obj) bridges it "
         "into an extended buffer")
     with get_buffer(bufferext.as_buffer(obj)) as view:   # the advice works
         assert view.tobytes() == obj.array.tobytes()
+    with pytest.raises(TypeError) as info:
+        ask(object())                       # nothing to bridge: no hint
+    assert "as_buffer" not in str(info.value)
 
 
 def test_get_buffer_hint_is_as_buffers_list():

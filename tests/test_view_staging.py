@@ -5,10 +5,10 @@ memory.
 CPU cases run here.  CUDA cases run in child interpreters against the
 stand-in CUDA driver (tests/cuda_standin/, a test double built here), VE
 cases against the stand-in VEO library (tests/ve_standin/), because each
-library loads once per process.  With ``STANDIN_CUDA_LATE_MS`` the stand-in
-lands queued writes late, so a consumer that skips the event wait reads old
-bytes; with ``STANDIN_CUDA_HOST_VISIBLE`` the test reads device memory
-directly, as a CUDA-aware MPI library would.
+library loads once per process.  With ``STANDIN_CUDA_LATE`` the stand-in
+keeps queued writes pending until they are waited for, so a consumer that
+skips the event wait reads old bytes; with ``STANDIN_CUDA_HOST_VISIBLE`` the
+test reads device memory directly, as a CUDA-aware MPI library would.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from typing import Dict
 
 import numpy as np
@@ -201,57 +199,6 @@ def test_target_in_the_view_itself() -> None:
     assert data.tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
-@pytest.mark.thread_unsafe(reason="it races threads of its own and needs "
-                           "one release() to land inside a copy: a second "
-                           "copy of the test beside it starves that race")
-def test_release_during_a_copy_is_refused() -> None:
-    """While one thread copies without the GIL, release() from another
-    raises BufferError instead of freeing the memory under the copy."""
-    source = np.full(64 << 20, 3, np.uint8)
-    target = np.zeros_like(source)
-    refusals = []
-    for _ in range(100):
-        view = get_buffer(source)
-        started, outcome = threading.Event(), []
-
-        def copy() -> None:
-            started.set()
-            try:
-                view.copy_to_host(target)
-                outcome.append("copied")
-            except ValueError:                  # released before the pin
-                outcome.append("released first")
-
-        target[0] = target[-1] = 0
-        thread = threading.Thread(target=copy)
-        thread.start()
-        started.wait()
-        # release once the copy has written its first bytes (it holds its
-        # pin then): a release that always wins the race proves nothing (the
-        # copy then says "released first"), and a fixed sleep lost the race
-        # every time on a loaded free-threaded build
-        deadline = time.monotonic() + 5
-        while (thread.is_alive() and not (target[0] or target[-1])
-               and time.monotonic() < deadline):
-            pass
-        while thread.is_alive():
-            try:
-                view.release()
-            except BufferError as exc:
-                refusals.append(str(exc))
-        thread.join()
-        view.release()
-        if refusals and outcome == ["copied"]:
-            break
-    assert refusals, "no release() ever overlapped a copy"
-    assert set(refusals) == {
-        "BufferView: cannot release while it is in use (a wait or copy "
-        "without the GIL: synchronize, copy_to_host, copy_from_host; or an "
-        "attribute being read, by another thread or by the code that runs "
-        "this release)"}
-    assert outcome == ["copied"] and target[0] == 3 and target[-1] == 3
-
-
 def test_signatures() -> None:
     import inspect
     view_type = bufferext.BufferView
@@ -269,10 +216,9 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> str:
     return harness.build(str(tmp_path_factory.mktemp("standin_cuda")))
 
 
-LATE = {"STANDIN_CUDA_LATE_MS": "300", "STANDIN_CUDA_HOST_VISIBLE": "1"}
+LATE = {"STANDIN_CUDA_LATE": "1", "STANDIN_CUDA_HOST_VISIBLE": "1"}
 
 CUDA_HELPERS = """
-import time
 FULL_RO = BufferFlags.FULL_RO | BufferFlags.DEVICE
 FULL = BufferFlags.FULL | BufferFlags.DEVICE
 
@@ -395,6 +341,68 @@ def test_cuda_driver_failures_raise(driver: str, entry: str,
     """)
 
 
+IN_USE = ("BufferView: cannot release while it is in use (a wait or copy "
+          "without the GIL: synchronize, copy_to_host, copy_from_host; or an "
+          "attribute being read, by another thread or by the code that runs "
+          "this release)")
+
+
+# History: this test (CPU memory, then) released from the main thread in a
+# loop while another thread copied 64 MiB, up to 100 times, hoping that one
+# release() would land inside a copy.  On a loaded free-threaded build every
+# copy finished first and CI failed ("no release() ever overlapped a copy").
+# Now the stand-in driver holds the call inside the driver, where bufferext
+# waits or copies without the GIL, until the release has been tried.
+@linux_only
+@pytest.mark.parametrize("entry, action", [
+    ("cuEventSynchronize", "view.synchronize()"),
+    ("cuMemcpyDtoHAsync_v2", "view.copy_to_host(out)"),
+    ("cuMemcpyHtoDAsync_v2", "view.copy_from_host(source)"),
+])
+def test_release_during_a_copy_is_refused(driver: str, entry: str,
+                                          action: str) -> None:
+    """While one thread waits or copies without the GIL, release() from
+    another raises BufferError instead of freeing the memory under it; the
+    call then completes, and the view releases once it has."""
+    cuda(driver, f"""
+        import re, threading
+        b = CUDABuffer(4, "int32")          # its zero fill is pending
+        view = bufferext.get_buffer(b, FULL)
+        out = np.full(4, -1, "int32")
+        source = np.arange(4, dtype="int32")
+        outcome = []
+
+        def call():
+            try:
+                {action}
+                outcome.append("done")
+            except BaseException as exc:
+                outcome.append(repr(exc))
+            finally:
+                sd.standin_let_go()         # a failure before the hold
+                                            # must not leave main waiting
+        sd.standin_hold(b"{entry}")
+        thread = threading.Thread(target=call)
+        thread.start()
+        try:
+            assert sd.standin_wait_held(1) == 1, outcome
+            with pytest.raises(BufferError,
+                               match="^" + re.escape({IN_USE!r})):
+                view.release()
+            assert not view.released
+        finally:
+            sd.standin_let_go()
+            thread.join()
+        assert outcome == ["done"], outcome
+        view.release()
+        assert b.exports == 0
+        assert (out == 0).all() if "{entry}" == "cuMemcpyDtoHAsync_v2" \
+            else (out == -1).all()
+        assert b.to_host().tolist() == (
+            [0, 1, 2, 3] if "{entry}" == "cuMemcpyHtoDAsync_v2" else [0] * 4)
+    """)
+
+
 @linux_only
 def test_late_writes_are_seen_only_after_the_wait(driver: str) -> None:
     cuda(driver, """
@@ -402,7 +410,7 @@ def test_late_writes_are_seen_only_after_the_wait(driver: str) -> None:
         b.synchronize()                     # the zero fill has landed
         assert sd.standin_is_device_pointer(b.ptr) and b.ptr % 256 == 0
         assert (raw(b) == 0).all()
-        b.fill(7.0)                         # a memset: lands 300 ms later
+        b.fill(7.0)                         # a memset: pending until waited
         assert sd.standin_pending_work() == 1
         assert (raw(b) == 0).all()          # nobody waited: the old bytes
         with bufferext.get_buffer(b, FULL_RO) as view:
@@ -422,15 +430,15 @@ def test_late_writes_are_seen_only_after_the_wait(driver: str) -> None:
         with bufferext.get_buffer(b, FULL) as view:  # lands before ours
             view.copy_from_host(np.full(8, 5, "float32"))
             assert (raw(b) == 5).all()
-        time.sleep(0.5)
-        assert (raw(b) == 5).all()          # and never after it
+        sd.standin_land_all()               # whatever was still pending
+        assert (raw(b) == 5).all()          # lands now: never after ours
 
         b.fill(4.0)                         # to_host waits on its stream
         assert (b.to_host() == 4).all()
 
-        b.fill(9.0)                         # unwaited work lands on time
-        assert (raw(b) == 4).all()
-        time.sleep(0.6)
+        b.fill(9.0)                         # unwaited work lands when
+        assert (raw(b) == 4).all()          # the device gets to it
+        sd.standin_land_all()
         assert (raw(b) == 9).all() and sd.standin_pending_work() == 0
     """, **LATE)
 

@@ -71,7 +71,9 @@ def supported_flags(obj: Any) -> BufferFlags:
 
     A declared ``__buffer_supported_flags__`` of 0 (or none) reads as
     :attr:`BufferFlags.LEGACY`, -1 as :attr:`BufferFlags.SIMPLE`.  Raises
-    TypeError if ``obj`` does not export buffers or declares a bad value.
+    TypeError if ``obj`` does not export buffers (naming
+    :func:`as_buffer` where it speaks a protocol that bridges) or declares
+    a bad value.
     """
     return BufferFlags(_bufferext.supported_flags(obj))
 

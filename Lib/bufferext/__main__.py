@@ -45,7 +45,8 @@ def collect_info() -> Dict[str, Any]:
     int), ``python``, ``implementation``, ``numpy`` (its version),
     ``platform``, ``devices`` (:func:`bufferext.devices`), and the optional
     parts: ``mpi4py`` (its version), ``mpi`` (the MPI library's version
-    line) and ``matplotlib`` (its version), each None when not installed.
+    line), ``ml_dtypes`` and ``matplotlib`` (their versions), each None
+    when not installed.
     """
     import bufferext
     from bufferext._bufferext import ABI_VERSION, NATIVE
@@ -64,6 +65,7 @@ def collect_info() -> Dict[str, Any]:
         "devices": bufferext.devices(),
         "mpi4py": _version_of("mpi4py"),
         "mpi": _mpi_library(),
+        "ml_dtypes": _version_of("ml_dtypes"),
         "matplotlib": _version_of("matplotlib"),
     }
 
@@ -121,6 +123,7 @@ def format_info(info: Dict[str, Any]) -> str:
         f"numpy:            {info['numpy'] or 'not installed'}",
         f"mpi4py:           {info['mpi4py'] or 'not installed (pip install mpi4py mpich)'}",
         f"MPI library:      {info['mpi'] or '-'}",
+        f"ml_dtypes:        {info['ml_dtypes'] or 'not installed (pip install ml_dtypes, for bfloat16 and float8 arrays)'}",
         f"matplotlib:       {info['matplotlib'] or 'not installed (pip install matplotlib, for plot_distribution)'}",
         f"platform:         {info['platform']}",
         "request flags (PyBUF_*):",
@@ -161,8 +164,10 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
                          f"{type(exc).__name__}: {exc} while checked\n")
         return 2
     if not report.protocols["buffer"]:
-        sys.stderr.write(f"check: {args.target!r} is not a buffer exporter "
-                         f"(a {type(obj).__name__!r})\n")
+        what = (f"its instances are not buffer exporters (the class {obj.__name__!r})"
+                if report.scope == "class" else
+                f"is not a buffer exporter (a {type(obj).__name__!r})")
+        sys.stderr.write(f"check: {args.target!r}: {what}\n")
     if args.json:
         json.dump(report.as_dict(), out, indent=2, default=repr)
         out.write("\n")

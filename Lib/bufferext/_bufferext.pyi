@@ -33,9 +33,11 @@ PyBUF_DEVICE: Final = 0x10000
 PyBUF_REQUIRED_FLAGS: Final = 0xFD
 #: Every request bit that existed before the draft (declared 0 means these).
 LEGACY_FLAGS: Final = 0x1FD
+#: The extended request flags (bits 16-30), PyBUF_DEVICE the first.
+EXTENDED_FLAGS: Final = 0x7FFF0000
 #: Version of the ABI between extensions: the Py_buffer_extended layout and
-#: the mark of an extended view.
-ABI_VERSION: Final = 3
+#: how an extended request reaches an exporter (4: the typed entry).
+ABI_VERSION: Final = 4
 #: Version of the header, ``0xMMmmpp00``-style like ``PY_VERSION_HEX``.
 VERSION_HEX: Final[int]
 #: 1 when the module was built in native mode: the interpreter implements
@@ -118,6 +120,8 @@ class BufferView:
 
     #: The request flags it honours: every legacy flag and PyBUF_DEVICE.
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
 
     def release(self) -> None:
         """Release the buffer now; a second release is harmless."""
@@ -237,6 +241,8 @@ class CPUBuffer:
 
     #: The request flags it honours: every legacy flag and PyBUF_DEVICE.
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
     #: The DLPack 1.3 C exchange API (a capsule named "dlpack_exchange_api").
     __dlpack_c_exchange_api__: ClassVar[CapsuleType]
 
@@ -352,6 +358,8 @@ class CUDABuffer:
     the CUDA Array Interface v3."""
 
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
     __dlpack_c_exchange_api__: ClassVar[CapsuleType]
 
     def __new__(
@@ -445,6 +453,8 @@ class VEBuffer:
     v1."""
 
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
 
     def __new__(
         cls,
@@ -520,6 +530,8 @@ class BufferAdapter:
     (see :func:`bufferext.as_buffer`)."""
 
     __buffer_supported_flags__: ClassVar[int]
+    #: The typed entry (bufferext.h, header ABI 4): a capsule.
+    __buffer_extended__: ClassVar[object]
     __dlpack_c_exchange_api__: ClassVar[CapsuleType]
 
     def __dlpack__(
@@ -607,6 +619,19 @@ def get_buffer(
 def _device_of(obj: object, /) -> str | None:
     """The device of the memory ``obj``'s getbuffer exports when asked
     directly with ``FULL_RO | DEVICE``, or None for CPU memory."""
+
+def _has_typed_entry(cls: type, /) -> bool:
+    """Whether extended requests to instances of the class ``cls`` reach a
+    typed entry (for the checker)."""
+
+def _native_declaration(cls: type, /) -> int | None:
+    """The declaration of the class ``cls`` where the interpreter implements
+    the draft (its slot, 0 where it says nothing), None in backport mode
+    (for the checker)."""
+
+def _exports_buffers(cls: type, /) -> bool:
+    """Whether the instances of the class ``cls`` export buffers (its
+    buffer slot), for the checker's report of a class."""
 
 def _device_libraries() -> list[dict[str, Any]]:
     """One dict per device library: what was looked for and found."""

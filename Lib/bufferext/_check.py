@@ -20,7 +20,7 @@ from ._bridges import BRIDGED
 from ._dtypes import describe
 from ._flags import BufferFlags as F
 
-__all__ = ["Finding", "Report", "check", "load_target", "format_report"]
+__all__ = ["Finding", "Report", "check", "check_class", "load_target", "format_report"]
 
 _REQUIRED_BITS = (F.WRITABLE, F.FORMAT, F.ND, F.STRIDES, F.C_CONTIGUOUS,
                   F.F_CONTIGUOUS, F.ANY_CONTIGUOUS, F.INDIRECT)
@@ -80,6 +80,8 @@ class Report:
     type_name: str
     protocols: Dict[str, Any] = field(default_factory=dict)
     findings: List[Finding] = field(default_factory=list)
+    #: ``"object"``, or ``"class"``: a class's declaration, no instance
+    scope: str = "object"
 
     @property
     def conformant(self) -> bool:
@@ -150,25 +152,35 @@ def load_target(spec: str, call: bool = False) -> Any:
 
 # ---- protocols ------------------------------------------------------------
 
-def _protocols(obj: Any, report: Report) -> None:
-    cls = type(obj)
+def _class_protocols(cls: type, exports: bool, report: Report) -> None:
+    """The protocols ``cls``'s instances speak, as its attributes say."""
     p = report.protocols
-    p["buffer"] = bool(_bufferext.check_buffer_supports(obj))
-    p["declared_supported_flags"] = cls.__dict__.get(
-        "__buffer_supported_flags__",
-        getattr(cls, "__buffer_supported_flags__", None))
-    p["typed_entry"] = bool(_bufferext._has_typed_entry(obj))
+    p["buffer"] = exports
+    native = _bufferext._native_declaration(cls)
+    if native is not None:      # the interpreter's slot: 0 says nothing
+        p["declared_supported_flags"] = native or None
+    else:
+        p["declared_supported_flags"] = cls.__dict__.get(
+            "__buffer_supported_flags__",
+            getattr(cls, "__buffer_supported_flags__", None))
+    p["typed_entry"] = _bufferext._has_typed_entry(cls)
     p["arrow_c_device_array"] = hasattr(cls, "__arrow_c_device_array__")
     p["arrow_c_array"] = hasattr(cls, "__arrow_c_array__")
     p["dlpack"] = hasattr(cls, "__dlpack__")
     p["dlpack_device"] = None
+    p["dlpack_c_exchange_api"] = hasattr(cls, "__dlpack_c_exchange_api__")
+
+
+def _protocols(obj: Any, report: Report) -> None:
+    cls = type(obj)
+    p = report.protocols
+    _class_protocols(cls, bool(_bufferext.check_buffer_supports(obj)), report)
     if hasattr(cls, "__dlpack_device__"):   # looked up on the type, as Python does
         try:
             p["dlpack_device"] = tuple(obj.__dlpack_device__())
         except Exception as exc:   # a report, not a crash
             report.add("violation", "dlpack",
                        f"__dlpack_device__() raised {exc!r}")
-    p["dlpack_c_exchange_api"] = hasattr(cls, "__dlpack_c_exchange_api__")
     for name, _ in BRIDGED[3:]:       # the array interfaces
         try:
             value = getattr(obj, name, None)
@@ -371,31 +383,81 @@ def _claims(obj: Any, device: Optional[str], report: Report) -> None:
                f"{honoured} declared requests answered, {refused} refused")
 
 
+def _hint_as_buffer(report: Report) -> None:
+    spoken = [f"{what} ({name})" for name, what in BRIDGED
+              if report.protocols.get(name.strip("_")) not in (None, False)]
+    if spoken:
+        report.add("info", "as_buffer",
+                   f"it speaks {spoken[0]}: bufferext.as_buffer(obj) "
+                   "bridges it into an extended buffer (check "
+                   "'bufferext.as_buffer(...)' instead)")
+
+
+def _declaration(cls: type) -> Any:
+    """The declaration as the header reads it: where the interpreter
+    implements the draft, its slot; in backport mode
+    ``__buffer_supported_flags__`` of the first class of the MRO that has
+    it (no metaclass, no descriptor), 0 where none does."""
+    native = _bufferext._native_declaration(cls)
+    if native is not None:
+        return native
+    return next((klass.__dict__["__buffer_supported_flags__"] for klass in cls.__mro__
+                 if "__buffer_supported_flags__" in klass.__dict__), 0)
+
+
+def check_class(cls: type, target: str = "") -> Report:
+    """A class's report, without making an instance (nothing is called):
+    its instances export buffers (it has a buffer slot), and its
+    ``__buffer_supported_flags__`` is a valid declaration.  How its
+    instances answer needs one: ``--call``, or a target that makes it."""
+    report = Report(target or cls.__qualname__, "class " + cls.__qualname__,
+                    scope="class")
+    exports = _bufferext._exports_buffers(cls)
+    _class_protocols(cls, exports, report)
+    if not exports:
+        report.add("violation", "buffer",
+                   f"its instances are not buffer exporters (the class "
+                   f"{cls.__qualname__} has no buffer slot)")
+        _hint_as_buffer(report)
+        return report
+    declared = _declaration(cls)
+    if isinstance(declared, bool) or not isinstance(declared, int) or \
+            not -1 <= declared <= 2**31 - 1:
+        report.add("violation", "supported flags",
+                   f"{cls.__qualname__}.__buffer_supported_flags__ = {declared!r} "
+                   "is invalid: expected an int, -1 or a flag mask >= 0")
+    else:
+        mask = int(F.SIMPLE if declared == -1 else F.LEGACY if declared == 0
+                   else declared)
+        if not report.protocols["typed_entry"]:
+            mask &= ~_bufferext.EXTENDED_FLAGS  # only an entry serves them
+        report.add("ok", "supported flags", f"declared {declared_text(declared)}: "
+                   f"effective mask {mask_text(mask)}")
+    report.add("info", "target",
+               f"{cls.__qualname__} is a class: its declaration is checked; how "
+               "its instances answer needs one (--call checks what calling "
+               "it makes, or give an expression that makes one)")
+    return report
+
+
 def check(obj: Any, target: str = "") -> Report:
-    """Check ``obj`` and return the report.
+    """Check ``obj`` and return the report (a class that is no buffer
+    exporter itself: :func:`check_class`).
 
     Never raises for the object's faults: an exporter that fails a request
     with another exception than a refusal (BufferError; ValueError and
     TypeError are noted as non-standard refusals) is a violation naming
     the exception's type and message.
     """
+    if isinstance(obj, type) and not _bufferext.check_buffer_supports(obj):
+        return check_class(obj, target)
     report = Report(target or repr(obj)[:80], type(obj).__qualname__)
     _protocols(obj, report)
     if not report.protocols["buffer"]:
         report.add("violation", "buffer",
                    f"not a buffer exporter (a {type(obj).__name__!r} has no "
                    "buffer slot)")
-        spoken = [f"{what} ({name})" for name, what in BRIDGED
-                  if report.protocols.get(name.strip("_")) not in (None, False)]
-        if isinstance(obj, type):
-            report.add("info", "target",
-                       f"{obj.__qualname__} is a class; its instances are "
-                       "the exporters (--call checks what calling it makes)")
-        if spoken:
-            report.add("info", "as_buffer",
-                       f"it speaks {spoken[0]}: bufferext.as_buffer(obj) "
-                       "bridges it into an extended buffer (check "
-                       "'bufferext.as_buffer(...)' instead)")
+        _hint_as_buffer(report)
         return report
     if _declares_device(report) and not report.protocols["typed_entry"]:
         report.add("warning", "typed entry",
@@ -430,5 +492,7 @@ def format_report(report: Report) -> str:
     for f in report.findings:
         lines.append(f"  [{f.level}] {f.subject}: {f.message}")
     lines.append("result: " + ("conformant" if report.conformant
-                               else "NOT conformant"))
+                               else "NOT conformant")
+                 + (" (the class's declaration; no instance was checked)"
+                    if report.scope == "class" else ""))
     return "\n".join(lines) + "\n"

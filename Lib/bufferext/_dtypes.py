@@ -131,20 +131,27 @@ def _refuse_sub_byte(dtype: Any, name: str) -> None:
                         "a byte; a buffer's items are whole bytes")
 
 
+def _swapped(order: str, name: str) -> bool:
+    """Whether a ``[name]`` format's byte-order prefix swaps its items: a
+    foreign order on items of more than one byte (a byte has no order, so
+    ``'>[float8_e4m3fn]'`` is ``'[float8_e4m3fn]'``, as ``'>b'`` is ``'b'``)."""
+    return order not in ("", "@", "=", _NATIVE) and LOWP[name] > 1
+
+
 def _lowp_name(dtype: str) -> Optional[str]:
     """The low-precision float a name or buffer format names, or None."""
     match = _LOWP_FORMAT.fullmatch(dtype)
     if match is None:
         _refuse_sub_byte(dtype, dtype)
         return dtype if dtype in LOWP else None
-    _refuse_sub_byte(dtype, match.group(2))
-    if match.group(1) not in ("", "@", "=", _NATIVE):
-        raise TypeError(f"dtype {dtype!r}: a byte-swapped {match.group(2)} is "
-                        "not supported")
-    if match.group(2) not in LOWP:
-        raise TypeError(f"dtype {dtype!r}: {match.group(2)!r} is not a "
+    order, name = match.groups()
+    _refuse_sub_byte(dtype, name)
+    if name not in LOWP:
+        raise TypeError(f"dtype {dtype!r}: {name!r} is not a "
                         f"low-precision float (expected one of {', '.join(LOWP)})")
-    return match.group(2)
+    if _swapped(order, name):
+        raise TypeError(f"dtype {dtype!r}: a byte-swapped {name} is not supported")
+    return name
 
 
 def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
@@ -196,7 +203,7 @@ def describe(fmt: Optional[str], itemsize: int) -> str:
     fmt = "B" if fmt is None else fmt
     match = _LOWP_FORMAT.fullmatch(fmt)
     if match is not None and match.group(2) in LOWP:
-        if match.group(1) not in ("", "@", "=", _NATIVE):
+        if _swapped(*match.groups()):
             return (f"format {fmt!r}: a byte-swapped {match.group(2)}, which "
                     f"bufferext does not read, {itemsize}-byte items")
         return (f"format {fmt!r}: {match.group(2)}, {itemsize}-byte items (a "

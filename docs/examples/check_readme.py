@@ -4,7 +4,7 @@
 
 A ``c`` or ``python`` block passes when its lines appear, in order and
 contiguously (blank lines ignored), in one of the tested files under
-docs/examples (example.c, setup.py, snippets/*.py, recipes/*/setup.py: the
+docs/examples (example.c, snippets/*.py, recipes/*/setup.py: the
 recipes step builds those).  A line ``/* ... */``
 or ``# ...`` elides: the parts between elisions must each appear, in order,
 in the same file.  A ``python`` block that is not found is run instead.  Shell blocks are left to CI, which
@@ -61,8 +61,7 @@ def contained(block: List[str], text: List[str]) -> bool:
 def main(readme: str, examples: str) -> int:
     root = pathlib.Path(examples)
     tested = [lines_of(p.read_text()) for p in
-              [root / "example.c", root / "setup.py",
-               *sorted(root.glob("snippets/*.py")),
+              [root / "example.c", *sorted(root.glob("snippets/*.py")),
                *sorted(root.glob("recipes/*/setup.py"))]]
     failures = 0
     for number, match in enumerate(

@@ -4,6 +4,10 @@ through the extended buffer protocol (DLPack at the torch ends).
 
     python docs/examples/distarray_torch.py               # one process
     mpiexec -n 2 python docs/examples/distarray_torch.py  # two
+
+It needs torch and ml_dtypes (``pip install torch "bufferext[lowp]"``, and
+``bufferext[mpi]`` for mpiexec): a DistArray holds bfloat16 as ml_dtypes'
+type, and refuses it, naming ml_dtypes, without it.
 """
 
 import torch

@@ -7,7 +7,7 @@
  *     CPU-only consumer that dereferences one crashes instead of reading
  *     plausible bytes; the bytes live in separate host blocks;
  *   - "asynchronous" work runs at once by default (a stream is an ordered
- *     queue that is always drained), or late (STANDIN_CUDA_LATE_MS);
+ *     queue that is always drained), or late (STANDIN_CUDA_LATE);
  *     events and streams are checked handles;
  *   - every call that needs a context fails with CUDA_ERROR_INVALID_CONTEXT
  *     unless one was pushed, so a missing push/pop is caught.
@@ -19,25 +19,33 @@
  *   STANDIN_CUDA_MEM_LIMIT=bytes  cuMemAlloc_v2 beyond it: out of memory
  *   STANDIN_CUDA_FAIL=a[=code],b  these entry points return `code`
  *                                 (default 999, CUDA_ERROR_UNKNOWN)
- *   STANDIN_CUDA_LATE_MS=N        writes queued on a stream (HtoD, DtoD,
- *                                 memsets) land N ms later, applied by a
- *                                 worker thread, or earlier when someone
- *                                 waits for them: cuStreamSynchronize of the
+ *   STANDIN_CUDA_LATE=1           writes queued on a stream (HtoD, DtoD,
+ *                                 memsets) stay pending until someone waits
+ *                                 for them: cuStreamSynchronize of the
  *                                 stream, cuEventSynchronize or
  *                                 cuStreamWaitEvent of an event recorded
  *                                 after them, a later read of device memory
  *                                 on the same stream (DtoH), destroying the
- *                                 stream or freeing the memory.  A consumer
- *                                 that skips the wait reads the old bytes.
+ *                                 stream or freeing the memory; or until the
+ *                                 test lands them (standin_land_all).
+ *                                 Nothing lands by itself, so a consumer
+ *                                 that skips the wait reads the old bytes
+ *                                 however long it takes to look.
  *   STANDIN_CUDA_HOST_VISIBLE=1   cuMemAlloc_v2 hands out the host block
  *                                 itself (256-byte aligned), which the CPU
  *                                 can read and write: memory that, say, a
  *                                 CUDA-aware MPI library reads directly.
+ * Holds, so that a test makes an interleaving happen instead of waiting for
+ * the scheduler to produce it: standin_hold(name) stops every later call of
+ * that entry point on entry, where bufferext calls it without the GIL, until
+ * standin_let_go(); standin_wait_held(n) returns how many calls are stopped
+ * there once n are, or once the hold is let go (by a thread that failed
+ * before it got there, say: a bug then fails the test, never hangs it).
  * Counters for the tests (read through ctypes): standin_live_allocations,
  * standin_live_bytes, standin_live_streams, standin_live_events,
  * standin_pending_work, standin_context_refs, standin_context_depth,
  * standin_calls(name), standin_last_wait_stream, standin_last_wait_event,
- * standin_reset_calls. */
+ * standin_reset_calls; and standin_land_all. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -45,7 +53,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 /* The driver's types as cuda.h declares them (its enums as ints of the
  * same size); the handles point to our own definitions of cuda.h's
@@ -182,12 +189,72 @@ injected(const char *name)
     return OK;
 }
 
+/* ---- holds (standin_hold) --------------------------------------------- */
+
+/* all under hold_lock, which no other lock is taken inside; hold_cond is
+ * signalled at every change */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static char hold_name[64];              /* the entry point held; "" none */
+static long held;                       /* calls stopped since the hold */
+static unsigned long hold_round;        /* bumped by each let-go */
+
+/* Stop here while `name` is held: with none of the stand-in's other locks
+ * taken, so the rest of the driver works meanwhile. */
+static void
+hold_point(const char *name)
+{
+    unsigned long round;
+
+    pthread_mutex_lock(&hold_lock);
+    if (strcmp(hold_name, name) == 0) {
+        round = hold_round;
+        held++;
+        pthread_cond_broadcast(&hold_cond);
+        while (round == hold_round) {
+            pthread_cond_wait(&hold_cond, &hold_lock);
+        }
+    }
+    pthread_mutex_unlock(&hold_lock);
+}
+
+EXPORT void standin_hold(const char *name)
+{
+    pthread_mutex_lock(&hold_lock);
+    snprintf(hold_name, sizeof(hold_name), "%s", name);
+    held = 0;
+    pthread_mutex_unlock(&hold_lock);
+}
+
+EXPORT long standin_wait_held(long n)
+{
+    long got;
+
+    pthread_mutex_lock(&hold_lock);
+    while (held < n && hold_name[0] != '\0') {
+        pthread_cond_wait(&hold_cond, &hold_lock);
+    }
+    got = held;
+    pthread_mutex_unlock(&hold_lock);
+    return got;
+}
+
+EXPORT void standin_let_go(void)
+{
+    pthread_mutex_lock(&hold_lock);
+    hold_name[0] = '\0';
+    hold_round++;
+    pthread_cond_broadcast(&hold_cond);
+    pthread_mutex_unlock(&hold_lock);
+}
+
 #define ENTER(name)                                                         \
     do {                                                                    \
         CUresult injected_rc = injected(#name);                             \
         if (injected_rc != OK) {                                            \
             return injected_rc;                                             \
         }                                                                   \
+        hold_point(#name);                                                  \
     } while (0)
 
 static int
@@ -398,7 +465,7 @@ env_flag(const char *name)
     return value != NULL && value[0] != '\0' && strcmp(value, "0") != 0;
 }
 
-/* ---- late work (STANDIN_CUDA_LATE_MS) ---------------------------------- */
+/* ---- late work (STANDIN_CUDA_LATE) ------------------------------------- */
 
 /* A write queued on a stream that has not landed yet.  The queue is one
  * list in submission order (`seq`), under `lock`; the work of one stream
@@ -409,7 +476,6 @@ typedef struct work {
     struct work *next;
     uintptr_t stream;           /* queue key (stream_key) */
     unsigned long long seq;
-    long long due;              /* CLOCK_MONOTONIC, nanoseconds */
     int kind;
     CUdeviceptr dst, src;       /* src: WORK_DTOD only */
     size_t size;                /* bytes written */
@@ -422,8 +488,6 @@ typedef struct work {
 static work *queue_head, *queue_tail;
 static unsigned long long queue_seq;   /* the last one handed out */
 static long pending_work;
-static pthread_cond_t queue_cond;
-static int worker_started;
 
 /* The legacy default stream answers to NULL and 0x1. */
 static uintptr_t
@@ -432,20 +496,10 @@ stream_key(const void *stream)
     return stream == NULL ? (uintptr_t)STREAM_LEGACY : (uintptr_t)stream;
 }
 
-static long
-late_ms(void)
+static int
+late(void)
 {
-    const char *env = getenv("STANDIN_CUDA_LATE_MS");
-    long ms = env == NULL ? 0 : atol(env);
-    return ms < 0 ? 0 : ms;
-}
-
-static long long
-now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+    return env_flag("STANDIN_CUDA_LATE");
 }
 
 /* Do one write now; the destination (or the DtoD source) may have been
@@ -534,78 +588,12 @@ drain_range_locked(CUdeviceptr base, size_t size)
     }
 }
 
-/* The worker: lands work when it falls due (each with the earlier work of
- * its stream, so a stream's order holds even if STANDIN_CUDA_LATE_MS
- * changed in between), sleeping until the next is due. */
-static void *
-worker(void *unused)
-{
-    struct timespec until;
-    long long next;
-    work *w;
-
-    (void)unused;
-    pthread_mutex_lock(&lock);
-    for (;;) {
-        next = -1;
-        for (w = queue_head; w != NULL;) {
-            if (w->due <= now_ns()) {
-                drain_locked(w->stream, w->seq);
-                w = queue_head;         /* the list changed: start over */
-                next = -1;
-                continue;
-            }
-            if (next < 0 || w->due < next) {
-                next = w->due;
-            }
-            w = w->next;
-        }
-        if (next < 0) {
-            pthread_cond_wait(&queue_cond, &lock);
-        }
-        else {
-            until.tv_sec = (time_t)(next / 1000000000LL);
-            until.tv_nsec = (long)(next % 1000000000LL);
-            pthread_cond_timedwait(&queue_cond, &lock, &until);
-        }
-    }
-    return NULL;
-}
-
-static int
-start_worker_locked(void)
-{
-    pthread_condattr_t cattr;
-    pthread_attr_t attr;
-    pthread_t thread;
-    int rc;
-
-    if (worker_started) {
-        return 0;
-    }
-    pthread_condattr_init(&cattr);
-    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-    pthread_cond_init(&queue_cond, &cattr);
-    pthread_condattr_destroy(&cattr);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&thread, &attr, worker, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        pthread_cond_destroy(&queue_cond);
-        return -1;
-    }
-    worker_started = 1;
-    return 0;
-}
-
-/* Queue `job` (its fields but next, stream, seq and due) on `stream`:
- * late, or at once after the stream's earlier work.  `from` is an HtoD
+/* Queue `job` (its fields but next, stream and seq) on `stream`: pending
+ * (late), or at once after the stream's earlier work.  `from` is an HtoD
  * copy's source.  The destination (and DtoD source) must be allocated. */
 static CUresult
 submit(CUstream stream, work *job, const void *from)
 {
-    long late = late_ms();
     size_t extra = job->kind == WORK_HTOD ? job->size : 0;
     CUresult rc = OK;
     work *w;
@@ -616,13 +604,11 @@ submit(CUstream stream, work *job, const void *from)
          host_of_locked(job->src, job->size) == NULL)) {
         rc = ERR_INVALID_VALUE;
     }
-    else if (late == 0) {
+    else if (!late()) {
         drain_locked(stream_key(stream), queue_seq);
         write_locked(job, from);
     }
-    else if ((w = malloc(sizeof(*w) + extra)) == NULL ||
-             start_worker_locked() < 0) {
-        free(w);
+    else if ((w = malloc(sizeof(*w) + extra)) == NULL) {
         rc = ERR_OUT_OF_MEMORY;
     }
     else {
@@ -631,7 +617,6 @@ submit(CUstream stream, work *job, const void *from)
         w->next = NULL;
         w->stream = stream_key(stream);
         w->seq = ++queue_seq;
-        w->due = now_ns() + late * 1000000LL;
         if (queue_tail == NULL) {
             queue_head = w;
         }
@@ -640,7 +625,6 @@ submit(CUstream stream, work *job, const void *from)
         }
         queue_tail = w;
         pending_work++;
-        pthread_cond_signal(&queue_cond);
     }
     pthread_mutex_unlock(&lock);
     return rc;
@@ -1127,6 +1111,17 @@ EXPORT void standin_reset_calls(void)
     memset(counters, 0, sizeof(counters));
     last_wait_stream = NULL;
     last_wait_event = NULL;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Land every pending write (STANDIN_CUDA_LATE), each stream's in order, as
+ * a device would by itself some time later. */
+EXPORT void standin_land_all(void)
+{
+    pthread_mutex_lock(&lock);
+    while (queue_head != NULL) {
+        drain_locked(queue_head->stream, queue_seq);
+    }
     pthread_mutex_unlock(&lock);
 }
 

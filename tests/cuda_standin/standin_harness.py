@@ -45,6 +45,9 @@ sd.standin_calls.argtypes = [ctypes.c_char_p]
 sd.standin_event_records.argtypes = [ctypes.c_void_p]
 sd.standin_is_device_pointer.argtypes = [ctypes.c_ulonglong]
 sd.standin_pending_work.restype = ctypes.c_long
+sd.standin_hold.argtypes = [ctypes.c_char_p]
+sd.standin_wait_held.argtypes = [ctypes.c_long]
+sd.standin_wait_held.restype = ctypes.c_long
 
 def calls(name):
     return sd.standin_calls(name.encode())

@@ -92,21 +92,24 @@ static inline BufferExt_GetBufferExProc BufferExtNative_Entry(PyTypeObject *type
     return procs != NULL ? procs->bf_getbuffer_ex : NULL;
 }
 
+/* The declaration of `type` as written (0: none). */
+static inline int BufferExtNative_Declared(PyTypeObject *type)
+{
+    PyBufferProcs *procs = BufferExtNative_Procs(type);
+    return procs != NULL ? procs->bf_supported_flags : 0;
+}
+
 /* The request flags instances of `type` honour: the declaration translated
  * (0: legacy, negative: none), the extended flags only with an entry. */
 static inline int BufferExtNative_TypeMask(PyTypeObject *type)
 {
     PyBufferProcs *procs = BufferExtNative_Procs(type);
-    int declared, mask;
+    int declared = BufferExtNative_Declared(type), mask;
 
-    if (procs == NULL) {
-        return BUFFEREXT_LEGACY_FLAGS;
-    }
-    declared = procs->bf_supported_flags;
     mask = declared == BUFFEREXT_SUPPORTS_LEGACY
                ? BUFFEREXT_LEGACY_FLAGS
                : (declared < 0 ? 0 : declared);
-    if (procs->bf_getbuffer_ex == NULL) {
+    if (procs == NULL || procs->bf_getbuffer_ex == NULL) {
         mask &= ~BUFFEREXT_EXTENDED_FLAGS;
     }
     return mask;

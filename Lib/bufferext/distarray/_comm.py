@@ -9,9 +9,11 @@ import functools
 import hashlib
 import os
 import reprlib
-import stat
+import socket
+import struct
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence,
+                    Tuple, TypeVar)
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from .._dtypes import name_of
 from ._protocol import ProtocolError
 
 __all__ = ["agree", "any_rank", "call_keys", "content_key", "cuda_aware", "digest",
-           "launched", "mpi", "rank", "resolve", "same_call", "size"]
+           "device_to_mpi", "judge", "launched", "mpi", "rank", "resolve", "same_call", "size"]
 
 T = TypeVar("T")
 
@@ -45,59 +47,126 @@ _ERRORS: Dict[str, Callable[[str], Exception]] = {
                             MemoryError, RuntimeError, NotImplementedError)}
 
 
-#: The variables by which MPI launchers tell each process the job's process
-#: count, read without importing MPI: MPICH's hydra (PMI) and Open MPI.
-#: Batch systems' own variables (SLURM_NTASKS...) are not read: they are set
-#: for every step of a job, also for a plain ``python`` run inside it.
-LAUNCHER_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+#: How each MPI launcher starts a rank, read without importing MPI: the
+#: variable that shows the launcher's way of talking to its ranks, the one
+#: that gives the job's process count (None: only MPI_Init learns it), and
+#: the processes that start ranks, by the name the system gives them
+#: (``/proc/PID/comm``).  A variable is a hint: every child of a rank
+#: inherits it (a fork, ``subprocess``, ``os.system``, ``multiprocessing``,
+#: a test runner), and a child trusting it hung or died in ``MPI_Init``.
+#: The proof is the parent: a launcher's process starts ranks and nothing
+#: else.  Batch systems' own variables (SLURM_NTASKS...) are not read: a
+#: plain ``python`` inside a job has them too.
+LAUNCHERS: Tuple[Tuple[str, Optional[str], FrozenSet[str]], ...] = (
+    # MPICH's hydra with PMI-1 over an inherited socket (its default), and
+    # Slurm's srun --mpi=pmi2, which speaks the same
+    ("PMI_FD", "PMI_SIZE", frozenset({"hydra_pmi_proxy", "slurmstepd"})),
+    # hydra's PMI_PORT mode (mpiexec -pmi-port): an address, and no count
+    ("PMI_PORT", None, frozenset({"hydra_pmi_proxy"})),
+    # Open MPI 5 (PRRTE: prterun, prted on other hosts) and 4 (ORTE)
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
+     frozenset({"prterun", "prted", "prte", "mpirun", "mpiexec", "orterun", "orted"})),
+)
+
+#: Where the system shows its processes (Linux); elsewhere ``ps`` is asked.
+_PROC = "/proc"
 
 
-def _pmi_reachable() -> bool:
-    """Whether this process can reach the PMI server that ``PMI_SIZE`` names.
-
-    Any child of a rank inherits the variable (subprocess, multiprocessing,
-    a test runner); only the launched process holds hydra's socket, the
-    descriptor ``PMI_FD`` names, which such children close.  A child
-    trusting the variable died in ``MPI_Init`` (exit status 15).
-    ``PMI_PORT`` (hydra's TCP mode) is an address only MPI_Init can check.
-    """
-    mpi_module = sys.modules.get("mpi4py.MPI")
-    if mpi_module is not None and mpi_module.Is_initialized():
-        # MPI_Init has asked PMI already (its socket may be closed since)
-        return bool(mpi_module.COMM_WORLD.Get_size() > 1)
-    fd = os.environ.get("PMI_FD")
-    if fd is None:
-        return "PMI_PORT" in os.environ
+def _process_name(pid: int) -> str:
+    """The name the system gives process ``pid`` (its executable's file
+    name, as ``ps -o comm`` shows it), or ``""`` for no such process."""
     try:
-        return stat.S_ISSOCK(os.fstat(int(fd)).st_mode)
+        with open(f"{_PROC}/{pid}/comm", "rb") as f:
+            return os.fsdecode(f.read().strip())
+    except OSError:                     # no /proc (macOS, BSD), or no such pid
+        pass
+    import subprocess
+    try:                                # macOS prints the executable's path
+        out = subprocess.run(["ps", "-o", "comm=", "-p", str(pid)],
+                             capture_output=True).stdout
+    except OSError:                     # no ps either
+        return ""
+    return os.path.basename(os.fsdecode(out.strip()))
+
+
+def _holds_socket_of(fd: str, pid: int) -> bool:
+    """Whether descriptor ``fd`` (a string, as ``PMI_FD`` holds it) is a
+    socket whose other end process ``pid`` made: the one hydra (or
+    slurmstepd) made for this rank, not a descriptor number reused by
+    another socket.  Where the system does not say who made a socket
+    (no ``SO_PEERCRED``: macOS, BSD), any Unix socket passes."""
+    try:
+        mine = os.dup(int(fd))
     except (ValueError, OSError):       # not a number, or not open here
         return False
+    try:
+        sock = socket.socket(fileno=mine)
+    except OSError:                     # open, but not a socket
+        os.close(mine)
+        return False
+    with sock:
+        if not hasattr(socket, "SO_PEERCRED"):
+            return sock.family == socket.AF_UNIX
+        # struct ucred: the pid, uid and gid of the pair's maker
+        maker = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET,
+                                                    socket.SO_PEERCRED, 12))[0]
+        return bool(maker == pid)
 
 
-def launched() -> Tuple[int, Optional[str]]:
-    """The process count an MPI launcher gave this job and the variable that
-    says so, or ``(1, None)`` when no launcher started this process.
+def judge(environ: Mapping[str, str], parent: str, socket_of_parent: Callable[[str], bool],
+          world: Optional[int]) -> Tuple[Optional[int], Optional[str]]:
+    """What :func:`launched` decides on its evidence: the environment, the
+    name of this process's parent, whether a descriptor (``PMI_FD``'s
+    value) is a socket that parent made, and the size of the world of an
+    MPI already initialised in this process (None: none is).
 
-    A variable is a hint, checked before it is trusted: ``PMI_SIZE`` counts
-    only where hydra's PMI socket is open in this process
-    (:func:`_pmi_reachable`).  ``OMPI_COMM_WORLD_SIZE`` has nothing of the
-    kind to check (Open MPI's PMIx server is found by an address).
+    A launcher's variables count only where ``parent`` is one of its
+    processes that start ranks (:data:`LAUNCHERS`) and, for hydra's
+    socket, ``PMI_FD`` is that parent's; then the count is the world's
+    size, else the launcher's count variable's (None where it has none),
+    which must be a positive integer (RuntimeError naming it).
     """
-    for name in LAUNCHER_VARIABLES:
-        value = os.environ.get(name)
-        if value is None:
+    for shown, counted, starters in LAUNCHERS:
+        if shown not in environ or parent not in starters:
+            continue                    # a child of a rank, or started by hand
+        if world is not None:
+            return world, shown
+        if shown == "PMI_FD" and not socket_of_parent(environ[shown]):
             continue
+        if counted is None:
+            return None, shown
+        value = environ.get(counted, "")
         try:
             count = int(value)
         except ValueError:
             count = 0
         if count < 1:
-            raise RuntimeError(f"{name}={value!r}: an MPI launcher's process count "
+            raise RuntimeError(f"{counted}={value!r}: an MPI launcher's process count "
                                "must be a positive integer")
-        if name == "PMI_SIZE" and count > 1 and not _pmi_reachable():
-            continue                    # inherited from a rank: not one
-        return count, name
+        return count, counted
     return 1, None
+
+
+def launched() -> Tuple[Optional[int], Optional[str]]:
+    """The process count an MPI launcher gave this job and the variable that
+    showed the launcher, or ``(1, None)`` when no launcher started this
+    process.  The count is None where only MPI can tell (hydra's
+    ``PMI_PORT`` mode).
+
+    A launcher's variables count only with its proof (:func:`judge`):
+    this process's parent is the launcher's process that starts ranks, and
+    under hydra's socket the descriptor ``PMI_FD`` is a socket that parent
+    made.  Once ``MPI_Init`` has run in this process, its world gives the
+    count (the socket may be closed by then).
+    """
+    if not any(shown in os.environ for shown, _, _ in LAUNCHERS):
+        return 1, None                  # no launcher's variable: ask nothing
+    parent = os.getppid()
+    running = sys.modules.get("mpi4py.MPI")
+    world = (int(running.COMM_WORLD.Get_size())
+             if running is not None and running.Is_initialized() else None)
+    return judge(os.environ, _process_name(parent),
+                 lambda fd: _holds_socket_of(fd, parent), world)
 
 
 def resolve(comm: Any) -> Any:
@@ -106,9 +175,10 @@ def resolve(comm: Any) -> Any:
     A communicator is returned as it is.  ``None`` means every process of
     the job: under an MPI launcher that started more than one process
     (``launched``), mpi4py's ``COMM_WORLD``, importing mpi4py; otherwise
-    None, one process, and mpi4py is not imported.  Under such a launcher
-    without mpi4py this raises ImportError naming the variable that showed
-    the launcher and what to do.
+    None, one process, and mpi4py is not imported (where only MPI knows the
+    count, it is asked, and a world of one is None too).  Under such a
+    launcher without mpi4py this raises ImportError naming the variable
+    that showed the launcher and what to do.
     """
     if comm is not None:
         return comm
@@ -116,14 +186,17 @@ def resolve(comm: Any) -> Any:
     if count == 1:
         return None
     try:
-        return mpi().COMM_WORLD
+        world = mpi().COMM_WORLD
     except ImportError as exc:
+        one_of = "" if count is None else f" as one of {count}"
         raise ImportError(
-            f"comm=None: an MPI launcher started this process as one of {count} "
-            f"({name}={count}), so comm=None means all of them (mpi4py's "
-            f"MPI.COMM_WORLD), but mpi4py cannot be imported ({exc}); install it "
-            "(pip install mpi4py mpich), pass comm=MPI.COMM_SELF for an array of "
-            "this process alone, or run without mpiexec") from exc
+            f"comm=None: an MPI launcher started this process{one_of} "
+            f"({name}={os.environ.get(str(name))}), so comm=None means all of its "
+            f"processes (mpi4py's MPI.COMM_WORLD), but mpi4py cannot be imported "
+            f"({exc}); install it (pip install mpi4py mpich), pass "
+            "comm=MPI.COMM_SELF for an array of this process alone, or run "
+            "without mpiexec") from exc
+    return world if world.Get_size() > 1 else None
 
 
 def _rebuild(where_rank: int, nprocs: int,
@@ -416,6 +489,14 @@ def cuda_aware() -> bool:
         raise ValueError(f"BUFFEREXT_MPI_CUDA_AWARE={forced!r}: expected 0 (stage "
                          "device memory through the host) or 1 (hand it to MPI)")
     return forced == "1"
+
+
+def device_to_mpi(comm: Any) -> bool:
+    """Whether an operation on ``comm`` hands device memory to MPI as it is:
+    with more than one process and CUDA-aware MPI.  One process moves its
+    data itself, on the host, and never asks MPI (nor imports mpi4py: a
+    child of a rank doing so hung in ``MPI_Init``)."""
+    return size(comm) > 1 and cuda_aware()
 
 
 @functools.lru_cache(maxsize=None)

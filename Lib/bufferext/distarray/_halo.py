@@ -20,7 +20,7 @@ import numpy as np
 
 from .._dtypes import wire_dtype
 from ._buffers import Acquisitions, Kind
-from ._comm import cuda_aware, mpi, rank, size
+from ._comm import device_to_mpi, mpi, rank, size
 from ._datatypes import COUNT_LIMIT, contiguous, count, datatype, index
 from ._layout import DimLayout, Layout, Range, Sel, intersect
 from ._maps import DimMap
@@ -296,7 +296,7 @@ def update_halos(state: MPIState, maps: Sequence[DimMap], buffer: Any,
     if state.pinned is not None:
         halo.run(comm, state.pinned.mpi, dtype, persistent=True)
         return
-    aware = cuda_aware()
+    aware = device_to_mpi(comm)
     with Acquisitions(comm) as held:
         local = held.take(lambda: held.add(buffer, local_shape, dtype, write=True,
                                            aware=aware))

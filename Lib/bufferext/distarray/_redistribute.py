@@ -25,7 +25,7 @@ import numpy as np
 from .._dtypes import LOWP, lowp_dtype, name_of, wire, wire_dtype
 from ._buffers import Acquisitions, host_array, host_result, new_buffer, producer_class
 from ._collective import dim_differences
-from ._comm import (agree, call_keys, cuda_aware, digest, mpi, rank, same_call,
+from ._comm import (agree, call_keys, device_to_mpi, digest, mpi, rank, same_call,
                     size)
 from ._datatypes import base_type, contiguous, count, datatype, fast_index, first
 from ._layout import Layout, Sel, intersect, root_layout, spec_layout
@@ -364,7 +364,7 @@ def scatter(array: Any, *, dist: Any, grid_shape: Any = None,
     src = (np.ascontiguousarray(host[0], dtype=dtype) if me == root
            else np.empty((0,) * len(shape), dtype))
     plan = Plan(root_layout(shape, root), tgt_layout, me, size(comm))
-    aware = cuda_aware()
+    aware = device_to_mpi(comm)
     try:
         with Acquisitions(comm) as held:
             def take() -> Tuple[Any, Any]:
@@ -399,7 +399,7 @@ def _collect(state: MPIState, maps: Sequence[DimMap], buffer: Any,
                                        size(comm), state.options)
     out = host_result(shape if root is None or me == root else (0,) * len(shape),
                       dtype)
-    aware = cuda_aware()
+    aware = device_to_mpi(comm)
     with Acquisitions(comm) as held:
         src = held.take(lambda: held.add(buffer, local_shape, dtype, write=False,
                                          aware=aware))
@@ -496,7 +496,7 @@ def redistribute(state: MPIState, maps: Sequence[DimMap], buffer: Any,
     tgt_layout, tgt_maps = entry.target
     shape = tuple(m.extent for m in tgt_maps)
     fills = entry.fills_target
-    aware = cuda_aware()
+    aware = device_to_mpi(comm)
     with Acquisitions(comm) as held:
         def take() -> Tuple[Any, Any, Any]:
             if out is not None:

@@ -6,13 +6,14 @@ gather completed) waits in ``MPIState.maps`` until ``DistArray`` takes it."""
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ._collective import collective_problems
-from ._comm import mpi, size
+from ._comm import size
 from ._datatypes import COUNT_LIMIT
 from ._layout import Layout, dim_layout, grid_layout, per_coord
 from ._maps import BlockMap, DimMap, UnstructuredMap
@@ -76,11 +77,10 @@ class MPIState:
     def close(self) -> None:
         """Free the plans' MPI objects and release the pinned buffer."""
         self.halo_call = None
-        try:
-            alive = not mpi().Is_finalized()
-        except ImportError:
-            alive = False
-        if alive:
+        # no mpi4py imported, no MPI objects made: nothing to free, and no
+        # import (a child of a rank importing it hung in MPI_Init)
+        running = sys.modules.get("mpi4py.MPI")
+        if running is not None and not running.Is_finalized():
             for plan in list(self.plans.values()) + [self.halo]:
                 if plan is not None:
                     plan.free()
