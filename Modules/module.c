@@ -86,15 +86,25 @@ typed_entry(PyTypeObject *type)
 #endif
 }
 
+/* 1 if cls is a class, else 0 with TypeError naming `function`. */
+static int
+is_class(PyObject *cls, const char *function)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "%s: a class is required, not "
+                     "'%.200s'", function, Py_TYPE(cls)->tp_name);
+        return 0;
+    }
+    return 1;
+}
+
 /* _has_typed_entry(cls): whether extended requests to instances of the
  * class cls can reach a typed entry (declared or not): for the checker. */
 static PyObject *
 has_typed_entry(PyObject *module, PyObject *cls)
 {
     (void)module;
-    if (!PyType_Check(cls)) {
-        PyErr_Format(PyExc_TypeError, "_has_typed_entry: a class is "
-                     "required, not '%.200s'", Py_TYPE(cls)->tp_name);
+    if (!is_class(cls, "_has_typed_entry")) {
         return NULL;
     }
     return PyBool_FromLong(typed_entry((PyTypeObject *)cls) != NULL);
@@ -108,9 +118,7 @@ static PyObject *
 native_declaration(PyObject *module, PyObject *cls)
 {
     (void)module;
-    if (!PyType_Check(cls)) {
-        PyErr_Format(PyExc_TypeError, "_native_declaration: a class is "
-                     "required, not '%.200s'", Py_TYPE(cls)->tp_name);
+    if (!is_class(cls, "_native_declaration")) {
         return NULL;
     }
 #ifdef BUFFEREXT_NATIVE
@@ -173,9 +181,7 @@ exports_buffers(PyObject *module, PyObject *cls)
     PyBufferProcs *procs;
     (void)module;
 
-    if (!PyType_Check(cls)) {
-        PyErr_Format(PyExc_TypeError, "_exports_buffers: a class is required, "
-                     "not '%.200s'", Py_TYPE(cls)->tp_name);
+    if (!is_class(cls, "_exports_buffers")) {
         return NULL;
     }
     procs = ((PyTypeObject *)cls)->tp_as_buffer;
