@@ -15,7 +15,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 # The test extra less matplotlib: its cp313 wheels (contourpy, built with
 # pybind11) write PyHeapTypeObject fields at the offsets of stock 3.13, which
 # the patch moves (import segfaults); plot_distribution's tests skip here.
-TEST_DEPS=(pytest hypothesis "cython>=3" "setuptools>=77" "pybind11>=2.13" abi3audit)
+TEST_DEPS=(pytest hypothesis "cython>=3" "setuptools>=77" "pybind11>=2.13" abi3audit "greenlet>=3")
 # BUFFEREXT_NATIVE_JOBS="cpython native" runs only those (by function name)
 JOBS=${BUFFEREXT_NATIVE_JOBS:-}
 # shellcheck source=job.sh

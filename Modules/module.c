@@ -86,18 +86,46 @@ typed_entry(PyTypeObject *type)
 #endif
 }
 
+/* 1 if cls is a class, else 0 with TypeError naming `function`. */
+static int
+is_class(PyObject *cls, const char *function)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_Format(PyExc_TypeError, "%s: a class is required, not "
+                     "'%.200s'", function, Py_TYPE(cls)->tp_name);
+        return 0;
+    }
+    return 1;
+}
+
 /* _has_typed_entry(cls): whether extended requests to instances of the
  * class cls can reach a typed entry (declared or not): for the checker. */
 static PyObject *
 has_typed_entry(PyObject *module, PyObject *cls)
 {
     (void)module;
-    if (!PyType_Check(cls)) {
-        PyErr_Format(PyExc_TypeError, "_has_typed_entry: a class is "
-                     "required, not '%.200s'", Py_TYPE(cls)->tp_name);
+    if (!is_class(cls, "_has_typed_entry")) {
         return NULL;
     }
     return PyBool_FromLong(typed_entry((PyTypeObject *)cls) != NULL);
+}
+
+/* _native_declaration(cls): the declaration of the class cls where the
+ * interpreter implements the draft (its slot bf_supported_flags, 0 where it
+ * says nothing), None in backport mode (where it is the type attribute):
+ * for the checker. */
+static PyObject *
+native_declaration(PyObject *module, PyObject *cls)
+{
+    (void)module;
+    if (!is_class(cls, "_native_declaration")) {
+        return NULL;
+    }
+#ifdef BUFFEREXT_NATIVE
+    return PyLong_FromLong(BufferExtNative_Declared((PyTypeObject *)cls));
+#else
+    Py_RETURN_NONE;
+#endif
 }
 
 /* _device_of(obj): where the memory of obj's getbuffer is, asked directly
@@ -124,10 +152,12 @@ device_of(PyObject *module, PyObject *obj)
         return NULL;
     }
     entry = typed_entry(type);
+#ifndef BUFFEREXT_NATIVE
     if (Py_TYPE(obj) != type) {         /* the lookup ran Python code */
         BufferExtInternal_RaiseRetyped(obj);
         return NULL;
     }
+#endif
     BufferExtInternal_ClearExtension(&ext);
     rc = entry != NULL ? entry(obj, &ext, flags)
                        : type->tp_as_buffer->bf_getbuffer(obj, &ext.view,
@@ -151,9 +181,7 @@ exports_buffers(PyObject *module, PyObject *cls)
     PyBufferProcs *procs;
     (void)module;
 
-    if (!PyType_Check(cls)) {
-        PyErr_Format(PyExc_TypeError, "_exports_buffers: a class is required, "
-                     "not '%.200s'", Py_TYPE(cls)->tp_name);
+    if (!is_class(cls, "_exports_buffers")) {
         return NULL;
     }
     procs = ((PyTypeObject *)cls)->tp_as_buffer;
@@ -211,6 +239,11 @@ static PyMethodDef module_methods[] = {
      "_has_typed_entry($module, cls, /)\n--\n\n"
      "Whether extended requests to instances of the class cls reach a typed\n"
      "entry (for the checker)."},
+    {"_native_declaration", native_declaration, METH_O,
+     "_native_declaration($module, cls, /)\n--\n\n"
+     "The declaration of the class cls where the interpreter implements the\n"
+     "draft (its slot, 0 where it says nothing), None in backport mode (for\n"
+     "the checker)."},
     {"_exports_buffers", exports_buffers, METH_O,
      "_exports_buffers($module, cls, /)\n--\n\n"
      "Whether the instances of the class cls export buffers (its buffer\n"

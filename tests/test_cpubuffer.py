@@ -15,7 +15,7 @@ import pytest
 import bufferext
 from bufferext import BufferFlags as F
 from bufferext import CPUBuffer, get_buffer
-from _helpers import run_child, run_installed
+from _helpers import ATTRIBUTE_DECLARES, NEEDS_ATTRIBUTE, run_child, run_installed
 
 NATIVE = "<" if sys.byteorder == "little" else ">"
 OTHER = ">" if NATIVE == "<" else "<"
@@ -707,6 +707,7 @@ def test_subclass_new_override():
     assert buf.shape == (3, 3)
 
 
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
 def test_subclass_can_redeclare_supported_flags():
     class NoDevice(CPUBuffer):
         __buffer_supported_flags__ = int(F.LEGACY)

@@ -18,7 +18,7 @@ import pytest
 
 import bufferext
 from bufferext import BufferFlags
-from _helpers import HEADER_NATIVE, NATIVE_DOOR_REFUSAL, editable_source
+from _helpers import NATIVE_DOOR_REFUSAL, NATIVE_INTERPRETER, editable_source
 
 Cython = pytest.importorskip(
     "Cython", reason="Cython is not installed (pip install cython, or the "
@@ -183,7 +183,7 @@ def test_producer_serves_plain_consumers(cy) -> None:
         # PEP 688: __buffer__ reaches the plain getbuffer (ext NULL), which
         # serves CPU memory as for a plain request (where CPython implements
         # the draft, its own wrapper refuses the extended request)
-        if HEADER_NATIVE:
+        if NATIVE_INTERPRETER:
             with pytest.raises(BufferError, match=NATIVE_DOOR_REFUSAL):
                 b.__buffer__(BufferFlags.DEVICE)
         else:

@@ -35,7 +35,6 @@ from typing import Dict
 
 import pytest
 
-from _helpers import NATIVE_INTERPRETER
 
 PEP688 = sys.version_info >= (3, 12)
 # .ci/quality.sh runs the corpus in the pytest process itself under valgrind
@@ -316,9 +315,6 @@ def run_case(capi_module: ModuleType, name: str, code: str) -> list:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_hostile_case(c99: ModuleType, name: str) -> None:
-    if name == "bogus_declaration" and NATIVE_INTERPRETER:
-        pytest.skip("an interpreter that implements the draft refuses the "
-                    "class (tests/test_flags.py::test_invalid_declaration)")
     log = run_case(c99, name, CASES[name])
     assert log, name
 

@@ -24,6 +24,8 @@ from types import ModuleType
 
 import pytest
 
+from _helpers import ATTRIBUTE_DECLARES, NEEDS_ATTRIBUTE
+
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 12),
                                 reason="per-interpreter GIL is 3.12+")
 
@@ -94,6 +96,7 @@ def run_child(code: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
 def test_header_cache_in_parallel_interpreters(capi: ModuleType) -> None:
     work = WORK.format(name=capi.__name__, path=capi.__file__, rounds=60)
     code = RUNNER + textwrap.dedent(f'''

@@ -23,7 +23,8 @@ from typing import Dict
 import pytest
 
 import bufferext
-from _helpers import NATIVE_DOOR_REFUSAL, NATIVE_INTERPRETER, build_native
+from _helpers import (ATTRIBUTE_DECLARES, NATIVE_DOOR_REFUSAL,
+                      NATIVE_INTERPRETER, build_native)
 from bufferext import BufferFlags
 
 pytestmark = [
@@ -190,7 +191,7 @@ def objects(capi: ModuleType) -> Dict[str, object]:
         "Sub(ExporterFull)": Sub(4),
         "object": object(), "int": 3,
     }
-    if PEP688:
+    if PEP688 and ATTRIBUTE_DECLARES:     # native mode reads no attribute
         class PyExporter:
             __buffer_supported_flags__ = int(BufferFlags.DEVICE)
 
@@ -322,14 +323,22 @@ def test_set_supported_flags_refuses_an_immutable_type(lim) -> None:
 
 
 # ---- a limited-API producer, full-API consumers -----------------------------
+# The producer is in backport mode (built for 3.11): it declares through the
+# type attributes.  Natively the declaration is the interpreter's slot, which
+# such a type does not have: a native consumer sees it undeclared (the
+# legacy flags, no typed entry), so CPU memory is served as for a plain
+# request and device memory refused by the plain getbuffer, by name.
 
 def test_producer_declares_through_the_type_attribute(lim, c99) -> None:
     exporter = lim.LimitedExporter(b"hello")
     assert lim.LimitedExporter.__buffer_supported_flags__ == lim.DECLARED
-    assert bufferext.supported_flags(exporter) == lim.DECLARED
-    assert c99.supported_flags(exporter) == lim.DECLARED
-    assert bufferext.check_buffer_supports(exporter, DEVICE)
-    assert not bufferext.check_buffer_supports(exporter, BufferFlags.WRITABLE)
+    expected = lim.DECLARED if ATTRIBUTE_DECLARES else int(BufferFlags.LEGACY)
+    assert bufferext.supported_flags(exporter) == expected
+    assert c99.supported_flags(exporter) == expected
+    assert bufferext.check_buffer_supports(exporter, DEVICE) == \
+        ATTRIBUTE_DECLARES
+    assert bufferext.check_buffer_supports(exporter, BufferFlags.WRITABLE) \
+        != ATTRIBUTE_DECLARES
     assert bytes(memoryview(exporter)) == b"hello"
 
 
@@ -338,14 +347,15 @@ def test_producer_answers_device_requests_with_cpu_memory(lim) -> None:
     with bufferext.get_buffer(exporter, STRIDED_RO_DEVICE) as view:
         assert view.device is None and view.tobytes() == b"hello"
         assert exporter.exports == 1
-    assert exporter.exports == 0 and exporter.device_requests == 1
+    assert exporter.exports == 0
+    assert exporter.device_requests == (1 if ATTRIBUTE_DECLARES else 0)
     flags, device, _, _, data, _ = lim.get(exporter, STRIDED_RO_DEVICE)
     assert device is None and data == b"hello"
-    # the answer is explicit on every version: the consumer's mark proves
-    # the extended view (the type is unguarded on 3.12+, but the header's
-    # route calls its getbuffer with the marked view)
+    # the answer is explicit on every version: the limited consumer calls
+    # the typed entry (found through the type attribute)
     assert flags == DEVICE
-    with pytest.raises(BufferError, match="WRITABLE"):
+    # refused up front where the declaration is read, else by the exporter
+    with pytest.raises(BufferError, match="WRITABLE|read-only"):
         bufferext.get_buffer(exporter, BufferFlags.WRITABLE | DEVICE)
 
 
@@ -353,11 +363,18 @@ def test_producer_device_memory(lim) -> None:
     exporter = lim.LimitedExporter(b"abcd", device="bufferext.cuda")
     with pytest.raises(BufferError, match="bufferext.cuda"):
         memoryview(exporter)
-    # served through the typed entry on every version; CPython's __buffer__
-    # (3.12+) reaches the plain getbuffer, which refuses device memory
-    with bufferext.get_buffer(exporter) as view:
-        assert view.device == "bufferext.cuda"
-        assert view.device_info.device == 3
+    # served through the typed entry where the consumer reads the type
+    # attributes; CPython's __buffer__ (3.12+) reaches the plain getbuffer,
+    # which refuses device memory
+    flags, device, _, _, _, ordinal = lim.get(exporter, FULL_RO | DEVICE)
+    assert (flags, device, ordinal) == (DEVICE, "bufferext.cuda", 3)
+    if ATTRIBUTE_DECLARES:
+        with bufferext.get_buffer(exporter) as view:
+            assert view.device == "bufferext.cuda"
+            assert view.device_info.device == 3
+    else:
+        with pytest.raises(BufferError, match="bufferext.cuda"):
+            bufferext.get_buffer(exporter)
     if PEP688:
         with pytest.raises(BufferError, match=NATIVE_DOOR_REFUSAL
                            if NATIVE_INTERPRETER
@@ -371,11 +388,11 @@ def test_producer_device_memory(lim) -> None:
                            "(cpython/ patches it into 3.13)")
 def test_limited_build_for_the_native_release_is_native(
         capi_build: ModuleType, tmp_path, monkeypatch) -> None:
-    """Built for the limited API of the release that has the slot (3.16 in
+    """Built for the limited API of the release that has the slots (3.16 in
     the patch series), the header is in native mode with the stable ABI
-    alone: the declaration is set as the type attribute, which CPython reads
-    into bf_supported_flags, and device memory is served to every consumer
-    that passes PyBUF_DEVICE, CPython's own PyObject_GetBuffer included."""
+    alone: the declaration and the typed entry are in the type's spec, and
+    device memory is served to every consumer that makes an extended
+    request, CPython's own PyObject_GetBufferEx included."""
     build_native(monkeypatch)
     result = capi_build.build([limited_build(capi_build, "c11", str(tmp_path),
                                              "0x03100000")])[0]

@@ -38,8 +38,8 @@ from bufferext import BufferFlags
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
 import standin_harness as harness  # noqa: E402
-from _helpers import (NATIVE_DOOR_REFUSAL, NATIVE_INTERPRETER,  # noqa: E402
-                      run_child)
+from _helpers import (ATTRIBUTE_DECLARES, NATIVE_DOOR_REFUSAL,  # noqa: E402
+                      NATIVE_INTERPRETER, NEEDS_ATTRIBUTE, run_child)
 
 PEP688 = sys.version_info >= (3, 12)
 needs_pep688 = pytest.mark.skipif(not PEP688, reason="__buffer__ is 3.12+")
@@ -256,6 +256,7 @@ def test_metaclass_declaration_is_not_the_types() -> None:
             assert view.shape == (4,)
 
 
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
 def test_class_declaration_change_is_seen_everywhere() -> None:
     class Exported(bytearray):
         __buffer_supported_flags__ = -1

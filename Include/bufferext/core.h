@@ -64,7 +64,7 @@ extern "C" {
 /* ---- mode ------------------------------------------------------------- */
 
 /* BUFFEREXT_NATIVE: the running CPython implements the draft itself.  Its
- * headers define the type slot Py_bf_supported_flags and
+ * headers define the typed slot Py_bf_getbuffer_ex and
  * PyBUF_EXTENDED_FLAGS, which no released CPython does (a version test
  * cannot tell: the patched 3.13 of cpython/ still says 3.13).  There the
  * header maps onto CPython: BufferExt_SetSupportedFlags and
@@ -72,12 +72,13 @@ extern "C" {
  * bf_getbuffer_ex, BufferExt_GetBuffer/BufferExt_Release call
  * PyObject_GetBufferEx and PyBuffer_Release, which refuse undeclared
  * required flags, call the typed entry and check the extension themselves.
- * With Py_LIMITED_API the slot is visible only
- * to a limited version that has it, so an abi3 build for older releases
- * stays in backport mode, as it must to load there.  Define
+ * With Py_LIMITED_API the slots are visible only to a limited version that
+ * has them, so an abi3 build for older releases stays in backport mode, as
+ * it must to load there; a limited build for the release that has them
+ * declares through its PyType_Spec (internal/native.h).  Define
  * BUFFEREXT_FORCE_BACKPORT to build backport mode on such a CPython (the
  * parity suite builds both and loads them into one process). */
-#if !defined(BUFFEREXT_FORCE_BACKPORT) && defined(Py_bf_supported_flags) && \
+#if !defined(BUFFEREXT_FORCE_BACKPORT) && defined(Py_bf_getbuffer_ex) && \
     defined(PyBUF_EXTENDED_FLAGS)
 #  define BUFFEREXT_NATIVE 1
 #endif
@@ -164,12 +165,12 @@ BufferExtInternal_TypeName(PyTypeObject *type, char *buf, size_t size)
 #endif
 
 /* The header supplies PyObject_CheckBufferSupports, except in native mode,
- * where CPython's is the one.  Where CPython declares it but backport mode
- * is forced, the header's takes that name in this translation unit. */
+ * where it answers as CPython's does (internal/native.h).  Where CPython
+ * declares it but backport mode is forced, the header's takes that name in
+ * this translation unit. */
 #ifndef BUFFEREXT_NATIVE
 #  define BUFFEREXT_BACKPORT_CHECK_SUPPORTS 1
 #  ifdef PyBUF_EXTENDED_FLAGS
-#    undef PyObject_CheckBufferSupports   /* CPython's inline spelling */
 #    define PyObject_CheckBufferSupports BufferExtBackport_CheckBufferSupports
 #  endif
 #endif
@@ -332,6 +333,26 @@ static inline Py_ssize_t *BufferExtAccel_CacheStats(void)
 #  define BUFFEREXT_ACCEL_COUNT(i) ((void)0)
 #endif
 
+#ifdef Py_LIMITED_API
+/* A function slot of `type` (NULL: none), for a caller that converts it to
+ * the slot's type (a conversion C defines between function pointers).
+ * PyType_GetSlot gives a function as a void *; the union converts it
+ * without the cast ISO C does not define (the platforms CPython runs on
+ * give both the same representation). */
+typedef void (*BufferExtInternal_Func)(void);
+static inline BufferExtInternal_Func
+BufferExtInternal_TypeFunc(PyTypeObject *type, int slot)
+{
+    union {
+        void *data;
+        BufferExtInternal_Func func;
+    } value;
+
+    value.data = PyType_GetSlot(type, slot);
+    return value.func;
+}
+#endif
+
 #define BUFFEREXT_ACCEL_INSIDE
 #if defined(BUFFEREXT_NATIVE)
 #  include "internal/native.h"
@@ -488,6 +509,21 @@ BufferExtInternal_Declare(PyTypeObject *type, int flags,
         return -1;
     }
 #ifdef Py_LIMITED_API
+#  ifdef BUFFEREXT_NATIVE
+    /* the limited API cannot write a type's slots once it is made */
+    if (with_entry && BufferExtNative_Entry(type) != getbuffer_ex) {
+        PyErr_Format(PyExc_ValueError,
+                     "%.200s: with Py_LIMITED_API the typed entry and the "
+                     "declaration go into the type's PyType_Spec (the slots "
+                     "Py_bf_getbuffer_ex and Py_bf_supported_flags), which "
+                     "CPython reads; the type attributes set here are for "
+                     "extensions built in backport mode",
+                     BufferExtInternal_TypeName(type, name, sizeof(name)));
+        Py_DECREF(value);
+        Py_XDECREF(capsule);
+        return -1;
+    }
+#  endif
     /* No type dict in the limited API: set the attributes, which immutable
      * types refuse. */
     if (PyType_GetFlags(type) & Py_TPFLAGS_IMMUTABLETYPE) {

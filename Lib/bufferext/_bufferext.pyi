@@ -624,6 +624,11 @@ def _has_typed_entry(cls: type, /) -> bool:
     """Whether extended requests to instances of the class ``cls`` reach a
     typed entry (for the checker)."""
 
+def _native_declaration(cls: type, /) -> int | None:
+    """The declaration of the class ``cls`` where the interpreter implements
+    the draft (its slot, 0 where it says nothing), None in backport mode
+    (for the checker)."""
+
 def _exports_buffers(cls: type, /) -> bool:
     """Whether the instances of the class ``cls`` export buffers (its
     buffer slot), for the checker's report of a class."""

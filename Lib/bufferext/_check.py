@@ -156,9 +156,13 @@ def _class_protocols(cls: type, exports: bool, report: Report) -> None:
     """The protocols ``cls``'s instances speak, as its attributes say."""
     p = report.protocols
     p["buffer"] = exports
-    p["declared_supported_flags"] = cls.__dict__.get(
-        "__buffer_supported_flags__",
-        getattr(cls, "__buffer_supported_flags__", None))
+    native = _bufferext._native_declaration(cls)
+    if native is not None:      # the interpreter's slot: 0 says nothing
+        p["declared_supported_flags"] = native or None
+    else:
+        p["declared_supported_flags"] = cls.__dict__.get(
+            "__buffer_supported_flags__",
+            getattr(cls, "__buffer_supported_flags__", None))
     p["typed_entry"] = _bufferext._has_typed_entry(cls)
     p["arrow_c_device_array"] = hasattr(cls, "__arrow_c_device_array__")
     p["arrow_c_array"] = hasattr(cls, "__arrow_c_array__")
@@ -390,9 +394,13 @@ def _hint_as_buffer(report: Report) -> None:
 
 
 def _declaration(cls: type) -> Any:
-    """``__buffer_supported_flags__`` as the header reads it: the first
-    class of the MRO that has it (no metaclass, no descriptor), 0 where
-    none does."""
+    """The declaration as the header reads it: where the interpreter
+    implements the draft, its slot; in backport mode
+    ``__buffer_supported_flags__`` of the first class of the MRO that has
+    it (no metaclass, no descriptor), 0 where none does."""
+    native = _bufferext._native_declaration(cls)
+    if native is not None:
+        return native
     return next((klass.__dict__["__buffer_supported_flags__"] for klass in cls.__mro__
                  if "__buffer_supported_flags__" in klass.__dict__), 0)
 

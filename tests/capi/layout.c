@@ -47,6 +47,7 @@ FREEZE(BUFFEREXT_ABI_VERSION == 4);
 FREEZE(PyBUF_EXTENDED_FLAGS == BUFFEREXT_EXTENDED_FLAGS);
 FREEZE(PyBUF_LEGACY_FLAGS == BUFFEREXT_LEGACY_FLAGS);
 FREEZE(Py_bf_supported_flags == 84);
+FREEZE(Py_bf_getbuffer_ex == 85);
 #endif
 
 /* ---- Py_buffer_extended: the Py_buffer, then the extension ------------ */

@@ -255,6 +255,12 @@ static PyType_Slot lexp_slots[] = {
     {Py_tp_getset, (void *)lexp_getset},
     {Py_bf_getbuffer, (void *)lexp_getbuffer},
     {Py_bf_releasebuffer, (void *)lexp_releasebuffer},
+#ifdef BUFFEREXT_NATIVE
+    /* the limited API cannot write a type's slots once it is made: natively
+     * the declaration and the typed entry are in its spec */
+    {Py_bf_getbuffer_ex, (void *)lexp_getbuffer_ex},
+    {Py_bf_supported_flags, (void *)(intptr_t)DECLARED},
+#endif
     {0, NULL},
 };
 

@@ -77,20 +77,12 @@ static inline void BufferExtAccel_CallRelease(Py_buffer *view)
     PyBuffer_Release(view);
 }
 
-/* The getbuffer slot of `type` (NULL: none).  PyType_GetSlot gives a
- * function as a void *; the union converts it without the cast ISO C does
- * not define (the platforms CPython runs on give both the same
- * representation). */
+/* The getbuffer slot of `type` (NULL: none). */
 static inline BufferExtAccel_GetBufferProc
 BufferExtAccel_TypeSlot(PyTypeObject *type)
 {
-    union {
-        void *data;
-        BufferExtAccel_GetBufferProc func;
-    } slot;
-
-    slot.data = PyType_GetSlot(type, Py_bf_getbuffer);
-    return slot.func;
+    return (BufferExtAccel_GetBufferProc)BufferExtInternal_TypeFunc(
+        type, Py_bf_getbuffer);
 }
 
 /* The attribute `key` (a str) of `obj`, or NULL; never raises.
