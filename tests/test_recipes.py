@@ -104,8 +104,10 @@ def test_the_unpinned_requirement_finder_sees_one() -> None:
                     "the header", "0.1.0") == []
 
 
-@pytest.mark.skipif(not README.is_file(), reason="README.md and docs/ are not "
-                    "beside the tests (a copy of tests/ outside the checkout)")
+@pytest.mark.skipif(not (HERE.parent / "headers" / "README.md").is_file(),
+                    reason="the checkout's README.md, headers/ and docs/ are "
+                           "not beside the tests (a copy of tests/ outside "
+                           "it)")
 def test_every_bufferext_headers_requirement_is_pinned() -> None:
     """Wherever a reader copies a requirement of bufferext-headers from (the
     README, the docs' pages, the recipes' pyproject.toml), it names
