@@ -46,12 +46,12 @@ FLAVOURS=(ft tsan)
 # suite uses none of them.  The ThreadSanitizer build at -O1, as sanitizer
 # builds usually are: on 2 idle cores it builds in 111 s (the -O3 default
 # took 895 s beside the other stream's builds), and its reports keep their
-# stacks (-g); it runs one test file in a venv the 3.13t's pip fills, so it
-# goes without the modules that file never imports (decimal's C half, the
-# OpenSSL ones, sqlite).
+# stacks (-g); it runs one test file, in a venv the 3.13t's pip fills (pip
+# runs there under the TSan interpreter itself, over TLS), so it goes
+# without the modules neither needs (decimal's C half, sqlite).
 declare -A CONFIGURE=(
     [ft]="--disable-gil --disable-test-modules"
-    [tsan]="--disable-gil --with-thread-sanitizer --without-ensurepip --disable-test-modules OPT='-DNDEBUG -g -O1' py_cv_module__decimal=n/a py_cv_module__ssl=n/a py_cv_module__hashlib=n/a py_cv_module__sqlite3=n/a"
+    [tsan]="--disable-gil --with-thread-sanitizer --without-ensurepip --disable-test-modules OPT='-DNDEBUG -g -O1' py_cv_module__decimal=n/a py_cv_module__sqlite3=n/a"
 )
 
 # shellcheck source=chroot.sh
