@@ -187,6 +187,8 @@ def test_judge_reads_the_count_from_its_variable(name: str, parent: str) -> None
         _comm.judge(base or {name: ""}, parent, lambda fd: True, None)
 
 
+@pytest.mark.thread_unsafe(reason="it counts the process's open descriptors, "
+                           "which another thread's test opens and closes")
 def test_a_socket_is_the_parents_only_if_the_parent_made_it(tmp_path: Path) -> None:
     """_holds_socket_of: a socket pair made by process P is P's; another
     process's, a closed descriptor, a file or no number is not."""
