@@ -6,7 +6,6 @@
 # `--disable-gil --with-thread-sanitizer` (3.13t-tsan).  Called by .ci/run
 # (step `freethreaded`); runs on its own:
 #
-#   .ci/freethreaded.sh cached           exit 0 when both are built already
 #   .ci/freethreaded.sh build            only make (or reuse) the interpreters
 #   .ci/freethreaded.sh test SRC WHEELHOUSE
 #                                        build, then the jobs below
@@ -94,25 +93,11 @@ ft_jobs() {      # SRC WHEELHOUSE
 }
 
 declare -A PY=()
-# Whether both interpreters are built already (a warm cache): .ci/run then
-# gives this stream more of the other's steps.  Builds nothing.
-all_cached() {
-    local dsc flavour
-    [[ -x $CHROOT/usr/bin/gcc ]] || return 1
-    dsc=$(ls "$CACHE"/src/python3.13_*.dsc 2>/dev/null | sort -V | tail -1)
-    [[ -n $dsc ]] || return 1
-    for flavour in "${FLAVOURS[@]}"; do
-        [[ -f $CACHE/$(cpython_key "$dsc" "$flavour" "${CONFIGURE[$flavour]}")/.complete ]] ||
-            return 1
-    done
-}
-
 case ${1:-} in
-    cached) all_cached ;;
     build) build_all ;;
     test)
         shift
         build_all
         ft_jobs "$@" ;;
-    *) echo "usage: $0 cached | build | test SRC WHEELHOUSE"; exit 2 ;;
+    *) echo "usage: $0 build | test SRC WHEELHOUSE"; exit 2 ;;
 esac
