@@ -138,10 +138,12 @@ ci_tests() {         # VENV SELECTION [PYTEST-ARGS...]
     else
         CI_TESTS=$CI_SCRATCH/tests-$(basename "$venv")
         rm -rf "$CI_TESTS" && mkdir -p "$CI_TESTS"
-        # the docs and the README too: tests check the conformance table and
-        # build the recipes and the examples
+        # the docs and the READMEs too: tests check the conformance table,
+        # the pins a reader copies, and build the recipes and the examples
         cp -a "$CI_SRC/tests" "$CI_SRC/docs" "$CI_SRC/pyproject.toml" \
             "$CI_SRC/README.md" "$CI_TESTS/"
+        mkdir "$CI_TESTS/headers"
+        cp -a "$CI_SRC/headers/README.md" "$CI_TESTS/headers/"
     fi
     # (a selection's patterns match in the copy it runs from)
     mapfile -t args < <(cd "$CI_TESTS" && ci_selection "$selection")
