@@ -470,8 +470,15 @@ bench_exec(PyObject *module)
     return 0;
 }
 
+/* A free-threaded build keeps its GIL off for this module: switched on,
+ * it would measure another interpreter than the one a user runs.  run.py
+ * calls every function from one thread (count_allocs swaps the process's
+ * allocators for the loop's length). */
 static PyModuleDef_Slot bench_slots[] = {
     {Py_mod_exec, (void *)bench_exec},
+#if PY_VERSION_HEX >= 0x030D0000
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL},
 };
 

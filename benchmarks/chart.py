@@ -37,12 +37,19 @@ CHART = os.path.join(DOCS, "_static", "benchmarks.svg")
 
 Rows = List[dict]
 
-#: The foundation's rows with a target: (label, result name).
+#: The foundation's rows with a target: (label, result name), or (label,
+#: result name, anchors) where a run measures one candidate against anchors
+#: with different targets.
 TARGETS = [
     ("``PyObject_CheckBufferSupports(CPUBuffer)``",
      "C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)"),
     ("``BufferExt_GetBuffer`` + release, ``CPUBuffer``, ``FULL_RO|DEVICE``",
-     "C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"),
+     "C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)",
+     ("GetBuffer+Release(CPUBuffer, FULL_RO)",)),
+    ("``BufferExt_GetBuffer`` + release, ``CPUBuffer``, ``FULL_RO|DEVICE``",
+     "C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)",
+     ("GetBuffer+Release(bytes, SIMPLE)",
+      "GetBuffer+Release(bytes, FULL_RO)")),
     ("heap allocations per extended export",
      "C allocations per BufferExt_GetBuffer+Release(CPUBuffer)"),
     ("Python ``check_buffer_supports(CPUBuffer, int)``",
@@ -66,7 +73,7 @@ TIMES = [
     ("``BufferExt_GetBuffer`` + release, ``CPUBuffer``",
      "C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"),
     ("plain get/release of ``CPUBuffer`` (the producer alone)",
-     "C GetBuffer+Release(CPUBuffer, FULL_RO)"),
+     "GetBuffer+Release(CPUBuffer, FULL_RO)"),
     ("exchange-API ``DLTensor`` fill of a ``CPUBuffer``",
      "C exchange-API DLTensor fill(CPUBuffer)"),
     ("``operator.is_(a, b)``", "operator.is_(a, b)"),
@@ -163,12 +170,14 @@ def load(root: str = HERE) -> Dict[str, Rows]:
     return {py: runs[py] for py in order}
 
 
-def worst(rows: Rows, name: str) -> dict:
-    """The row called ``name`` with a target; where a run measured it
-    against two anchors, the one with the higher (worse) ratio."""
-    found = [r for r in rows if r["name"] == name]
+def worst(rows: Rows, name: str, anchors: Tuple[str, ...] = ()) -> dict:
+    """The row called ``name`` (against one of ``anchors``, where given)
+    with a target; where a run measured it against two anchors, the one
+    with the higher (worse) ratio."""
+    found = [r for r in rows if r["name"] == name
+             and (not anchors or r.get("anchor") in anchors)]
     if not found:
-        raise KeyError(f"no row {name!r} in the results")
+        raise KeyError(f"no row {name!r} against {anchors} in the results")
     found = [r for r in found if r.get("target")] or found
     return max(found, key=lambda r: r["ratio"] if r.get("ratio") else 0.0)
 
@@ -199,9 +208,12 @@ def target_text(row: dict) -> str:
 
 
 def measured(row: dict) -> str:
-    """A target row's figure: the ratio, or the count for an exact one."""
+    """A target row's figure: the ratio, or the count for an exact one; a
+    ratio the run holds to no target (on that interpreter) says so."""
     if row.get("exact") is not None:
         return f"{row['ns']:g}"
+    if row.get("target") is None:
+        return f"({fmt_ratio(row['ratio'])})"
     return fmt_ratio(row["ratio"])
 
 
@@ -239,10 +251,13 @@ def tables(runs: Dict[str, Rows]) -> Dict[str, str]:
         verdict = (f"Every target holds on every interpreter, CPython {first} "
                    f"to {last}, in these runs.")
     ratios = []
-    for label, name in TARGETS:
-        rows = [worst(runs[py], name) for py in pythons]
-        against = f" vs ``{rows[0]['anchor']}``" if rows[0]["anchor"] else ""
-        ratios.append([f"{label}{against} ({target_text(rows[0])})"]
+    for label, name, *anchors in TARGETS:
+        rows = [worst(runs[py], name, *anchors) for py in pythons]
+        held = [r for r in rows if r.get("target") or r.get("exact") is not None]
+        against = f" vs ``{held[0]['anchor']}``" if held[0]["anchor"] else ""
+        where = ("" if len(held) == len(rows) else
+                 ", on " + ", ".join(py for py, r in zip(pythons, rows) if r in held))
+        ratios.append([f"{label}{against} ({target_text(held[0])}{where})"]
                       + [measured(r) for r in rows])
     times = [[label] + [fmt_ns(time_of(runs[py], name)) for py in pythons]
              for label, name in TIMES]
@@ -289,11 +304,13 @@ def chart_data(runs: Dict[str, Rows]) -> Dict[str, Dict[str, float]]:
     """What the chart draws: ``{operation: {python: ratio / target}}`` for
     every row with a ratio target (the allocation count's is a count)."""
     data = {}
-    for label, name in TARGETS:
-        rows = {py: worst(rows, name) for py, rows in runs.items()}
+    for label, name, *anchors in TARGETS:
+        rows = {py: worst(rows, name, *anchors) for py, rows in runs.items()}
         if all(r.get("exact") is None for r in rows.values()):
-            data[label.replace("``", "")] = {
-                py: round(r["ratio"] / r["target"], 4) for py, r in rows.items()}
+            against = f" vs {anchors[0][0]}" if anchors else ""
+            data[label.replace("``", "") + against] = {
+                py: round(r["ratio"] / r["target"], 4)
+                for py, r in rows.items() if r.get("target")}
     return data
 
 
@@ -319,7 +336,7 @@ def chart(out: str, runs: Dict[str, Rows]) -> None:
     cmap = plt.get_cmap("viridis")
     for k, py in enumerate(pythons):
         y = [i + (k - (len(pythons) - 1) / 2) * height for i in range(len(labels))]
-        ax.barh(y, [ratios[py] for ratios in data.values()], height=height,
+        ax.barh(y, [ratios.get(py, 0.0) for ratios in data.values()], height=height,
                 color=cmap(k / max(len(pythons) - 1, 1)), label=f"CPython {py}")
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_yticks(range(len(labels)))

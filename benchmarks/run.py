@@ -206,12 +206,18 @@ def bench_get_buffer(bench: ModuleType, s: Settings,
     ext, simple, full, cpu_plain, ext_bytes, nd = interleaved(
         timers, s.c_repeats)
     cand = "C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"
+    s.rows.append(Row(cand, ext, "GetBuffer+Release(CPUBuffer, FULL_RO)",
+                      cpu_plain, target=1.3,
+                      note="the typed entry against the same exporter's "
+                           "plain request"))
+    # Against bytes the target is set for 3.9-3.13 (issue 39); from 3.14
+    # CPUBuffer's own plain request already costs over 1.5x bytes' (10.0
+    # against 6.5 ns on 3.14 and 3.15, 2026-11-28), so there it is context.
+    on_bytes = 1.5 if sys.version_info < (3, 14) else None
     s.rows.append(Row(cand, ext, "GetBuffer+Release(bytes, SIMPLE)", simple,
-                      target=1.5))
+                      target=on_bytes))
     s.rows.append(Row(cand, ext, "GetBuffer+Release(bytes, FULL_RO)", full,
-                      target=1.5))
-    s.rows.append(Row("C GetBuffer+Release(CPUBuffer, FULL_RO)", cpu_plain,
-                      note="context: the producer alone"))
+                      target=on_bytes))
     s.rows.append(Row("C BufferExt_GetBuffer+Release(bytes, FULL_RO)",
                       ext_bytes, "GetBuffer+Release(bytes, FULL_RO)", full,
                       note="context: the consumer helper on a legacy type"))
