@@ -9,6 +9,9 @@
 #   bash .ci/mutation.sh 'bufferext._check.x_load_target*'   only those
 #   MUTATION_FILES="src/bufferext/_dtypes.py" MUTATION_TESTS="tests/test_lowp.py" \
 #       bash .ci/mutation.sh 'bufferext._dtypes.x_host_view*'   other code
+#   MUTATION_EXTRA="mpi4py mpich" MUTATION_FILES=src/bufferext/distarray/_comm.py \
+#       MUTATION_TESTS=tests/test_launcher.py bash .ci/mutation.sh \
+#       'bufferext.distarray._comm.x_launched*'   the launcher's proof
 #
 # mutmut wants the package under src/: the work happens in a copy of the
 # tracked files with Lib/ renamed, the C extension built in place.  Tests
@@ -26,8 +29,11 @@ mkdir -p "$WORK/tree"
 git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 tar -cf -) |
     tar -C "$WORK/tree" -xf -
 "$PY" -m venv "$WORK/venv"
+# MUTATION_EXTRA: more packages for the selected tests ("mpi4py mpich" for
+# the launcher's, which start ranks under mpiexec)
 "$WORK/venv/bin/python" -m pip install -q "mutmut>=3.3" numpy pytest \
-    hypothesis "setuptools>=77" ml_dtypes pyarrow 2>&1 | { grep -v "^WARNING: Location" || true; }
+    hypothesis "setuptools>=77" ml_dtypes pyarrow ${MUTATION_EXTRA:-} 2>&1 |
+    { grep -v "^WARNING: Location" || true; }
 
 cd "$WORK/tree"
 # the extension and the installed header layout, in place under Lib/

@@ -814,3 +814,19 @@ def test_a_torch_dtype_lookalike_with_another_name_is_refused(
     with pytest.raises(TypeError, match=re.escape(
             f"a torch dtype is named 'torch.<name>', not {text!r}")):
         bufferext.CPUBuffer(3, lookalike)
+
+
+def test_names_and_a_missing_format_read_as_documented() -> None:
+    """By name, not as a format: a low-precision float is itself, another
+    name is none of them, a sub-byte float is refused naming it; and a
+    buffer without a format is described as 'B' is (the mutation run of
+    _dtypes found these lines untested)."""
+    from bufferext._dtypes import describe, _lowp_name
+    assert _lowp_name("bfloat16") == "bfloat16"
+    assert _lowp_name("float8_e5m2") == "float8_e5m2"
+    assert _lowp_name("float32") is None
+    with pytest.raises(TypeError, match=re.escape(
+            "dtype 'float4_e2m1fn': float4_e2m1fn packs items into less "
+            "than a byte")):
+        _lowp_name("float4_e2m1fn")
+    assert describe(None, 1) == "format 'B': uint8, 1-byte items"
