@@ -55,11 +55,14 @@ def test_under_a_launcher_without_mpi4py_says_what_to_install() -> None:
                            "--steps", "1"], capture_output=True, text=True,
                           env=_no_launcher(), timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("demo:")]
-    assert len(lines) == 2, proc.stderr
-    for line in lines:
-        assert line.startswith("demo: comm=None: ") and "(PMI_SIZE=2)" in line
-        assert "pip install mpi4py mpich" in line
+    # both ranks' messages reach mpiexec's stderr through hydra, which may
+    # join one to the other's line when they write at once (seen under
+    # load): count the messages, not the lines
+    messages = proc.stderr.split("demo: comm=None: ")[1:]
+    assert len(messages) == 2, proc.stderr
+    for message in messages:
+        assert "(PMI_SIZE=2)" in message
+        assert "pip install mpi4py mpich" in message
 
 
 def _mpiexec() -> str:
