@@ -37,12 +37,12 @@ CHART = os.path.join(DOCS, "_static", "benchmarks.svg")
 
 Rows = List[dict]
 
-#: The foundation's rows with a target: (label, result name), or (label,
-#: result name, anchors) where a run measures one candidate against anchors
-#: with different targets.
+#: The foundation's rows with a target: (label, result name, anchors); the
+#: anchors, where given, pick one of the rows a run measures one candidate
+#: by against anchors with different targets.
 TARGETS = [
     ("``PyObject_CheckBufferSupports(CPUBuffer)``",
-     "C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)"),
+     "C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)", ()),
     ("``BufferExt_GetBuffer`` + release, ``CPUBuffer``, ``FULL_RO|DEVICE``",
      "C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)",
      ("GetBuffer+Release(CPUBuffer, FULL_RO)",)),
@@ -51,16 +51,16 @@ TARGETS = [
      ("GetBuffer+Release(bytes, SIMPLE)",
       "GetBuffer+Release(bytes, FULL_RO)")),
     ("heap allocations per extended export",
-     "C allocations per BufferExt_GetBuffer+Release(CPUBuffer)"),
+     "C allocations per BufferExt_GetBuffer+Release(CPUBuffer)", ()),
     ("Python ``check_buffer_supports(CPUBuffer, int)``",
-     "py check_buffer_supports(CPUBuffer, 0x1011c)"),
+     "py check_buffer_supports(CPUBuffer, 0x1011c)", ()),
     ("exchange-API ``DLTensor`` fill of a ``CPUBuffer``",
-     "C exchange-API DLTensor fill(CPUBuffer)"),
-    ("``CPUBuffer.__dlpack__()``", "py CPUBuffer.__dlpack__()"),
+     "C exchange-API DLTensor fill(CPUBuffer)", ()),
+    ("``CPUBuffer.__dlpack__()``", "py CPUBuffer.__dlpack__()", ()),
     ("``as_buffer(ndarray)`` + C extended get/release",
-     "as_buffer(ndarray) + C extended get/release"),
+     "as_buffer(ndarray) + C extended get/release", ()),
     ("Python ``with get_buffer(as_buffer(ndarray)): pass``",
-     "py with get_buffer(as_buffer(ndarray)): pass"),
+     "py with get_buffer(as_buffer(ndarray)): pass", ()),
 ]
 
 #: Times (ns per call) shown beside the ratios: candidates and anchors.
@@ -251,8 +251,8 @@ def tables(runs: Dict[str, Rows]) -> Dict[str, str]:
         verdict = (f"Every target holds on every interpreter, CPython {first} "
                    f"to {last}, in these runs.")
     ratios = []
-    for label, name, *anchors in TARGETS:
-        rows = [worst(runs[py], name, *anchors) for py in pythons]
+    for label, name, anchors in TARGETS:
+        rows = [worst(runs[py], name, anchors) for py in pythons]
         held = [r for r in rows if r.get("target") or r.get("exact") is not None]
         against = f" vs ``{held[0]['anchor']}``" if held[0]["anchor"] else ""
         where = ("" if len(held) == len(rows) else
@@ -304,10 +304,10 @@ def chart_data(runs: Dict[str, Rows]) -> Dict[str, Dict[str, float]]:
     """What the chart draws: ``{operation: {python: ratio / target}}`` for
     every row with a ratio target (the allocation count's is a count)."""
     data = {}
-    for label, name, *anchors in TARGETS:
-        rows = {py: worst(rows, name, *anchors) for py, rows in runs.items()}
+    for label, name, anchors in TARGETS:
+        rows = {py: worst(rows, name, anchors) for py, rows in runs.items()}
         if all(r.get("exact") is None for r in rows.values()):
-            against = f" vs {anchors[0][0]}" if anchors else ""
+            against = f" vs {anchors[0]}" if anchors else ""
             data[label.replace("``", "") + against] = {
                 py: round(r["ratio"] / r["target"], 4)
                 for py, r in rows.items() if r.get("target")}
