@@ -99,15 +99,15 @@ adapter_export(PyObject *op, Py_buffer *view, int flags,
                Py_buffer_extended *ext)
 {
     AdapterObject *self = Adapter_CAST(op);
-    int rc;
 
+    /* Without a lock: nothing an export reads changes after the adapter
+     * is made, and nothing refuses to while it is exported (the count is
+     * the `exports` attribute's). */
     view->obj = NULL;
-    BUFFEREXT_LOCKED_BEGIN(op);
-    rc = bufferext_export(op, view, flags, ext, &self->layout, self->device,
-                          self->device ? (void *)&self->info : NULL,
-                          &self->exports);
-    BUFFEREXT_LOCKED_END();
-    return rc;
+    return bufferext_export(op, view, flags, ext, &self->layout,
+                            self->device,
+                            self->device ? (void *)&self->info : NULL,
+                            &self->exports);
 }
 
 BUFFEREXT_DEFINE_GETBUFFER(adapter_getbuffer, adapter_export);
@@ -116,9 +116,7 @@ static void
 adapter_releasebuffer(PyObject *op, Py_buffer *view)
 {
     (void)view;
-    BUFFEREXT_LOCKED_BEGIN(op);
-    Adapter_CAST(op)->exports--;
-    BUFFEREXT_LOCKED_END();
+    bufferext_exports_remove(&Adapter_CAST(op)->exports);
 }
 
 static int
@@ -255,13 +253,9 @@ adapter_get_device(PyObject *op, void *closure)
 static PyObject *
 adapter_get_exports(PyObject *op, void *closure)
 {
-    Py_ssize_t exports;
     (void)closure;
-
-    BUFFEREXT_LOCKED_BEGIN(op);
-    exports = Adapter_CAST(op)->exports;
-    BUFFEREXT_LOCKED_END();
-    return PyLong_FromSsize_t(exports);
+    return PyLong_FromSsize_t(
+        bufferext_exports_count(&Adapter_CAST(op)->exports));
 }
 
 static PyObject *

@@ -30,7 +30,7 @@ typedef struct {
     void *arrow;                /* moved Arrow array (arrow.c), or NULL */
     Py_buffer held;             /* re-exported buffer (policy change) */
     int has_held;
-    Py_ssize_t exports;
+    bufferext_exports exports;  /* the `exports` attribute (exports.h) */
     PyObject *weakreflist;
 } AdapterObject;
 
@@ -46,6 +46,7 @@ adapter_new(bufferext_state *st, PyObject *source)
         st->BufferAdapter_Type, 0);
 
     if (self != NULL) {
+        bufferext_exports_init(&self->exports);
         self->source = Py_NewRef(source);
     }
     return self;

@@ -208,22 +208,11 @@ cpubuffer_to_host(PyObject *op, PyObject *unused)
     return array;
 }
 
-/* resize() refuses a closed or exported buffer. */
-static int
-cpubuffer_check_resize(CPUBufferObject *self)
-{
-    if (bufferext_producer_check_open_locked(&self->head) < 0 ||
-        bufferext_producer_check_not_exported(&self->head, "resize") < 0) {
-        return -1;
-    }
-    return 0;
-}
-
 /* The new shape is parsed (each dimension's __index__ is Python code that
  * may close, resize or export this very buffer) and its memory allocated
- * first; the checks and the swap then run in one critical section, with
- * no Python code in between and nothing that may wait (a wait without
- * the GIL suspends the section): the old block is given back after it. */
+ * first; the checks and the swap then run in one critical section, as
+ * one change that no export sees (exports.h), with no Python code in
+ * between: the old block is given back after it. */
 static PyObject *
 cpubuffer_resize(PyObject *op, PyObject *shape)
 {
@@ -235,7 +224,10 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
     int rc;
 
     BUFFEREXT_LOCKED_BEGIN(op);
-    rc = cpubuffer_check_resize(self);      /* early, for a clear error */
+    /* early, for a clear error */
+    rc = bufferext_producer_check_open_locked(&self->head) < 0 ||
+         bufferext_producer_check_not_exported(&self->head, "resize") < 0
+         ? -1 : 0;
     BUFFEREXT_LOCKED_END();
     if (rc < 0 ||
         bufferext_layout_parse("CPUBuffer.resize", shape,
@@ -245,7 +237,10 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
         return NULL;
     }
     BUFFEREXT_LOCKED_BEGIN(op);
-    rc = cpubuffer_check_resize(self);      /* what the parse may change */
+    /* what the parse may have changed */
+    rc = bufferext_producer_check_open_locked(&self->head) < 0 ||
+         bufferext_producer_begin_change(&self->head, "resize") < 0
+         ? -1 : 0;
     if (rc == 0) {
         Py_ssize_t old_len = self->head.layout.len;
         void *old = self->head.layout.buf;
@@ -257,6 +252,7 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
             old_mapped = self->mapped;
             cpubuffer_install(self, allocation, data, mapped);
         }
+        bufferext_producer_end_change(&self->head);
     }
     BUFFEREXT_LOCKED_END();
     if (rc < 0) {

@@ -51,14 +51,17 @@ check_open(CUDABufferObject *self)
     return bufferext_producer_check_open(&self->head);
 }
 
-/* Also refused while another thread copies without the GIL. */
+/* In the critical section: start a change that no export sees
+ * (bufferext_producer_begin_change), also refused while another thread
+ * copies without the GIL.  0 (end the change after it) or -1. */
 static int
-check_not_exported(CUDABufferObject *self, const char *what)
+begin_change(CUDABufferObject *self, const char *what)
 {
-    if (bufferext_producer_check_not_exported(&self->head, what) < 0) {
+    if (bufferext_producer_begin_change(&self->head, what) < 0) {
         return -1;
     }
     if (self->busy > 0) {
+        bufferext_producer_end_change(&self->head);
         PyErr_Format(PyExc_BufferError,
                      "CUDABuffer: cannot %s while another thread copies",
                      what);
@@ -686,11 +689,12 @@ cudabuffer_close_impl(PyObject *op, PyObject *unused)
     if (!self->head.open) {
         Py_RETURN_NONE;
     }
-    if (check_not_exported(self, "close") < 0) {
+    if (begin_change(self, "close") < 0) {
         return NULL;
     }
     rc = tear_down(self, &call);
     self->head.layout.buf = NULL;
+    bufferext_producer_end_change(&self->head);
     if (rc != CUDA_SUCCESS) {
         bufferext_cuda_error(rc, "CUDABuffer.close", call);
         return NULL;

@@ -517,37 +517,38 @@ bufferext_dlpack_managed(PyObject *exporter)
  * outlives this call, and describe() would only copy these fields.  0 with
  * `out` filled, or 1 where describe() has more to say (a closed buffer, a
  * dtype or strides DLPack cannot express, suboffsets): then the general
- * path runs and raises.  With the GIL only (free-threaded builds take the
- * general path, in the object's critical section). */
+ * path runs and raises.  Without the GIL the layout is read under an
+ * export count (exports.h: no close or resize meanwhile), and a buffer
+ * another thread is changing takes the general path too. */
 static inline int
 fill_cpubuffer(PyObject *exporter, BxDLTensor *out)
 {
-#ifndef Py_GIL_DISABLED
-    const bufferext_producer *p = BufferExtProducer_CAST(exporter);
+    bufferext_producer *p = BufferExtProducer_CAST(exporter);
     const bufferext_export_layout *layout = &p->layout;
-    uint32_t packed = layout->dl_dtype;
+    uint32_t packed;
+    int rc = 1;
 
-    if (!p->open || packed == 0 || layout->suboffsets != NULL ||
-        (layout->ndim > 0 && layout->item_strides == NULL)) {
+    if (!bufferext_exports_enter(&p->exports)) {
         return 1;
     }
-    out->data = layout->buf;
-    out->device.device_type = BX_kDLCPU;
-    out->device.device_id = 0;
-    out->ndim = layout->ndim;
-    out->dtype.code = (uint8_t)(packed & 0xFF);
-    out->dtype.bits = (uint8_t)(packed >> 8 & 0xFF);
-    out->dtype.lanes = (uint16_t)(packed >> 16);
-    /* Py_ssize_t is int64_t wherever bufferext is built (64-bit) */
-    out->shape = layout->ndim > 0 ? (int64_t *)layout->shape : NULL;
-    out->strides = layout->ndim > 0 ? layout->item_strides : NULL;
-    out->byte_offset = 0;
-    return 0;
-#else
-    (void)exporter;
-    (void)out;
-    return 1;
-#endif
+    packed = layout->dl_dtype;
+    if (p->open && packed != 0 && layout->suboffsets == NULL &&
+        (layout->ndim == 0 || layout->item_strides != NULL)) {
+        out->data = layout->buf;
+        out->device.device_type = BX_kDLCPU;
+        out->device.device_id = 0;
+        out->ndim = layout->ndim;
+        out->dtype.code = (uint8_t)(packed & 0xFF);
+        out->dtype.bits = (uint8_t)(packed >> 8 & 0xFF);
+        out->dtype.lanes = (uint16_t)(packed >> 16);
+        /* Py_ssize_t is int64_t wherever bufferext is built (64-bit) */
+        out->shape = layout->ndim > 0 ? (int64_t *)layout->shape : NULL;
+        out->strides = layout->ndim > 0 ? layout->item_strides : NULL;
+        out->byte_offset = 0;
+        rc = 0;
+    }
+    bufferext_exports_remove(&p->exports);
+    return rc;
 }
 
 /* The general path of bufferext_dlpack_fill: one export, described and

@@ -4,6 +4,7 @@
 #ifndef BUFFEREXT_MODULES_EXPORT_H
 #define BUFFEREXT_MODULES_EXPORT_H
 #include "parts.h"
+#include "exports.h"
 
 /* Room for any format we make: "<[float8_e4m3b11fnuz]" and its NUL. */
 #define BUFFEREXT_FORMAT_MAX 24
@@ -206,7 +207,7 @@ bufferext_fill_request(PyObject *exporter, Py_buffer *view, int flags,
 /* The rest of every getbuffer of ours once it has refused what it must:
  * fill the request, say where the memory is (`device` NULL: CPU memory)
  * in `ext` (the extended struct of a request through the typed entry,
- * NULL through the plain getbuffer), count the export in *exports and take
+ * NULL through the plain getbuffer), count the export in `exports` and take
  * the reference.  Nothing is committed before both steps succeed (a refused
  * request leaves extension fields the consumer clears, as
  * BufferExt_GetBuffer does).  0 or -1. */
@@ -214,13 +215,13 @@ static inline int
 bufferext_export(PyObject *exporter, Py_buffer *view, int flags,
                  Py_buffer_extended *ext,
                  const bufferext_export_layout *layout, const char *device,
-                 void *device_info, Py_ssize_t *exports)
+                 void *device_info, bufferext_exports *exports)
 {
     if (BufferExt_SetDevice(ext, exporter, flags, device, device_info) < 0 ||
         bufferext_fill_request(exporter, view, flags, layout) < 0) {
         return -1;
     }
-    (*exports)++;
+    bufferext_exports_add(exports);
     view->obj = Py_NewRef(exporter);
     return 0;
 }

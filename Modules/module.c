@@ -3,6 +3,7 @@
  * the module-level functions check_buffer_supports(), supported_flags(),
  * _device_of() and _device_libraries().  Nothing calls back into this file. */
 #include "cuda_driver.h"
+#include "exports.h"
 #include "fastmethod.h"
 #include "state.h"
 #include "ve_driver.h"
@@ -288,6 +289,7 @@ module_exec(PyObject *module)
 #endif
         return -1;
     }
+    bufferext_exports_setup();
     if (bufferext_init_view(module) < 0 ||
         bufferext_init_cpubuffer(module) < 0 ||
         bufferext_init_cuda(module) < 0 ||

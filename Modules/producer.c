@@ -37,6 +37,7 @@ bufferext_producer_setup(bufferext_producer *p,
                          bufferext_producer_spec *spec, int readonly)
 {
     p->kind = kind;
+    bufferext_exports_init(&p->exports);
     p->dt = spec->dt;               /* the references move */
     memset(&spec->dt, 0, sizeof(spec->dt));
     p->layout.itemsize = p->dt.itemsize;
@@ -80,7 +81,7 @@ bufferext_producer_read(bufferext_producer *p,
     out->ndim = p->layout.ndim;
     out->buf = p->layout.buf;
     out->len = p->layout.len;
-    out->exports = p->exports;
+    out->exports = bufferext_exports_count(&p->exports);
     if (out->ndim > 0) {
         memcpy(out->shape, p->layout.shape,
                sizeof(Py_ssize_t) * (size_t)out->ndim);
@@ -111,25 +112,44 @@ bufferext_producer_check_open(bufferext_producer *p)
 {
     int open;
 
-    BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
-    open = p->open;
-    BUFFEREXT_LOCKED_END();
+    /* read under an export count, without the lock (exports.h) */
+    if (bufferext_exports_enter(&p->exports)) {
+        open = p->open;
+        bufferext_exports_remove(&p->exports);
+    }
+    else {
+        BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
+        open = p->open;
+        BUFFEREXT_LOCKED_END();
+    }
     /* the refusal is raised outside the section: it allocates */
     return open ? 0 : raise_closed(p);
+}
+
+static int
+raise_exported(bufferext_producer *p, const char *what, Py_ssize_t live)
+{
+    PyErr_Format(PyExc_BufferError,
+                 "%s: cannot %s while %zd export(s) are alive (%s)",
+                 p->kind->name, what, live, p->kind->release_hint);
+    return -1;
 }
 
 int
 bufferext_producer_check_not_exported(bufferext_producer *p,
                                       const char *what)
 {
-    if (p->exports > 0) {
-        PyErr_Format(PyExc_BufferError,
-                     "%s: cannot %s while %zd export(s) are alive (%s)",
-                     p->kind->name, what, p->exports,
-                     p->kind->release_hint);
-        return -1;
-    }
-    return 0;
+    Py_ssize_t live = bufferext_exports_count(&p->exports);
+
+    return live > 0 ? raise_exported(p, what, live) : 0;
+}
+
+int
+bufferext_producer_begin_change(bufferext_producer *p, const char *what)
+{
+    Py_ssize_t live = bufferext_exports_begin_change(&p->exports);
+
+    return live != 0 ? raise_exported(p, what, live) : 0;
 }
 
 /* ---- copies to and from the host --------------------------------------- */
@@ -267,23 +287,33 @@ bufferext_producer_repr(PyObject *op, const char *extra, const char *closed,
 int
 bufferext_producer_pin(bufferext_producer *p, const char *who, int write)
 {
+    Py_ssize_t live;
     int rc = 0;
 
     BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
-    if (!p->open) {
+    if (!p->open || bufferext_exports_changing(&p->exports)) {
+        /* closed, or being closed by a thread that let the section go */
         PyErr_Format(PyExc_ValueError, "%s: operation on a closed %s", who,
                      p->kind->name);
         rc = -1;
     }
-    else if (write && p->layout.readonly && p->exports > 0) {
-        PyErr_Format(PyExc_BufferError,
-                     "%s: cannot write a read-only %s while %zd export(s) "
-                     "are alive (%s)", who, p->kind->name, p->exports,
-                     p->kind->release_hint);
-        rc = -1;
+    else if (write && p->layout.readonly) {
+        /* no export may start between the check and the pin */
+        live = bufferext_exports_begin_change(&p->exports);
+        if (live != 0) {
+            PyErr_Format(PyExc_BufferError,
+                         "%s: cannot write a read-only %s while %zd "
+                         "export(s) are alive (%s)", who, p->kind->name,
+                         live, p->kind->release_hint);
+            rc = -1;
+        }
+        else {
+            bufferext_exports_add(&p->exports);
+            bufferext_exports_end_change(&p->exports);
+        }
     }
     else {
-        p->exports++;
+        bufferext_exports_add(&p->exports);
     }
     BUFFEREXT_LOCKED_END();
     return rc;
@@ -337,10 +367,11 @@ producer_close(PyObject *op, PyObject *unused)
     (void)unused;
 
     if (p->open) {
-        if (bufferext_producer_check_not_exported(p, "close") < 0) {
+        if (bufferext_producer_begin_change(p, "close") < 0) {
             return NULL;
         }
         p->kind->free_memory(op);
+        bufferext_producer_end_change(p);
     }
     Py_RETURN_NONE;
 }

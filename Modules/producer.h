@@ -29,7 +29,7 @@ typedef struct {
     bufferext_export_layout layout;
     Py_ssize_t *dims;           /* bufferext_dims_alloc: shape, strides,
                                    then the item strides */
-    Py_ssize_t exports;
+    bufferext_exports exports;  /* exports and pins (exports.h) */
     bufferext_dtype dt;
     PyObject *weakreflist;
 } bufferext_producer;
@@ -39,11 +39,12 @@ typedef struct {
  * object starts with the head). */
 #define BUFFEREXT_PRODUCER_LAYOUT offsetof(bufferext_producer, layout)
 
-/* The body of every producer's getbuffer: refuse a closed buffer, fill the
- * request, say where the memory is (`device` NULL: CPU memory), count the
- * export, in the object's critical section (without the GIL).  Each type
- * calls it with its constant device, so the compiler drops what that
- * device does not need.  0 or -1 with BufferError.  Out of line: what
+/* The body of every producer's getbuffer: refuse a closed buffer (or one
+ * that another thread is changing), fill the request, say where the
+ * memory is (`device` NULL: CPU memory), count the export, in the
+ * object's critical section (without the GIL).  Each type calls it with
+ * its constant device, so the compiler drops what that device does not
+ * need.  0 or -1 with BufferError.  Out of line: what
  * bufferext_producer_export leaves to it. */
 BUFFEREXT_INTERNAL_COLD int
 bufferext_producer_export_checked(PyObject *op, Py_buffer *view, int flags,
@@ -55,36 +56,40 @@ bufferext_producer_export_checked(PyObject *op, Py_buffer *view, int flags,
 
     view->obj = NULL;
     BUFFEREXT_LOCKED_BEGIN(op);
-    rc = p->open ? bufferext_export(op, view, flags, ext, &p->layout, device,
-                                    device_info, &p->exports)
-                 : bufferext_refuse(op, "buffer is closed");
+    rc = !p->open ? bufferext_refuse(op, "buffer is closed")
+         : bufferext_exports_changing(&p->exports)
+             ? bufferext_refuse(op, "another thread is closing or resizing "
+                                    "it")
+             : bufferext_export(op, view, flags, ext, &p->layout, device,
+                                device_info, &p->exports);
     BUFFEREXT_LOCKED_END();
     return rc;
 }
 
-/* The same, inline: with the GIL, a request that an open buffer of the
- * common layout meets as it is (no check can refuse it, no device memory
- * for a consumer that did not ask for it through the typed entry) is
- * filled here without a call, so a getbuffer is a leaf function on that
- * path; anything else goes to bufferext_producer_export_checked (a tail
- * call).  `ext` as for bufferext_export. */
+/* The same, inline and without the lock: a request that an open buffer of
+ * the common layout meets as it is (no check can refuse it, no device
+ * memory for a consumer that did not ask for it through the typed entry)
+ * is counted and filled here without a call, so a getbuffer is a leaf
+ * function on that path; anything else, and a buffer another thread is
+ * changing, goes to bufferext_producer_export_checked (a tail call).
+ * `ext` as for bufferext_export. */
 static inline int
 bufferext_producer_export(PyObject *op, Py_buffer *view, int flags,
                           Py_buffer_extended *ext, const char *device,
                           void *device_info)
 {
-#ifndef Py_GIL_DISABLED
     bufferext_producer *p = (bufferext_producer *)op;
 
-    if (p->open && !BUFFEREXT_NEEDS_CHECK(&p->layout, flags) &&
-        (device == NULL || (ext != NULL && (flags & PyBUF_DEVICE)))) {
-        bufferext_fill_view(view, flags, &p->layout);
-        (void)BufferExt_SetDevice(ext, op, flags, device, device_info);
-        p->exports++;
-        view->obj = Py_NewRef(op);
-        return 0;
+    if (bufferext_exports_enter(&p->exports)) {
+        if (p->open && !BUFFEREXT_NEEDS_CHECK(&p->layout, flags) &&
+            (device == NULL || (ext != NULL && (flags & PyBUF_DEVICE)))) {
+            bufferext_fill_view(view, flags, &p->layout);
+            (void)BufferExt_SetDevice(ext, op, flags, device, device_info);
+            view->obj = Py_NewRef(op);
+            return 0;
+        }
+        bufferext_exports_remove(&p->exports);
     }
-#endif
     return bufferext_producer_export_checked(op, view, flags, ext, device,
                                              device_info);
 }
@@ -133,15 +138,26 @@ void bufferext_producer_read(bufferext_producer *p,
                              bufferext_producer_snapshot *out);
 
 /* ValueError "operation on a closed Name" when closed.  0 or -1.  The
- * first takes the object's critical section, the second is for code that
- * holds it already (a nested section on the same object may be suspended
+ * first reads under an export count (the object's critical section only
+ * while another thread changes it), the second is for code that holds the
+ * section already (a nested section on the same object may be suspended
  * meanwhile without the GIL, letting another thread in). */
 int bufferext_producer_check_open(bufferext_producer *p);
 int bufferext_producer_check_open_locked(bufferext_producer *p);
-/* BufferError "Name: cannot <what> while N export(s) are alive (<hint>)".
- * 0 or -1. */
+/* BufferError "Name: cannot <what> while N export(s) are alive (<hint>)"
+ * and -1 while exported, else 0.  The first only reads the count (an
+ * early check, before the Python code of a resize's shape); the second,
+ * in the object's critical section, starts a change (close, resize) that
+ * no export may see: after 0, end it with bufferext_producer_end_change
+ * before the section ends (exports.h). */
 int bufferext_producer_check_not_exported(bufferext_producer *p,
                                           const char *what);
+int bufferext_producer_begin_change(bufferext_producer *p, const char *what);
+static inline void
+bufferext_producer_end_change(bufferext_producer *p)
+{
+    bufferext_exports_end_change(&p->exports);
+}
 
 /* numpy.empty(shape, dtype) and a writable C-contiguous export of it in
  * `view` (when `view` is not NULL): where to_host() copies to. */
@@ -175,14 +191,12 @@ PyObject *bufferext_producer_repr(PyObject *op, const char *extra,
  * consumers hold it as read-only memory).  0, or -1.  Unpin when done. */
 int bufferext_producer_pin(bufferext_producer *p, const char *who,
                            int write);
-/* The end of a pin or of an export (releasebuffer): inline, it is on the
- * hot path of every export. */
+/* The end of a pin or of an export (releasebuffer): inline and without
+ * the lock, it is on the hot path of every export. */
 static inline void
 bufferext_producer_unpin(bufferext_producer *p)
 {
-    BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
-    p->exports--;
-    BUFFEREXT_LOCKED_END();
+    bufferext_exports_remove(&p->exports);
 }
 void bufferext_producer_releasebuffer(PyObject *op, Py_buffer *view);
 int bufferext_producer_traverse(PyObject *op, visitproc visit, void *arg);

@@ -26,7 +26,7 @@ typedef struct {
     Py_ssize_t *computed_strides;   /* C strides when it gave none */
     int64_t *items;                 /* strides in items (see export.h) */
     int64_t items_inline[8];        /* ... without an allocation */
-    Py_ssize_t exports;
+    bufferext_exports exports;      /* under the lock here (exports.h) */
     Py_ssize_t busy;                /* waits and copies without the GIL */
     PyObject *weakreflist;
 } BufferViewObject;
@@ -44,8 +44,9 @@ static bufferext_freelist view_freelist;
 static BufferViewObject *
 view_alloc(PyTypeObject *type)
 {
+    BufferViewObject *self;
 #if BUFFEREXT_FREELIST > 0
-    BufferViewObject *self = bufferext_freelist_pop(&view_freelist);
+    self = bufferext_freelist_pop(&view_freelist);
     if (self != NULL) {
         (void)PyObject_Init((PyObject *)self, type);
         /* what tp_alloc's zeroing gives and get_buffer does not set (a
@@ -54,14 +55,19 @@ view_alloc(PyTypeObject *type)
         self->layout_done = 0;
         self->computed_strides = NULL;
         self->items = NULL;
-        self->exports = 0;
+        memset(&self->exports, 0, sizeof(self->exports));
+        bufferext_exports_init(&self->exports);
         self->busy = 0;
         self->weakreflist = NULL;
         PyObject_GC_Track(self);
         return self;
     }
 #endif
-    return (BufferViewObject *)type->tp_alloc(type, 0);
+    self = (BufferViewObject *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        bufferext_exports_init(&self->exports);
+    }
+    return self;
 }
 
 void
@@ -288,7 +294,7 @@ static int
 view_clear(PyObject *op)
 {
     BufferViewObject *self = BufferView_CAST(op);
-    if (self->exports == 0 && self->busy == 0) {
+    if (bufferext_exports_count(&self->exports) == 0 && self->busy == 0) {
         view_release_held(self);
     }
     return 0;
@@ -346,7 +352,7 @@ view_releasebuffer(PyObject *op, Py_buffer *view)
 {
     (void)view;
     BUFFEREXT_LOCKED_BEGIN(op);
-    BufferView_CAST(op)->exports--;
+    bufferext_exports_remove(&BufferView_CAST(op)->exports);
     BUFFEREXT_LOCKED_END();
 }
 
@@ -356,12 +362,13 @@ static PyObject *
 view_release_impl(PyObject *op, PyObject *unused)
 {
     BufferViewObject *self = BufferView_CAST(op);
+    Py_ssize_t exports = bufferext_exports_count(&self->exports);
     (void)unused;
 
-    if (self->exports > 0) {
+    if (exports > 0) {
         PyErr_Format(PyExc_BufferError,
                      "BufferView has %zd export(s) (a memoryview?): release "
-                     "them first", self->exports);
+                     "them first", exports);
         return NULL;
     }
     if (self->busy > 0) {

@@ -350,6 +350,80 @@ def test_close_against_exports_never_frees_exported_memory() -> None:
         sys.setswitchinterval(old)
 
 
+def test_exports_counted_on_one_thread_released_on_another() -> None:
+    """The thread that made a buffer counts its own exports apart from the
+    others' (exports.h, free-threaded builds): an export counted by one
+    and released by the other still adds up, and close sees every one."""
+    buf = bufferext.CPUBuffer(16)            # made here: this thread owns it
+    mine = [bufferext.get_buffer(buf) for _ in range(3)]
+    theirs: List[Any] = []
+    t = threading.Thread(target=lambda: theirs.append(
+        bufferext.get_buffer(buf)))
+    t.start()
+    t.join()
+    assert buf.exports == 4
+    releasers = [threading.Thread(target=v.release) for v in mine]
+    for t in releasers:
+        t.start()
+    for t in releasers:
+        t.join()
+    assert buf.exports == 1
+    with pytest.raises(BufferError, match="close while 1 export"):
+        buf.close()
+    theirs[0].release()                      # counted there, released here
+    assert buf.exports == 0
+    buf.close()
+    assert buf.closed
+
+
+def test_owner_exports_while_another_thread_resizes_and_closes() -> None:
+    """The owner exports without the lock while another thread resizes and
+    then closes: a view never sees a resize or a close while it is held,
+    and each change either waits for no export or is refused by name."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        for _ in range(20):
+            buf = bufferext.CPUBuffer((64,), "f8")
+            done = threading.Event()
+            changes: List[Any] = []
+
+            def change() -> None:
+                r = random.Random(7)
+                while not done.is_set():
+                    try:
+                        buf.resize((r.choice((32, 64, 128)),))
+                        changes.append("resized")
+                    except BufferError as e:
+                        assert "resize while" in str(e) and "export" in str(
+                            e), e
+                while True:
+                    try:
+                        buf.close()
+                        return
+                    except BufferError as e:
+                        assert "close while" in str(e), e
+
+            other = threading.Thread(target=change)
+            other.start()
+            for _ in range(300):
+                try:
+                    view = bufferext.get_buffer(buf)
+                except BufferError as e:     # the changer had the object
+                    assert "closing or resizing" in str(e), e
+                    continue
+                shape = view.shape
+                assert view.nbytes == shape[0] * 8
+                assert buf.shape == shape and not buf.closed
+                assert buf.exports >= 1
+                view.release()
+            done.set()
+            other.join()
+            assert buf.closed and buf.exports == 0
+    finally:
+        sys.setswitchinterval(old)
+
+
 # ---- threads that change what the others read ------------------------------
 # Every mutating operation in reach of Python code, from N threads at once,
 # on the same exporters: export and release, close, resize, copy,
