@@ -8,9 +8,11 @@
 /* Without the GIL (a build with Py_GIL_DISABLED, docs/platforms.rst).  With
  * the GIL all of these are nothing and the code is as it always was.
  * - BUFFEREXT_LOCKED_BEGIN(op) ... BUFFEREXT_LOCKED_END(): the object's
- *   critical section, held by every slot and method that reads or changes
- *   its export count, open state, pins or layout (getbuffer,
- *   releasebuffer, close, resize, release, the pins around copies).  A
+ *   critical section, held by every slot and method that changes its open
+ *   state, pins or layout (close, resize, release, the pins around
+ *   copies) and by the readers that copy them; a producer's and an
+ *   adapter's getbuffer and releasebuffer count their exports without it
+ *   (exports.h: a change refuses while they are counted).  A
  *   critical section is suspended whenever its thread waits without its
  *   thread state: in Py_BEGIN_ALLOW_THREADS, in a contended PyMutex (such
  *   as the mutexes below), in Python code: so inside one, the object's
