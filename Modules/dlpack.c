@@ -8,6 +8,7 @@
 #include "cuda_driver.h"
 #include "dlpack.h"
 #include "dlpack_abi.h"
+#include "freelist.h"
 #include "producer.h"
 #include "state.h"
 
@@ -28,18 +29,66 @@ typedef struct {
     int copy;                               /* -1 None, 0 False, 1 True */
 } dlpack_options;
 
-/* Free a holder.  May run on any thread, with or without the GIL, and at
- * interpreter shutdown (then it leaks rather than touch a dead runtime). */
+#if BUFFEREXT_FREELIST > 0
+/* The memory of holders without a copy (every capsule but copy=True's),
+ * kept for the next __dlpack__; open while the module is (freelist.h). */
+static bufferext_freelist holder_freelist;
+#endif
+
+/* A holder with room for `dims` int64 (shape and strides of a copy),
+ * from the freelist when it needs none.  PyMem: the GIL is held. */
+static dlpack_holder *
+holder_alloc(size_t dims)
+{
+#if BUFFEREXT_FREELIST > 0
+    dlpack_holder *holder;
+
+    if (dims == 0 &&
+        (holder = bufferext_freelist_pop(&holder_freelist)) != NULL) {
+        return holder;
+    }
+#endif
+    return PyMem_Malloc(sizeof(dlpack_holder) + sizeof(int64_t) * dims);
+}
+
+/* Free a holder, with the GIL held (a capsule's destructor, a deleter
+ * after PyGILState_Ensure). */
 static void
 holder_free_locked(dlpack_holder *holder)
 {
     if (holder->held) {
         BufferExt_Release(&holder->ext);
     }
-    PyMem_RawFree(holder->copy);
+    if (holder->copy != NULL) {
+        PyMem_RawFree(holder->copy);
+    }
+#if BUFFEREXT_FREELIST > 0
+    else if (bufferext_freelist_push(&holder_freelist, holder)) {
+        return;
+    }
+#endif
     PyMem_Free(holder);          /* pymalloc: freed with the GIL held */
 }
 
+void
+bufferext_dlpack_freelist_open(void)
+{
+#if BUFFEREXT_FREELIST > 0
+    holder_freelist.open = 1;
+#endif
+}
+
+void
+bufferext_dlpack_freelist_clear(void)
+{
+#if BUFFEREXT_FREELIST > 0
+    bufferext_freelist_close(&holder_freelist, PyMem_Free);
+#endif
+}
+
+/* Free a holder from a deleter: on any thread, with or without the GIL,
+ * and at interpreter shutdown (then it leaks rather than touch a dead
+ * runtime). */
 static void
 holder_free(dlpack_holder *holder)
 {
@@ -429,7 +478,7 @@ make_holder(PyObject *exporter, const dlpack_options *opts)
         return NULL;
     }
     dims = opts->copy == 1 ? 2 * (size_t)ext.view.ndim : 0;
-    holder = PyMem_Malloc(sizeof(dlpack_holder) + sizeof(int64_t) * dims);
+    holder = holder_alloc(dims);
     if (holder == NULL) {
         BufferExt_Release(&ext);
         PyErr_NoMemory();

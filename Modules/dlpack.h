@@ -26,6 +26,10 @@ int bufferext_dlpack_fill(void *py_object, struct BxDLTensor *out);
  * GIL held: one made by dlpack.c is released directly, so also while the
  * interpreter finalizes; any other producer's deleter is called. */
 void bufferext_dlpack_delete_locked(void *managed, int versioned);
+/* The freelist of the capsules' holders (freelist.h): opened at module
+ * exec, closed and emptied at module clear. */
+void bufferext_dlpack_freelist_open(void);
+void bufferext_dlpack_freelist_clear(void);
 /* __dlpack__ of an open producer (producer.h's types): ValueError when it
  * is closed, else bufferext_dlpack. */
 PyObject *bufferext_producer_dlpack(PyObject *op, PyObject *const *args,

@@ -27,12 +27,13 @@
  *   or sandbox that refuses it) `owner` stays 0 and every thread uses the
  *   atomic add.
  *
- * A change may be refused by an export that is then taken back; the
- * exporter then goes the locked way after the change is refused, so the
- * two read as "exported, then refused to close", which is what happened to
- * one of them.  An exporter on the locked way that finds `changing` set
- * (a change that let its critical section go while it waited) refuses by
- * name rather than read a layout in the middle of a change. */
+ * A change and an export that meet may both back off: the change is
+ * refused (naming the export it saw) and the export goes the locked way,
+ * where it waits for the change's section and then succeeds, as if it had
+ * come first and the close been refused while it was held.  An exporter
+ * on the locked way that finds `changing` set (a change whose section was
+ * suspended while its thread waited) refuses by name rather than read a
+ * layout in the middle of a change. */
 #ifndef BUFFEREXT_MODULES_EXPORTS_H
 #define BUFFEREXT_MODULES_EXPORTS_H
 #include <Python.h>
@@ -151,8 +152,9 @@ bufferext_exports_count(bufferext_exports *e)
 
 /* In the object's critical section: start a change that no export may see.
  * Returns the live exports: 0, the change may go on and must end with
- * bufferext_exports_end_change before the section ends or anything may
- * wait; more, it must not (nothing to end). */
+ * bufferext_exports_end_change before the section ends (a wait meanwhile
+ * suspends the section: the locked ways refuse while `changing` is set);
+ * more, it must not (nothing to end). */
 static inline Py_ssize_t
 bufferext_exports_begin_change(bufferext_exports *e)
 {
@@ -160,6 +162,8 @@ bufferext_exports_begin_change(bufferext_exports *e)
     Py_ssize_t live;
 
     __atomic_store_n(&e->changing, 1, __ATOMIC_SEQ_CST);
+    /* the store before the loads below, on every architecture */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (e->owner != 0 && e->owner != _Py_ThreadId()) {
         bufferext_exports_fence_all();
     }

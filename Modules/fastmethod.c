@@ -386,7 +386,7 @@ void
 bufferext_fastmethods_clear(void)
 {
 #if BUFFEREXT_FREELIST > 0
-    bufferext_freelist_close(&bound_freelist);
+    bufferext_freelist_close(&bound_freelist, PyObject_GC_Del);
 #endif
 }
 

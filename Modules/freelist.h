@@ -1,11 +1,12 @@
-/* freelist.h -- the memory of dead GC objects of one type, kept for the
- * next (BufferView in view.c, the bound methods of fastmethod.c). */
+/* freelist.h -- the memory of dead objects of one type, kept for the next
+ * (BufferView in view.c, the bound methods of fastmethod.c, the DLPack
+ * capsules' holders in dlpack.c). */
 #ifndef BUFFEREXT_MODULES_FREELIST_H
 #define BUFFEREXT_MODULES_FREELIST_H
 #include "parts.h"
 
-/* Freelists (BufferView, fastmethod's bound methods): how many dead
- * objects each keeps for reuse.  Off (0) without the GIL, which they would
+/* Freelists (BufferView, fastmethod's bound methods, DLPack holders): how
+ * many dead objects each keeps for reuse.  Off (0) without the GIL, which they would
  * need a lock for, and under AddressSanitizer, where a reused object would
  * hide a use after free; -DBUFFEREXT_FREELIST=0 turns them off. */
 #ifndef BUFFEREXT_FREELIST
@@ -22,7 +23,7 @@
 #endif
 
 #if BUFFEREXT_FREELIST > 0
-/* The memory of dead GC objects of one type, kept for the next; open from
+/* The memory of dead objects of one type, kept for the next; open from
  * module init until the module is cleared. */
 typedef struct {
     void *items[BUFFEREXT_FREELIST];
@@ -36,8 +37,8 @@ bufferext_freelist_pop(bufferext_freelist *f)
     return f->count > 0 ? f->items[--f->count] : NULL;
 }
 
-/* Keep the memory of a dead, untracked object: 1, or 0 when the list is
- * full or closed (the caller frees it then). */
+/* Keep the memory of a dead object (a GC object untracked): 1, or 0 when
+ * the list is full or closed (the caller frees it then). */
 static inline int
 bufferext_freelist_push(bufferext_freelist *f, void *op)
 {
@@ -48,13 +49,14 @@ bufferext_freelist_push(bufferext_freelist *f, void *op)
     return 1;
 }
 
-/* Close the list and free what it keeps. */
+/* Close the list and free what it keeps with `free_item` (PyObject_GC_Del
+ * for GC objects, PyMem_Free for memory from PyMem_Malloc). */
 static inline void
-bufferext_freelist_close(bufferext_freelist *f)
+bufferext_freelist_close(bufferext_freelist *f, void (*free_item)(void *))
 {
     f->open = 0;
     while (f->count > 0) {
-        PyObject_GC_Del(f->items[--f->count]);
+        free_item(f->items[--f->count]);
     }
 }
 #endif

@@ -3,6 +3,7 @@
  * the module-level functions check_buffer_supports(), supported_flags(),
  * _device_of() and _device_libraries().  Nothing calls back into this file. */
 #include "cuda_driver.h"
+#include "dlpack.h"
 #include "exports.h"
 #include "fastmethod.h"
 #include "state.h"
@@ -290,6 +291,7 @@ module_exec(PyObject *module)
         return -1;
     }
     bufferext_exports_setup();
+    bufferext_dlpack_freelist_open();
     if (bufferext_init_view(module) < 0 ||
         bufferext_init_cpubuffer(module) < 0 ||
         bufferext_init_cuda(module) < 0 ||
@@ -348,6 +350,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->str_dlpack);
     bufferext_view_freelist_clear();
     bufferext_fastmethods_clear();
+    bufferext_dlpack_freelist_clear();
     return 0;
 }
 

@@ -74,7 +74,7 @@ void
 bufferext_view_freelist_clear(void)
 {
 #if BUFFEREXT_FREELIST > 0
-    bufferext_freelist_close(&view_freelist);
+    bufferext_freelist_close(&view_freelist, PyObject_GC_Del);
 #endif
 }
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import timeit
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
@@ -108,27 +109,46 @@ QUICK = Settings(c_iterations=50_000, c_get_iterations=20_000, c_repeats=15,
 
 # ---- building the C loops ----------------------------------------------
 
-def build_bench(workdir: str, include: Optional[str] = None,
-                defines: Sequence[str] = ()) -> ModuleType:
-    """Compile _bench.c with the interpreter's compiler against the installed
-    bufferext headers (or `include`, to try a header change) at -O2, with
-    the macros `defines`, and import it."""
+def build_extension(workdir: str, source: str, cflags: Sequence[str],
+                    include: Optional[str] = None) -> ModuleType:
+    """Compile the C file `source` of this directory into a module of its
+    name with the interpreter's compiler, `cflags` and the installed
+    bufferext headers (or `include`, to try a header change), and import
+    it."""
+    name = os.path.splitext(source)[0]
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     os.makedirs(workdir, exist_ok=True)
-    target = os.path.join(workdir, "_bench" + suffix)
-    cmd = cc + [f"-D{d}" for d in defines] + [
-        "-O2", "-fPIC", "-shared", "-Wall", "-Wextra",
+    target = os.path.join(workdir, name + suffix)
+    cmd = cc + list(cflags) + [
+        "-fPIC", "-shared",
         "-I", sysconfig.get_paths()["include"],
         "-I", include or bufferext.get_include(),
-        os.path.join(HERE, "_bench.c"), "-o", target,
+        os.path.join(HERE, source), "-o", target,
     ]
     subprocess.run(cmd, check=True)
-    spec = importlib.util.spec_from_file_location("_bench", target)
+    spec = importlib.util.spec_from_file_location(name, target)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def build_bench(workdir: str, include: Optional[str] = None,
+                defines: Sequence[str] = ()) -> ModuleType:
+    """_bench.c at -O2 with the macros `defines` (build_extension)."""
+    return build_extension(workdir, "_bench.c",
+                           [f"-D{d}" for d in defines] +
+                           ["-O2", "-Wall", "-Wextra"], include)
+
+
+def build_foreign(workdir: str,
+                  include: Optional[str] = None) -> ModuleType:
+    """foreign_consumer.c with the flags the interpreter builds extensions
+    with (sysconfig's CFLAGS, as setuptools uses them)."""
+    return build_extension(
+        workdir, "foreign_consumer.c",
+        shlex.split(sysconfig.get_config_var("CFLAGS") or "-O2"), include)
 
 
 # ---- measuring ----------------------------------------------------------
@@ -223,6 +243,42 @@ def bench_get_buffer(bench: ModuleType, s: Settings,
                       note="context: the consumer helper on a legacy type"))
     s.rows.append(Row("C GetBuffer+Release(ndarray, FULL_RO)", nd,
                       note="context"))
+
+
+def bench_foreign(bench: ModuleType, s: Settings, objs: Dict[str, Any],
+                  workdir: str, include: Optional[str]) -> None:
+    """C: the extended get/release of foreign_consumer.c, a consumer as an
+    outside author writes and builds it, against the same loop of
+    _bench.c: a foreign consumer sees the figures above."""
+    foreign = build_foreign(os.path.join(workdir, "foreign"), include)
+    cpu, data = objs["CPUBuffer"], objs["bytes"]
+    ext_flags = PyBUF_FULL_RO | PyBUF_DEVICE
+    n = s.c_get_iterations
+
+    def foreign_timer(obj: Any, flags: int,
+                      extended: bool) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter_ns()
+            foreign.loop(obj, flags, n, extended)
+            return (time.perf_counter_ns() - start) / n
+        return run
+
+    theirs, ours, theirs_plain, theirs_bytes = interleaved([
+        foreign_timer(cpu, ext_flags, True),
+        c_timer(bench, bench.OP_GET_EXTENDED, cpu, ext_flags, n),
+        foreign_timer(cpu, PyBUF_FULL_RO, False),
+        foreign_timer(data, PyBUF_SIMPLE, False),
+    ], s.c_repeats)
+    name = "foreign C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"
+    s.rows.append(Row(name, theirs,
+                      "C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)",
+                      ours, target=1.1,
+                      note="foreign_consumer.c with the interpreter's "
+                           "CFLAGS against _bench.c's loop"))
+    s.rows.append(Row(name, theirs, "foreign GetBuffer+Release(CPUBuffer, "
+                      "FULL_RO)", theirs_plain, note="context"))
+    s.rows.append(Row(name, theirs, "foreign GetBuffer+Release(bytes, "
+                      "SIMPLE)", theirs_bytes, note="context"))
 
 
 def native_interpreter() -> bool:
@@ -475,6 +531,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         bench = build_bench(workdir, args.include)
         bench_check_supports(bench, s, objs)
         bench_get_buffer(bench, s, objs)
+        bench_foreign(bench, s, objs, workdir, args.include)
         if native_interpreter():
             bench_native(bench, s, objs, workdir, args.include)
         bench_allocations(bench, s, objs)

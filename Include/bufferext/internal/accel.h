@@ -26,13 +26,14 @@
  *   3.12+        the declaration and the entry through tp_mro and
  *                PyType_GetDict, after
  *                PyUnstable_Type_AssignVersionTag.
- *   3.9-3.15, GIL builds
+ *   3.9-3.15 GIL builds, free-threaded 3.13
  *                BufferExt_GetBuffer/Release call bf_getbuffer and
  *                bf_releasebuffer directly, as PyObject_GetBuffer and
  *                PyBuffer_Release do there (checked against each release:
  *                3.14.10 and 3.15.2 by their machine code in Debian's
- *                libpython).
- *   3.16+, free-threaded builds, or -DBUFFEREXT_ACCEL_INLINE_DISPATCH=0
+ *                libpython; 3.13's Objects/abstract.c has no branch for
+ *                free-threaded builds, so 3.13t runs the same code).
+ *   3.16+, free-threaded 3.14+, or -DBUFFEREXT_ACCEL_INLINE_DISPATCH=0
  *                the public PyObject_GetBuffer and PyBuffer_Release.
  *   compilers without GCC/Clang atomics
  *                the cache only where one thread runs at a time (GIL builds
@@ -121,14 +122,16 @@ static inline BufferExtAccel_CacheEntry *BufferExtAccel_Cache(void)
 }
 
 /* The type's version tag, or 0 when it has none.
- * Mirrors: the tag test of _PyType_Lookup (Objects/typeobject.c) -- the
- * Py_TPFLAGS_VALID_VERSION_TAG flag 3.9-3.12, a zero tag 3.13-3.15.
- * Re-check at 3.16. */
+ * Mirrors: how Objects/typeobject.c invalidates a tag -- 3.9-3.11 clear
+ * the Py_TPFLAGS_VALID_VERSION_TAG flag (the tag test of _PyType_Lookup);
+ * 3.12 also zeroes the tag wherever it clears the flag (type_modified,
+ * type_mro_modified) and assigns both together; 3.13-3.15 keep only the
+ * zero tag.  Re-check at 3.16. */
 static inline unsigned int BufferExtAccel_TypeTag(PyTypeObject *type)
 {
-#  if PY_VERSION_HEX >= 0x030D0000
-    /* 3.13 zeroes the tag on change and no longer keeps the flag below;
-     * free-threaded builds change it while other threads read it. */
+#  if PY_VERSION_HEX >= 0x030C0000
+    /* a zero tag is no tag; free-threaded builds change it while other
+     * threads read it */
     return BUFFEREXT_ACCEL_LOAD(&type->tp_version_tag);
 #  else
     return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)
@@ -169,15 +172,18 @@ static inline int BufferExtAccel_CheckBuffer(PyObject *obj)
 /* BUFFEREXT_ACCEL_INLINE_DISPATCH: BufferExt_GetBuffer and BufferExt_Release
  * call the exporter's slots directly instead of PyObject_GetBuffer and
  * PyBuffer_Release where the bodies of those functions are known to be
- * exactly that (CPython 3.9-3.15 with the GIL, checked against each
- * release): it saves two calls into libpython per export.  Elsewhere, or
- * when compiled with -DBUFFEREXT_ACCEL_INLINE_DISPATCH=0, the functions are
- * called.  Mirrors: PyObject_GetBuffer and PyBuffer_Release
- * (Objects/abstract.c, 3.9-3.15; 3.14.10 and 3.15.2 also by the machine
- * code of Debian's libpython).  Re-check at 3.16, which gets the calls
- * until then. */
+ * exactly that (CPython 3.9-3.15 with the GIL and the free-threaded 3.13,
+ * checked against each release): it saves two calls into libpython per
+ * export.  Elsewhere (3.16, free-threaded 3.14 and 3.15, whose sources
+ * were not read), or when compiled with -DBUFFEREXT_ACCEL_INLINE_DISPATCH=0,
+ * the functions are called.  Mirrors: PyObject_GetBuffer and
+ * PyBuffer_Release (Objects/abstract.c, 3.9-3.15, with no branch for
+ * free-threaded builds in 3.13; 3.14.10 and 3.15.2 also by the machine code
+ * of Debian's libpython).  Re-check at 3.16, which gets the calls until
+ * then. */
 #ifndef BUFFEREXT_ACCEL_INLINE_DISPATCH
-#  if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX < 0x03100000
+#  if PY_VERSION_HEX < 0x03100000 && \
+      (!defined(Py_GIL_DISABLED) || PY_VERSION_HEX < 0x030E0000)
 #    define BUFFEREXT_ACCEL_INLINE_DISPATCH 1
 #  else
 #    define BUFFEREXT_ACCEL_INLINE_DISPATCH 0
