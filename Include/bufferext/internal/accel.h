@@ -14,9 +14,9 @@
  *
  * What it reads of CPython, by version, and when it falls back:
  *   all          tp_as_buffer->bf_getbuffer (CheckBuffer, inlined).
- *   3.9-3.12     tp_flags (Py_TPFLAGS_VALID_VERSION_TAG) and tp_version_tag:
+ *   3.9-3.11     tp_flags (Py_TPFLAGS_VALID_VERSION_TAG) and tp_version_tag:
  *                the cache key.
- *   3.13+        tp_version_tag alone (zeroed on change), atomically.
+ *   3.12+        tp_version_tag alone (zeroed on change), atomically.
  *   3.9-3.11 with the GIL
  *                the cache entries with plain loads (one thread at a time);
  *                3.12+ and free-threaded builds through a sequence lock.
@@ -122,11 +122,11 @@ static inline BufferExtAccel_CacheEntry *BufferExtAccel_Cache(void)
 }
 
 /* The type's version tag, or 0 when it has none.
- * Mirrors: how Objects/typeobject.c invalidates a tag -- 3.9-3.11 clear
- * the Py_TPFLAGS_VALID_VERSION_TAG flag (the tag test of _PyType_Lookup);
- * 3.12 also zeroes the tag wherever it clears the flag (type_modified,
- * type_mro_modified) and assigns both together; 3.13-3.15 keep only the
- * zero tag.  Re-check at 3.16. */
+ * Mirrors: the tag test of _PyType_Lookup (Objects/typeobject.c) -- the
+ * Py_TPFLAGS_VALID_VERSION_TAG flag 3.9-3.11; the tag alone 3.12-3.15
+ * (3.12 zeroes the tag wherever it clears the flag, in type_modified and
+ * type_mro_modified, and its _PyType_Lookup compares the tag only;
+ * 3.13 drops the flag).  Re-check at 3.16. */
 static inline unsigned int BufferExtAccel_TypeTag(PyTypeObject *type)
 {
 #  if PY_VERSION_HEX >= 0x030C0000
