@@ -53,6 +53,13 @@ def spin(obj: Any, n: int) -> None:
         x += i
 
 
+def export_release(obj: Any, n: int) -> None:
+    """The export alone: a memoryview's get and release of the buffer
+    (the type is CPython's, its refcount immortal)."""
+    for _ in range(n):
+        memoryview(obj).release()
+
+
 def get_release(obj: Any, n: int) -> None:
     for _ in range(n):
         get_buffer(obj).release()
@@ -65,10 +72,12 @@ def with_as_buffer(obj: Any, n: int) -> None:
 
 
 WORKLOADS: Dict[str, Callable[[Any, int], None]] = {
+    "memoryview + release (CPUBuffer)": export_release,
     "get_buffer + release (CPUBuffer)": get_release,
     "with get_buffer(as_buffer(ndarray))": with_as_buffer,
 }
 MAKERS: Dict[str, Callable[[], Any]] = {
+    "memoryview + release (CPUBuffer)": lambda: bufferext.CPUBuffer((16, 16)),
     "get_buffer + release (CPUBuffer)": lambda: bufferext.CPUBuffer((16, 16)),
     "with get_buffer(as_buffer(ndarray))": lambda: np.zeros((16, 16)),
 }
