@@ -136,9 +136,9 @@ bufferext_exports_sum(bufferext_exports *e)
 }
 #endif
 
-/* The live exports now: a getter's figure, exact while the GIL or the
- * object's lock keeps out every counter (without them, the two counts are
- * read one after the other: never below 0). */
+/* The live exports now: exact with the GIL, or where every counter holds
+ * the object's lock (a BufferView's re-exports); elsewhere a getter's
+ * figure, the two counts read one after the other (never below 0). */
 static inline Py_ssize_t
 bufferext_exports_count(bufferext_exports *e)
 {
