@@ -6,9 +6,10 @@
 #include "parts.h"
 
 /* Freelists (BufferView, fastmethod's bound methods, DLPack holders): how
- * many dead objects each keeps for reuse.  Off (0) without the GIL, which they would
- * need a lock for, and under AddressSanitizer, where a reused object would
- * hide a use after free; -DBUFFEREXT_FREELIST=0 turns them off. */
+ * many dead objects each keeps for reuse.  Off (0) without the GIL, which
+ * they would need a lock for, and under AddressSanitizer, where a reused
+ * object would hide a use after free; -DBUFFEREXT_FREELIST=0 turns them
+ * off. */
 #ifndef BUFFEREXT_FREELIST
 #  if defined(Py_GIL_DISABLED) || defined(__SANITIZE_ADDRESS__)
 #    define BUFFEREXT_FREELIST 0
