@@ -347,6 +347,66 @@ IN_USE = ("BufferView: cannot release while it is in use (a wait or copy "
           "this release)")
 
 
+# Free-threaded builds: an export never meets a close half done.  The
+# export counts itself without the object's lock and backs off when it sees
+# a change under way (Modules/exports.h); this stops a close inside the
+# driver, in the middle of its change and its critical section, and
+# exports from another thread meanwhile.  With the GIL the stopped close
+# holds the GIL too, so nothing could run beside it: skipped there.
+@linux_only
+@pytest.mark.skipif(getattr(sys, "_is_gil_enabled", lambda: True)(),
+                    reason="needs threads running beside a stopped close "
+                           "(a free-threaded build with the GIL off)")
+def test_an_export_beside_a_close_waits_for_it(driver: str) -> None:
+    """While one thread's CUDABuffer.close() is stopped inside cuMemFree,
+    an export from another thread does not get the memory being freed: it
+    waits for the close, then is refused as closed."""
+    cuda(driver, """
+        import threading
+        # with the GIL the stopped close would hold it: fail, never hang
+        assert not sys._is_gil_enabled(), "the GIL is on in the child"
+        b = CUDABuffer(4, "int32")
+        b.synchronize()
+        closed, got = [], []
+
+        def close():
+            try:
+                b.close()
+                closed.append("closed")
+            except BaseException as exc:
+                closed.append(repr(exc))
+            finally:
+                sd.standin_let_go()         # a failure before the hold
+                                            # must not leave main waiting
+
+        def export():
+            try:
+                got.append(bufferext.get_buffer(b, FULL))
+            except BaseException as exc:
+                got.append(exc)
+
+        sd.standin_hold(b"cuMemFree_v2")
+        closer = threading.Thread(target=close)
+        closer.start()
+        exporter = threading.Thread(target=export)
+        try:
+            assert sd.standin_wait_held(1) == 1, closed
+            exporter.start()
+            # it cannot finish while the close is stopped mid-change: a
+            # view now would point at memory the close is freeing
+            exporter.join(0.5)
+            assert got == [], got
+        finally:
+            sd.standin_let_go()
+            closer.join()
+            exporter.join()
+        assert closed == ["closed"], closed
+        assert len(got) == 1 and isinstance(got[0], BufferError), got
+        assert "closed" in str(got[0]), got
+        assert b.closed and b.exports == 0
+    """)
+
+
 # History: this test (CPU memory, then) released from the main thread in a
 # loop while another thread copied 64 MiB, up to 100 times, hoping that one
 # release() would land inside a copy.  On a loaded free-threaded build every
