@@ -567,8 +567,9 @@ bufferext_dlpack_managed(PyObject *exporter)
  * `out` filled, or 1 where describe() has more to say (a closed buffer, a
  * dtype or strides DLPack cannot express, suboffsets): then the general
  * path runs and raises.  Without the GIL the layout is read under an
- * export count (exports.h: no close or resize meanwhile), and a buffer
- * another thread is changing takes the general path too. */
+ * export count (bufferext_exports_read_begin: no close or resize
+ * meanwhile), and a buffer another thread is changing takes the general
+ * path too. */
 static inline int
 fill_cpubuffer(PyObject *exporter, BxDLTensor *out)
 {
@@ -577,7 +578,7 @@ fill_cpubuffer(PyObject *exporter, BxDLTensor *out)
     uint32_t packed;
     int rc = 1;
 
-    if (!bufferext_exports_enter(&p->exports)) {
+    if (!bufferext_exports_read_begin(&p->exports)) {
         return 1;
     }
     packed = layout->dl_dtype;
@@ -596,7 +597,7 @@ fill_cpubuffer(PyObject *exporter, BxDLTensor *out)
         out->byte_offset = 0;
         rc = 0;
     }
-    bufferext_exports_remove(&p->exports);
+    bufferext_exports_read_end(&p->exports);
     return rc;
 }
 

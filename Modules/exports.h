@@ -112,16 +112,38 @@ bufferext_exports_remove(bufferext_exports *e)
 static inline int
 bufferext_exports_enter(bufferext_exports *e)
 {
-#ifdef Py_GIL_DISABLED
     bufferext_exports_add(e);
-    if (__atomic_load_n(&e->changing, __ATOMIC_SEQ_CST) == 0) {
-        return 1;
+#ifdef Py_GIL_DISABLED
+    if (__atomic_load_n(&e->changing, __ATOMIC_SEQ_CST) != 0) {
+        bufferext_exports_remove(e);
+        return 0;
     }
-    bufferext_exports_remove(e);
-    return 0;
-#else
-    e->n++;
+#endif
     return 1;
+}
+
+/* A read of what an export would read (the open flag, the layout) that
+ * keeps nothing: 1, read it and end with bufferext_exports_read_end; 0,
+ * take the lock.  With the GIL nothing can change meanwhile, so nothing is
+ * counted; without it, an export count is held for the read. */
+static inline int
+bufferext_exports_read_begin(bufferext_exports *e)
+{
+#ifdef Py_GIL_DISABLED
+    return bufferext_exports_enter(e);
+#else
+    (void)e;
+    return 1;
+#endif
+}
+
+static inline void
+bufferext_exports_read_end(bufferext_exports *e)
+{
+#ifdef Py_GIL_DISABLED
+    bufferext_exports_remove(e);
+#else
+    (void)e;
 #endif
 }
 

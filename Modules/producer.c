@@ -112,10 +112,10 @@ bufferext_producer_check_open(bufferext_producer *p)
 {
     int open;
 
-    /* read under an export count, without the lock (exports.h) */
-    if (bufferext_exports_enter(&p->exports)) {
+    /* read without the lock (exports.h) */
+    if (bufferext_exports_read_begin(&p->exports)) {
         open = p->open;
-        bufferext_exports_remove(&p->exports);
+        bufferext_exports_read_end(&p->exports);
     }
     else {
         BUFFEREXT_LOCKED_BEGIN((PyObject *)p);
