@@ -32,6 +32,9 @@ enum {
     OP_LONG_ALLOC,         /* PyLong_FromLong(large) + Py_DECREF: allocates */
     OP_MEMORYVIEW,         /* PyMemoryView_FromObject + Py_DECREF: allocates */
     OP_EXCHANGE_FILL,      /* DLPack 1.3 dltensor_from_py_object_no_sync */
+    OP_CHECK_INLINE,       /* PyObject_CheckBuffer's two reads, inline */
+    OP_GET_EX_CALL,        /* PyObject_GetBufferEx + BufferExt_Release,
+                              where CPython implements the draft */
     OP_COUNT
 };
 
@@ -109,6 +112,24 @@ loop_check_supports(PyObject *obj, int flags, Py_ssize_t n)
     return 0;
 }
 
+/* The floor of any query: the reads PyObject_CheckBuffer makes (the type,
+ * its procs, their getbuffer), inline; a query reads the declaration too. */
+static int
+loop_check_inline(PyObject *obj, int flags, Py_ssize_t n)
+{
+    Py_ssize_t i, acc = 0;
+    (void)flags;
+    for (i = 0; i < n; i++) {
+        PyBufferProcs *procs;
+
+        KEEP(obj);              /* as in loop_check_supports */
+        procs = Py_TYPE(obj)->tp_as_buffer;
+        acc += procs != NULL && procs->bf_getbuffer != NULL;
+    }
+    sink = acc;
+    return 0;
+}
+
 static int
 loop_get_plain(PyObject *obj, int flags, Py_ssize_t n)
 {
@@ -141,6 +162,34 @@ loop_get_extended(PyObject *obj, int flags, Py_ssize_t n)
     }
     sink = acc;
     return 0;
+}
+
+/* CPython's own extended request, called directly: BufferExt_GetBuffer
+ * inlines its common case (bufferext/core.h, native mode). */
+static int
+loop_get_ex_call(PyObject *obj, int flags, Py_ssize_t n)
+{
+#ifdef BUFFEREXT_NATIVE
+    Py_buffer_extended ext;
+    Py_ssize_t i, acc = 0;
+    for (i = 0; i < n; i++) {
+        if (PyObject_GetBufferEx(obj, &ext, flags) < 0) {
+            sink = acc;
+            return -1;
+        }
+        acc += ext.view.len + BufferExt_IsDevice(&ext);
+        BufferExt_Release(&ext);
+    }
+    sink = acc;
+    return 0;
+#else
+    (void)obj;
+    (void)flags;
+    (void)n;
+    PyErr_SetString(PyExc_NotImplementedError,
+                    "OP_GET_EX_CALL: this CPython has no PyObject_GetBufferEx");
+    return -1;
+#endif
 }
 
 static int
@@ -247,6 +296,7 @@ typedef int (*loop_func)(PyObject *, int, Py_ssize_t);
 static const loop_func loops[OP_COUNT] = {
     loop_empty, loop_check_buffer, loop_check_supports, loop_get_plain,
     loop_get_extended, loop_long_alloc, loop_memoryview, loop_exchange_fill,
+    loop_check_inline, loop_get_ex_call,
 };
 
 static int
@@ -459,7 +509,7 @@ bench_exec(PyObject *module)
     static const char *names[OP_COUNT] = {
         "OP_EMPTY", "OP_CHECK_BUFFER", "OP_CHECK_SUPPORTS", "OP_GET_PLAIN",
         "OP_GET_EXTENDED", "OP_LONG_ALLOC", "OP_MEMORYVIEW",
-        "OP_EXCHANGE_FILL",
+        "OP_EXCHANGE_FILL", "OP_CHECK_INLINE", "OP_GET_EX_CALL",
     };
     int i;
     for (i = 0; i < OP_COUNT; i++) {

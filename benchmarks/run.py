@@ -300,14 +300,16 @@ def bench_native(bench: ModuleType, s: Settings, objs: Dict[str, Any],
     ext_flags = PyBUF_FULL_RO | PyBUF_DEVICE
     n, m = s.c_iterations, s.c_get_iterations
     backport.time_loop(backport.OP_CHECK_SUPPORTS, cpu, ext_flags, 10)
-    (check, native_check, backport_check, plain, plain_bytes, native_get,
-     backport_get) = interleaved([
+    (check, native_check, check_inline, backport_check, plain, plain_bytes,
+     native_get, cpython_get, backport_get) = interleaved([
             c_timer(bench, bench.OP_CHECK_BUFFER, cpu, 0, n),
             c_timer(bench, bench.OP_CHECK_SUPPORTS, cpu, ext_flags, n),
+            c_timer(bench, bench.OP_CHECK_INLINE, cpu, 0, n),
             c_timer(backport, backport.OP_CHECK_SUPPORTS, cpu, ext_flags, n),
             c_timer(bench, bench.OP_GET_PLAIN, cpu, PyBUF_FULL_RO, m),
             c_timer(bench, bench.OP_GET_PLAIN, data, PyBUF_FULL_RO, m),
             c_timer(bench, bench.OP_GET_EXTENDED, cpu, ext_flags, m),
+            c_timer(bench, bench.OP_GET_EX_CALL, cpu, ext_flags, m),
             c_timer(backport, backport.OP_GET_EXTENDED, cpu, ext_flags, m),
         ], s.c_repeats)
     native_get_name = "native C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)"
@@ -316,16 +318,27 @@ def bench_native(bench: ModuleType, s: Settings, objs: Dict[str, Any],
         native_check, "PyObject_CheckBuffer(CPUBuffer)", check, target=0.5,
         note="CPython's slots, read inline by the header"))
     s.rows.append(Row(
+        "inline PyObject_CheckBuffer(CPUBuffer): its reads, no call",
+        check_inline, "PyObject_CheckBuffer(CPUBuffer)", check,
+        note="context: the floor of any query, which reads a declaration "
+             "beside these"))
+    s.rows.append(Row(
         "backport C PyObject_CheckBufferSupports(CPUBuffer, 0x1011c)",
         backport_check, "PyObject_CheckBuffer(CPUBuffer)", check,
         note="context: the header's cache, forced"))
     s.rows.append(Row(native_get_name, native_get,
                       "GetBuffer+Release(CPUBuffer, FULL_RO)", plain,
-                      target=1.2, note="PyObject_GetBufferEx and the typed "
-                      "entry, against the same exporter's plain request"))
+                      target=1.2, note="the typed entry through the header "
+                      "(PyObject_GetBufferEx's common case inline), against "
+                      "the same exporter's plain request"))
     s.rows.append(Row(native_get_name, native_get,
                       "GetBuffer+Release(bytes, FULL_RO)", plain_bytes,
                       note="context: a plain request of bytes"))
+    s.rows.append(Row(
+        "native C PyObject_GetBufferEx+BufferExt_Release(CPUBuffer, "
+        "FULL_RO|DEVICE)", cpython_get, "GetBuffer+Release(CPUBuffer, "
+        "FULL_RO)", plain, note="context: CPython's function called "
+        "directly, its checks after a call that cannot be a tail call"))
     s.rows.append(Row(
         "backport C BufferExt_GetBuffer+Release(CPUBuffer, FULL_RO|DEVICE)",
         backport_get, native_get_name, native_get, target=1.1,
