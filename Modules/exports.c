@@ -26,8 +26,9 @@ bufferext_exports_setup(void)
 #  if defined(__linux__) && defined(__NR_membarrier)
     long commands = membarrier(MEMBARRIER_CMD_QUERY);
 
-    /* Registering is per process and may be repeated (another
-     * interpreter's module init): it only ever turns the fence on. */
+    /* Registering is per process and may be repeated (importing the
+     * module again once it left sys.modules runs its exec again): it only
+     * ever turns the fence on. */
     if (commands > 0 && (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
         membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0) {
         __atomic_store_n(&bufferext_exports_fenced, 1, __ATOMIC_RELAXED);
