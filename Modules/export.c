@@ -38,6 +38,34 @@ resolver(bufferext_state *st)
     return found;
 }
 
+/* resolve's answers are kept for dtypes spelled as an exact str ("f8",
+ * "float32": how most constructions name one), for which resolve spends
+ * some microseconds of Python on an answer numpy alone decides; a str's
+ * hash and comparison run no Python code.  Up to DTYPE_ANSWERS spellings,
+ * the first ones used.  Resolved on every use: any other dtype (a numpy or
+ * torch dtype, a type, a str subclass), and the low-precision floats
+ * (format "[name]"), whose numpy dtype depends on whether ml_dtypes
+ * imports at the time. */
+#define DTYPE_ANSWERS 64
+
+/* The kept answer for `dtype` (a new reference), or NULL: none (no
+ * exception) or an error. */
+static PyObject *
+dtype_answer_get(bufferext_state *st, PyObject *dtype)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *answer;
+
+    return PyDict_GetItemRef(st->dtype_answers, dtype, &answer) < 0
+               ? NULL : answer;
+#else
+    PyObject *answer = PyDict_GetItemWithError(st->dtype_answers, dtype);
+
+    Py_XINCREF(answer);
+    return answer;
+#endif
+}
+
 int
 bufferext_dtype_resolve(bufferext_state *st, PyObject *dtype,
                         bufferext_dtype *out)
@@ -45,15 +73,22 @@ bufferext_dtype_resolve(bufferext_state *st, PyObject *dtype,
     PyObject *res, *fmt, *resolve;
     const char *fmt_utf8;
     Py_ssize_t len;
+    int keep = PyUnicode_CheckExact(dtype);
 
     memset(out, 0, sizeof(*out));
-    if ((resolve = resolver(st)) == NULL) {
-        return -1;
-    }
-    res = PyObject_CallFunctionObjArgs(resolve, dtype, NULL);
-    Py_DECREF(resolve);
+    res = keep ? dtype_answer_get(st, dtype) : NULL;
     if (res == NULL) {
-        return -1;
+        if (PyErr_Occurred() || (resolve = resolver(st)) == NULL) {
+            return -1;
+        }
+        res = PyObject_CallFunctionObjArgs(resolve, dtype, NULL);
+        Py_DECREF(resolve);
+        if (res == NULL) {
+            return -1;
+        }
+    }
+    else {
+        keep = 0;               /* kept already */
     }
     if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 4 ||
         !PyUnicode_Check(fmt = PyTuple_GET_ITEM(res, 0))) {
@@ -72,6 +107,12 @@ bufferext_dtype_resolve(bufferext_state *st, PyObject *dtype,
                             "bufferext._dtypes.resolve returned a bad "
                             "format or itemsize");
         }
+        return -1;
+    }
+    if (keep && fmt_utf8[0] != '[' &&
+        PyDict_GET_SIZE(st->dtype_answers) < DTYPE_ANSWERS &&
+        PyDict_SetItem(st->dtype_answers, dtype, res) < 0) {
+        Py_DECREF(res);
         return -1;
     }
     memcpy(out->format, fmt_utf8, (size_t)len + 1);

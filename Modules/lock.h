@@ -70,7 +70,8 @@
  * - ve_driver.c: ve_nodes, ve_exiting, ve_atexit_registered: ve_mutex.
  * - blockcache.c: the cache (cache, cache_count, cache_bytes): cache_mutex;
  *   cache_limit is written once, at module init.
- * - export.c: the state's resolve_dtype: resolver_mutex.
+ * - export.c: the state's resolve_dtype: resolver_mutex; its
+ *   dtype_answers: the dict's own (the GIL, or its lock without one).
  * - adapter.c: the state's as_buffer_steps, as_buffer_in_place and
  *   cpu_types: bridges_mutex.
  * - state.c: module_def, own_entries, bufferext_cpubuffer_entry; and

@@ -292,6 +292,10 @@ module_exec(PyObject *module)
     }
     bufferext_exports_setup();
     bufferext_dlpack_freelist_open();
+    if ((st->dtype_answers = PyDict_New()) == NULL ||
+        (st->str_float64 = PyUnicode_InternFromString("float64")) == NULL) {
+        return -1;
+    }
     if (bufferext_init_view(module) < 0 ||
         bufferext_init_cpubuffer(module) < 0 ||
         bufferext_init_cuda(module) < 0 ||
@@ -319,6 +323,8 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->FastBound_Type);
     Py_VISIT(st->DeviceUnavailableError);
     Py_VISIT(st->resolve_dtype);
+    Py_VISIT(st->dtype_answers);
+    Py_VISIT(st->str_float64);
     Py_VISIT(st->as_buffer_steps);
     Py_VISIT(st->cpu_types);
     Py_VISIT(st->str_dtype);
@@ -343,6 +349,8 @@ module_clear(PyObject *module)
     Py_CLEAR(st->FastBound_Type);
     Py_CLEAR(st->DeviceUnavailableError);
     Py_CLEAR(st->resolve_dtype);
+    Py_CLEAR(st->dtype_answers);
+    Py_CLEAR(st->str_float64);
     Py_CLEAR(st->as_buffer_steps);
     Py_CLEAR(st->cpu_types);
     Py_CLEAR(st->str_dtype);

@@ -10,17 +10,8 @@ bufferext_producer_parse(const char *who, bufferext_state *st,
                          PyObject *shape, PyObject *dtype,
                          bufferext_producer_spec *spec)
 {
-    int rc;
-
-    dtype = dtype == NULL ? PyUnicode_FromString("float64")
-                          : Py_NewRef(dtype);
-    if (dtype == NULL) {
-        memset(&spec->dt, 0, sizeof(spec->dt));
-        return -1;
-    }
-    rc = bufferext_dtype_resolve(st, dtype, &spec->dt);
-    Py_DECREF(dtype);
-    if (rc < 0) {
+    if (bufferext_dtype_resolve(st, dtype == NULL ? st->str_float64 : dtype,
+                                &spec->dt) < 0) {
         return -1;
     }
     if (bufferext_layout_parse(who, shape, spec->dt.itemsize,

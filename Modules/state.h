@@ -20,6 +20,8 @@ struct bufferext_state {
     PyTypeObject *FastBound_Type;
     PyObject *DeviceUnavailableError;
     PyObject *resolve_dtype;   /* bufferext._dtypes.resolve, fetched lazily */
+    PyObject *dtype_answers;   /* its answers by dtype spelled as a str (export.c) */
+    PyObject *str_float64;     /* "float64", the producers' default dtype */
     PyObject *as_buffer_steps; /* the functions of _bridges._STEPS, lazily */
     int as_buffer_in_place;    /* its first is our pass-through (adapter.c) */
     PyObject *cpu_types;       /* bufferext._bridges._CPU_TYPES (a tuple) */

@@ -101,6 +101,41 @@ def test_dtype_spellings(spelling, dtype, fmt):
     del arr
 
 
+STR_SPELLINGS = [d[0] for d in DTYPES if isinstance(d[0], str)]
+
+
+@pytest.mark.parametrize("spelling", STR_SPELLINGS, ids=repr)
+def test_a_str_spelling_gets_resolves_answer_every_time(spelling):
+    """The answer for a dtype spelled as a str is kept after its first
+    construction (Modules/export.c): every later one describes the items
+    as bufferext._dtypes.resolve() does."""
+    from bufferext._dtypes import resolve
+    fmt, itemsize, dtype, typestr = resolve(spelling)
+    for _ in range(3):
+        buf = CPUBuffer(3, spelling)
+        assert (buf.format, buf.itemsize, buf.dtype,
+                buf.__array_interface__["typestr"]) == (
+                    fmt, itemsize, dtype, typestr)
+
+
+def test_a_refused_spelling_is_refused_every_time():
+    for _ in range(3):
+        with pytest.raises(TypeError, match="dtype 'flaot32' is not "
+                           "understood"):
+            CPUBuffer(2, "flaot32")
+
+
+def test_a_low_precision_float_follows_ml_dtypes_every_time(monkeypatch):
+    """A low-precision float's numpy dtype is ml_dtypes' only while
+    ml_dtypes imports: its answer is never kept."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert CPUBuffer(2, "bfloat16").dtype == np.dtype(ml_dtypes.bfloat16)
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)   # as if not installed
+    assert CPUBuffer(2, "bfloat16").dtype == np.dtype("V2")
+    monkeypatch.undo()
+    assert CPUBuffer(2, "bfloat16").dtype == np.dtype(ml_dtypes.bfloat16)
+
+
 def test_python_int_is_int64():
     assert CPUBuffer(1, int).dtype == np.dtype(int)
 
