@@ -32,7 +32,7 @@ enum {
     OP_LONG_ALLOC,         /* PyLong_FromLong(large) + Py_DECREF: allocates */
     OP_MEMORYVIEW,         /* PyMemoryView_FromObject + Py_DECREF: allocates */
     OP_EXCHANGE_FILL,      /* DLPack 1.3 dltensor_from_py_object_no_sync */
-    OP_CHECK_INLINE,       /* PyObject_CheckBuffer's two reads, inline */
+    OP_CHECK_INLINE,       /* PyObject_CheckBuffer's reads, inline */
     OP_GET_EX_CALL,        /* PyObject_GetBufferEx + BufferExt_Release,
                               where CPython implements the draft */
     OP_COUNT

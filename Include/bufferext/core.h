@@ -749,9 +749,10 @@ BufferExtInternal_Answered(PyObject *obj, Py_buffer_extended *view,
  * exporter wrote.  Its common case is inline here, read from the same slots
  * and checked the same way: an extended request every bit of which (the
  * required and the extended ones) the type declares, served by its typed
- * entry.  PyObject_GetBufferEx checks the answer after a call it cannot
- * make a tail call, which costs it about 1 ns per request (a fifth of one;
- * docs/draft-notes.rst); inline, the checks cost the caller a few tests.
+ * entry.  PyObject_GetBufferEx checks the answer after the call, which
+ * therefore cannot be a tail call: its frame costs a request about a
+ * quarter of a plain one (docs/performance.rst); inline, the checks cost
+ * the caller a few tests in a frame it has anyway.
  * Mirrors: PyObject_GetBufferEx (cpython/patches 0001, 0005). */
 BUFFEREXT_INTERNAL_HOT int
 BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
