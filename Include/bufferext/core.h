@@ -746,13 +746,15 @@ BufferExtInternal_Answered(PyObject *obj, Py_buffer_extended *view,
 /* BufferExt_GetBuffer (below), native mode: CPython's typed entry point,
  * which zeroes the extension, refuses undeclared required flags, calls the
  * type's bf_getbuffer_ex for a declared extended flag and checks what the
- * exporter wrote.  Its common case is inline here, read from the same slots
- * and checked the same way: an extended request every bit of which (the
- * required and the extended ones) the type declares, served by its typed
- * entry.  PyObject_GetBufferEx checks the answer after the call, which
- * therefore cannot be a tail call: its frame costs a request about a
- * quarter of a plain one (docs/performance.rst); inline, the checks cost
- * the caller a few tests in a frame it has anyway.
+ * exporter wrote.  Its two common cases are inline here, read from the
+ * same slots and checked the same way: a type that declares nothing (every
+ * exporter written before the draft: bytes, ndarray), whose getbuffer gets
+ * the request without its extended flags; and an extended request every
+ * bit of which (the required and the extended ones) the type declares,
+ * served by its typed entry.  PyObject_GetBufferEx checks the answer after
+ * the call, which therefore cannot be a tail call: its frame costs a
+ * request about a quarter of a plain one (docs/performance.rst); inline,
+ * the checks cost the caller a few tests in a frame it has anyway.
  * Mirrors: PyObject_GetBufferEx (cpython/patches 0001, 0005). */
 BUFFEREXT_INTERNAL_HOT int
 BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
@@ -760,14 +762,26 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 #  ifndef Py_LIMITED_API
     PyBufferProcs *procs = BufferExtNative_Procs(Py_TYPE(obj));
 
-    if ((flags & BUFFEREXT_EXTENDED_FLAGS) && procs != NULL &&
-        procs->bf_supported_flags > 0 &&
-        !(flags & (PyBUF_REQUIRED_FLAGS | BUFFEREXT_EXTENDED_FLAGS) &
-          ~procs->bf_supported_flags) &&
-        procs->bf_getbuffer != NULL && procs->bf_getbuffer_ex != NULL) {
-        BufferExtInternal_ClearExtension(view);
-        return BufferExtInternal_Answered(
-            obj, view, flags, procs->bf_getbuffer_ex(obj, view, flags));
+    if (procs != NULL && procs->bf_getbuffer != NULL) {
+        int declared = procs->bf_supported_flags;
+
+        /* CPython refuses these two bare values as a caller's mistake */
+        if (declared == BUFFEREXT_SUPPORTS_LEGACY && flags != PyBUF_READ &&
+            flags != PyBUF_WRITE) {
+            flags &= ~BUFFEREXT_EXTENDED_FLAGS;
+            BufferExtInternal_ClearExtension(view);
+            return BufferExtInternal_Answered(
+                obj, view, flags,
+                procs->bf_getbuffer(obj, &view->view, flags));
+        }
+        if (declared > 0 && (flags & BUFFEREXT_EXTENDED_FLAGS) &&
+            !(flags & (PyBUF_REQUIRED_FLAGS | BUFFEREXT_EXTENDED_FLAGS) &
+              ~declared) &&
+            procs->bf_getbuffer_ex != NULL) {
+            BufferExtInternal_ClearExtension(view);
+            return BufferExtInternal_Answered(
+                obj, view, flags, procs->bf_getbuffer_ex(obj, view, flags));
+        }
     }
 #  endif
     return PyObject_GetBufferEx(obj, view, flags);
