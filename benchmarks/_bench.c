@@ -147,50 +147,44 @@ loop_get_plain(PyObject *obj, int flags, Py_ssize_t n)
     return 0;
 }
 
-static int
-loop_get_extended(PyObject *obj, int flags, Py_ssize_t n)
-{
-    Py_buffer_extended ext;
-    Py_ssize_t i, acc = 0;
-    for (i = 0; i < n; i++) {
-        if (BufferExt_GetBuffer(obj, &ext, flags) < 0) {
-            sink = acc;
-            return -1;
-        }
-        acc += ext.view.len + BufferExt_IsDevice(&ext);
-        BufferExt_Release(&ext);
+/* An extended get/release loop through GET, one function of
+ * BufferExt_GetBuffer's signature: the two loops below differ in it only. */
+#define LOOP_GET_EXTENDED(NAME, GET)                                        \
+    static int                                                              \
+    NAME(PyObject *obj, int flags, Py_ssize_t n)                            \
+    {                                                                       \
+        Py_buffer_extended ext;                                             \
+        Py_ssize_t i, acc = 0;                                              \
+        for (i = 0; i < n; i++) {                                           \
+            if (GET(obj, &ext, flags) < 0) {                                \
+                sink = acc;                                                 \
+                return -1;                                                  \
+            }                                                               \
+            acc += ext.view.len + BufferExt_IsDevice(&ext);                 \
+            BufferExt_Release(&ext);                                        \
+        }                                                                   \
+        sink = acc;                                                         \
+        return 0;                                                           \
     }
-    sink = acc;
-    return 0;
-}
+
+LOOP_GET_EXTENDED(loop_get_extended, BufferExt_GetBuffer)
 
 /* CPython's own extended request, called directly: BufferExt_GetBuffer
- * inlines its common case (bufferext/core.h, native mode). */
+ * makes its two common cases inline (bufferext/core.h, native mode). */
+#ifdef BUFFEREXT_NATIVE
+LOOP_GET_EXTENDED(loop_get_ex_call, PyObject_GetBufferEx)
+#else
 static int
 loop_get_ex_call(PyObject *obj, int flags, Py_ssize_t n)
 {
-#ifdef BUFFEREXT_NATIVE
-    Py_buffer_extended ext;
-    Py_ssize_t i, acc = 0;
-    for (i = 0; i < n; i++) {
-        if (PyObject_GetBufferEx(obj, &ext, flags) < 0) {
-            sink = acc;
-            return -1;
-        }
-        acc += ext.view.len + BufferExt_IsDevice(&ext);
-        BufferExt_Release(&ext);
-    }
-    sink = acc;
-    return 0;
-#else
     (void)obj;
     (void)flags;
     (void)n;
     PyErr_SetString(PyExc_NotImplementedError,
                     "OP_GET_EX_CALL: this CPython has no PyObject_GetBufferEx");
     return -1;
-#endif
 }
+#endif
 
 static int
 loop_long_alloc(PyObject *obj, int flags, Py_ssize_t n)
