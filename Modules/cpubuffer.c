@@ -158,12 +158,10 @@ cpubuffer_copy_from_host(PyObject *op, PyObject *source)
 {
     const char *who = "CPUBuffer.copy_from_host";
     CPUBufferObject *self = CPUBuffer_CAST(op);
-    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
     Py_buffer view;
     int rc;
 
-    if (st == NULL || bufferext_producer_get_source(&self->head, st, who,
-                                                    source, &view) < 0) {
+    if (bufferext_producer_get_source(&self->head, who, source, &view) < 0) {
         return NULL;
     }
     rc = PyBuffer_ToContiguous(self->head.layout.buf, &view, view.len, 'C');
@@ -423,20 +421,17 @@ cpubuffer_from_pickle(PyObject *cls, PyObject *args)
     const char *who = "CPUBuffer._from_pickle";
     PyObject *data, *shape, *dtype;
     CPUBufferObject *self;
-    bufferext_state *st;
     Py_buffer view;
     int readonly, rc;
 
     if (!PyArg_ParseTuple(args, "OOOp:_from_pickle", &data, &shape, &dtype,
                           &readonly) ||
-        (st = bufferext_state_from_type((PyTypeObject *)cls)) == NULL ||
         (self = (CPUBufferObject *)cpubuffer_make(
              (PyTypeObject *)cls, shape, dtype, readonly, 0)) == NULL) {
         return NULL;
     }
     /* The same number of bytes, raw or items of the dtype (checked). */
-    if (bufferext_producer_get_source(&self->head, st, who, data,
-                                      &view) < 0) {
+    if (bufferext_producer_get_source(&self->head, who, data, &view) < 0) {
         Py_DECREF(self);
         return NULL;
     }

@@ -328,14 +328,12 @@ cudabuffer_copy_from_host(PyObject *op, PyObject *source)
 {
     const char *who = "CUDABuffer.copy_from_host";
     CUDABufferObject *self = CUDABuffer_CAST(op);
-    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
     void *staged;
     const void *src;
     Py_buffer view;
     int rc = -1;
 
-    if (st == NULL || bufferext_producer_get_source(&self->head, st, who,
-                                                    source, &view) < 0) {
+    if (bufferext_producer_get_source(&self->head, who, source, &view) < 0) {
         return NULL;
     }
     src = bufferext_contiguous_bytes(&view, &staged);

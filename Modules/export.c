@@ -41,8 +41,9 @@ resolver(bufferext_state *st)
 /* resolve's answers are kept for dtypes spelled as an exact str ("f8",
  * "float32": how most constructions name one), for which resolve spends
  * some microseconds of Python on an answer numpy alone decides; a str's
- * hash and comparison run no Python code.  Up to DTYPE_ANSWERS spellings,
- * the first ones used.  Resolved on every use: any other dtype (a numpy or
+ * hash and comparison run no Python code.  Up to DTYPE_ANSWERS spellings:
+ * a new one when they are all kept starts the table over.  Resolved on
+ * every use: any other dtype (a numpy or
  * torch dtype, a type, a str subclass), and the low-precision floats
  * (format "[name]"), whose numpy dtype depends on whether ml_dtypes
  * imports at the time. */
@@ -109,11 +110,16 @@ bufferext_dtype_resolve(bufferext_state *st, PyObject *dtype,
         }
         return -1;
     }
-    if (keep && fmt_utf8[0] != '[' &&
-        PyDict_GET_SIZE(st->dtype_answers) < DTYPE_ANSWERS &&
-        PyDict_SetItem(st->dtype_answers, dtype, res) < 0) {
-        Py_DECREF(res);
-        return -1;
+    if (keep && fmt_utf8[0] != '[') {
+        /* full: forgotten, so that the spellings in use now are kept (the
+         * values are resolve's tuples: freeing them runs no Python code) */
+        if (PyDict_GET_SIZE(st->dtype_answers) >= DTYPE_ANSWERS) {
+            PyDict_Clear(st->dtype_answers);
+        }
+        if (PyDict_SetItem(st->dtype_answers, dtype, res) < 0) {
+            Py_DECREF(res);
+            return -1;
+        }
     }
     memcpy(out->format, fmt_utf8, (size_t)len + 1);
     out->dtype = Py_NewRef(PyTuple_GET_ITEM(res, 2));
@@ -342,24 +348,28 @@ lowp_format(const char *f, uint32_t *code, Py_ssize_t *size)
     return 0;
 }
 
-int
-bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
-                        uint32_t *packed)
+/* What bufferext_format_dlpack says of `format`, with a byte-swapped type
+ * of more than one byte described too: 0 and *packed set, *swapped 1 when
+ * the byte order is not native (a byte has no order: '>b' is 'b'); 2; 3. */
+static int
+format_type(const char *format, Py_ssize_t itemsize, uint32_t *packed,
+            int *swapped)
 {
     const unsigned int one = 1;
     const int little = *(const unsigned char *)&one == 1;
     const char *f = format;
     Py_ssize_t size;
     uint32_t code;
-    int native = 1, swapped = 0;
+    int native = 1;
 
+    *swapped = 0;
     if (*f == '@') {
         f++;
     }
     else if (*f == '=' || *f == '<' || *f == '>' || *f == '!') {
         /* sized before the byte order is judged: a swapped format of the
          * wrong item size is that first */
-        swapped = *f != '=' && (*f == '<') != little;
+        *swapped = *f != '=' && (*f == '<') != little;
         native = 0;
         f++;
     }
@@ -385,10 +395,22 @@ sized:
     if (itemsize != size) {
         return 3;
     }
-    if (swapped && size > 1) {         /* a byte has no order: '>b' is 'b' */
-        return 1;
-    }
+    *swapped = *swapped && size > 1;
     *packed = code | (uint32_t)(size * 8) << 8 | (uint32_t)1 << 16;
+    return 0;
+}
+
+int
+bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
+                        uint32_t *packed)
+{
+    uint32_t type;
+    int swapped, rc = format_type(format, itemsize, &type, &swapped);
+
+    if (rc != 0 || swapped) {
+        return rc != 0 ? rc : 1;
+    }
+    *packed = type;
     return 0;
 }
 
@@ -483,42 +505,32 @@ bufferext_layout_contiguity(bufferext_export_layout *layout)
 
 /* The element-type check of copies from the host: raw bytes ('B' or no
  * format) copy as they are, typed sources must name the element type of
- * `dt`.  Compared by meaning, the canonical buffer formats (without
- * ml_dtypes every float8 kind has the same numpy stand-in, 'V1').  0, or
- * -1 with ValueError naming the caller, the format and the dtype. */
+ * `dt` in items of the source's own itemsize.  The format is read by
+ * struct's rules, as every export of the package reads it ('=l' is a
+ * 4-byte int, where numpy's 'l' has 8), and compared by DLPack type and
+ * byte order: every dtype a producer holds has one, so a format without
+ * one names another type (without ml_dtypes every float8 kind has the
+ * same numpy stand-in, 'V1'; their formats differ).  0, or -1 with
+ * ValueError naming the caller, the format and the dtype. */
 int
-bufferext_check_source_format(bufferext_state *st, const char *who,
-                              const Py_buffer *view, const bufferext_dtype *dt)
+bufferext_check_source_format(const char *who, const Py_buffer *view,
+                              const bufferext_dtype *dt)
 {
-    bufferext_dtype src;
-    PyObject *fmt;
-    int same = 0;
+    uint32_t src_type, dt_type;
+    int src_swapped, dt_swapped;
 
-    if (view->format == NULL || strcmp(view->format, "B") == 0) {
+    if (view->format == NULL || strcmp(view->format, "B") == 0 ||
+        (format_type(view->format, view->itemsize, &src_type,
+                     &src_swapped) == 0 &&
+         format_type(dt->format, dt->itemsize, &dt_type, &dt_swapped) == 0 &&
+         src_type == dt_type && src_swapped == dt_swapped)) {
         return 0;
     }
-    fmt = PyUnicode_FromString(view->format);
-    if (fmt == NULL) {
-        return -1;
-    }
-    if (bufferext_dtype_resolve(st, fmt, &src) == 0) {
-        same = strcmp(src.format, dt->format) == 0;
-        bufferext_dtype_clear(&src);
-    }
-    else if (!PyErr_ExceptionMatches(PyExc_TypeError)) {
-        Py_DECREF(fmt);
-        return -1;
-    }
-    PyErr_Clear();
-    Py_DECREF(fmt);
-    if (!same) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: source format '%s' does not match the buffer's "
-                     "dtype %R (format '%s')", who, view->format, dt->dtype,
-                     dt->format);
-        return -1;
-    }
-    return 0;
+    PyErr_Format(PyExc_ValueError,
+                 "%s: source format '%s' does not match the buffer's dtype "
+                 "%R (format '%s'): the source has %zd-byte items", who,
+                 view->format, dt->dtype, dt->format, view->itemsize);
+    return -1;
 }
 
 PyObject *

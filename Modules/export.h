@@ -91,11 +91,11 @@ const char *bufferext_lowp_name(int code, int *bits);
 
 
 /* A copy from host memory must bring raw bytes ('B' or no format) or
- * items of the element type `dt` names (compared by canonical format);
- * else ValueError naming `who`, the source format and the dtype.  0 or
- * -1. */
-int bufferext_check_source_format(bufferext_state *st, const char *who,
-                                  const Py_buffer *view,
+ * items of the element type `dt` names, of the source's own itemsize (its
+ * format read by struct's rules); else ValueError naming `who`, the source
+ * format and the dtype.  0 or -1; only the error runs Python code (the
+ * dtype's repr). */
+int bufferext_check_source_format(const char *who, const Py_buffer *view,
                                   const bufferext_dtype *dt);
 
 /* __array__ of memory on a device: numpy swallows the BufferError

@@ -170,9 +170,8 @@ bufferext_producer_host_array(bufferext_producer *p, Py_buffer *view)
 }
 
 int
-bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
-                              const char *who, PyObject *source,
-                              Py_buffer *view)
+bufferext_producer_get_source(bufferext_producer *p, const char *who,
+                              PyObject *source, Py_buffer *view)
 {
     /* The source's exporter may run Python code (a __buffer__ method, 3.12+)
      * that closes or resizes this buffer: pinned, they refuse. */
@@ -188,7 +187,7 @@ bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
                      "%s: source has %zd bytes, the buffer %zd", who,
                      view->len, p->layout.len);
     }
-    else if (bufferext_check_source_format(st, who, view, &p->dt) == 0) {
+    else if (bufferext_check_source_format(who, view, &p->dt) == 0) {
         return 0;
     }
     bufferext_release_raised(view);

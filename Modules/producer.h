@@ -167,9 +167,8 @@ PyObject *bufferext_producer_host_array(bufferext_producer *p,
  * same number of bytes, raw bytes or items of the dtype, else ValueError
  * naming `who`.  0 with `p` pinned for writing (bufferext_producer_pin)
  * and `view` held: release both after the copy.  -1 with neither held. */
-int bufferext_producer_get_source(bufferext_producer *p, bufferext_state *st,
-                                  const char *who, PyObject *source,
-                                  Py_buffer *view);
+int bufferext_producer_get_source(bufferext_producer *p, const char *who,
+                                  PyObject *source, Py_buffer *view);
 /* The bytes of `view` in C order: view->buf when contiguous, else a copy
  * in *staged (PyMem_RawFree it; NULL when none was made).  NULL with an
  * exception. */

@@ -148,14 +148,12 @@ vebuffer_copy_from_host(PyObject *op, PyObject *source)
 {
     const char *who = "VEBuffer.copy_from_host";
     VEBufferObject *self = VEBuffer_CAST(op);
-    bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
     Py_buffer view;
     void *staged;
     const void *src;
     int rc = -1;
 
-    if (st == NULL || bufferext_producer_get_source(&self->head, st, who,
-                                                    source, &view) < 0) {
+    if (bufferext_producer_get_source(&self->head, who, source, &view) < 0) {
         return NULL;
     }
     src = bufferext_contiguous_bytes(&view, &staged);

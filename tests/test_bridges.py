@@ -578,3 +578,34 @@ def test_typestrs_the_buffer_protocol_cannot_describe(typestr: str) -> None:
         version=3, shape=(1,), typestr=typestr, data=bytearray(8)))
     with pytest.raises(BufferError, match="'typestr'"):
         bufferext.as_buffer(obj)
+
+
+STRUCT_FORMATS = [order + code for order in ("", "@", "=", "<", ">", "!")
+                  for code in "?bBhHiIlLqQefd"] + ["Zf", "<Zd", "=Zf"]
+
+
+@pytest.mark.parametrize("fmt", STRUCT_FORMATS)
+def test_a_buffer_format_is_read_by_struct_rules(fmt: str) -> None:
+    """An exported format is struct syntax, where a byte-order prefix means
+    standard sizes: '=l' is a 4-byte int, which numpy's spelling '=l' is
+    not.  What the package derives from one (an adapter's CUDA Array
+    Interface typestr, a DistArray's element type) has the format's own
+    item size."""
+    import struct
+
+    from bufferext._bridges import format_to_typestr
+    from bufferext._dtypes import resolve_format
+    from bufferext.distarray._buffers import held_dtype
+
+    size = struct.calcsize(fmt.replace("Z", "2"))
+    fmt_out, itemsize, dtype, typestr = resolve_format(fmt)
+    assert (itemsize, dtype.itemsize) == (size, size), fmt
+    assert np.dtype(typestr).itemsize == size
+    assert format_to_typestr(fmt) == typestr
+    assert held_dtype(fmt, "it") == dtype
+    order = fmt[0] if fmt[0] in "@=<>!" else ""
+    if order in ("", "@", "=") or size == 1 or \
+            (order == "<") == (sys.byteorder == "little"):
+        assert dtype.isnative, fmt
+    else:
+        assert not dtype.isnative, fmt

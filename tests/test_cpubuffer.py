@@ -425,6 +425,52 @@ def test_copy_dtype_mismatch():
         buf.copy_from_host(np.zeros(1, dtype=[("a", "<i4"), ("b", "<f4")]))
 
 
+def test_copy_reads_a_struct_format_by_struct_rules():
+    """A source's format is struct syntax: '=l' is a 4-byte int (numpy's
+    'l' has 8).  Read as a numpy spelling, 16 of them passed for 8 int64s,
+    two per item."""
+    _testbuffer = pytest.importorskip("_testbuffer")
+    src = _testbuffer.ndarray(list(range(16)), shape=[16], format="=l")
+    assert (memoryview(src).itemsize, memoryview(src).nbytes) == (4, 64)
+    wide = CPUBuffer(8, "int64")
+    with pytest.raises(ValueError, match=re.escape(
+            "source format '=l' does not match the buffer's dtype "
+            f"dtype('int64') (format '{wide.format}'): the source has "
+            "4-byte items")):
+        wide.copy_from_host(src)
+    narrow = CPUBuffer(16, "int32")
+    narrow.copy_from_host(src)
+    assert np.asarray(narrow).tolist() == list(range(16))
+
+
+def test_more_str_spellings_than_are_kept_each_get_resolves_answer():
+    """The answers kept for str spellings are a table of a few dozen that
+    starts over when full: past it, every spelling still gets resolve()'s
+    answer, the first ones again after the table started over."""
+    from bufferext._dtypes import resolve
+    codes = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4",
+             "f8", "c8", "c16", "b1"]
+    spellings = [order + code for order in ("", "<", ">", "=", "|")
+                 for code in codes]
+    spellings = [s for s in spellings if _resolves(resolve, s)]
+    assert len(spellings) > 64
+    for _ in range(2):
+        for spelling in spellings:
+            fmt, itemsize, dtype, typestr = resolve(spelling)
+            buf = CPUBuffer(2, spelling)
+            assert (buf.format, buf.itemsize, buf.dtype,
+                    buf.__array_interface__["typestr"]) == (
+                        fmt, itemsize, dtype, typestr), spelling
+
+
+def _resolves(resolve, spelling):
+    try:
+        resolve(spelling)
+    except TypeError:
+        return False
+    return True
+
+
 def test_copy_from_non_buffer():
     buf = CPUBuffer(2, "u1")
     with pytest.raises(TypeError):

@@ -247,6 +247,31 @@ def test_struct_formats_with_standard_sizes(c99: ModuleType, fmt: str,
             bufferext.get_buffer(exporter)
 
 
+@pytest.mark.parametrize("fmt, itemsize, dtype, good", [
+    ("<l", 4, "int32", True), ("<l", 8, "int64", False),
+    ("l", 8, "int64", True), ("=i", 8, "int64", False),
+    ("!h", 4, "int32", False), ("<e", 2, "float16", True),
+])
+def test_copies_read_struct_standard_sizes(c99: ModuleType, fmt: str,
+                                           itemsize: int, dtype: str,
+                                           good: bool) -> None:
+    # the same rule for a copy's source, which the gate does not see: a
+    # format that contradicts the exporter's itemsize is refused by name,
+    # not read as numpy would read the spelling ('<l' as 8 bytes)
+    exporter = c99.Configurable(4 * itemsize, 4 * itemsize, itemsize, 1,
+                                fmt, shape=(4,))
+    buf = bufferext.CPUBuffer(4, dtype)
+    assert buf.itemsize == itemsize
+    if good:
+        buf.copy_from_host(exporter)
+    else:
+        with pytest.raises(ValueError, match=re.escape(
+                f"source format '{fmt}' does not match") + ".*" +
+                re.escape(f"the source has {itemsize}-byte items")):
+            buf.copy_from_host(exporter)
+    assert exporter.exports == 0
+
+
 # ---- our own exports skip the gate: whose export it was, not the type now --
 
 def test_our_own_export_is_taken_as_made() -> None:

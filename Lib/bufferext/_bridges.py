@@ -37,7 +37,7 @@ import numpy as np
 
 from . import _bufferext
 from ._bufferext import BufferAdapter
-from ._dtypes import _is_lowp, resolve
+from ._dtypes import _is_lowp, resolve, resolve_format
 from ._flags import BufferFlags
 
 __all__ = ["as_buffer", "format_to_typestr"]
@@ -493,7 +493,7 @@ def _from_array_interface(obj: Any, interface: Any,
 
 def format_to_typestr(fmt: str) -> str:
     """The array-interface typestr of a struct-module format."""
-    return resolve(fmt)[3]
+    return resolve_format(fmt)[3]
 
 
 as_buffer = _bufferext.as_buffer

@@ -198,6 +198,15 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
     return fmt, dt.itemsize, dt, dt.str
 
 
+def resolve_format(fmt: str) -> Tuple[str, int, np.dtype[Any], str]:
+    """:func:`resolve` of a buffer format, read by struct's rules: ``'=l'``
+    is a 4-byte int, where numpy reads the spelling ``'=l'`` as its 8-byte
+    ``long``.  TypeError for a format bufferext does not read."""
+    if _LOWP_FORMAT.fullmatch(fmt) is not None:
+        return resolve(fmt)
+    return resolve(_from_struct(fmt))
+
+
 def describe(fmt: Optional[str], itemsize: int) -> str:
     """The element type a buffer's format names, in words, for reports."""
     fmt = "B" if fmt is None else fmt

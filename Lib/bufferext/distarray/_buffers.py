@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 import numpy as np
 
 from .._bufferext import as_buffer, get_buffer
-from .._dtypes import _is_lowp, host_view, resolve, wire_dtype
+from .._dtypes import _is_lowp, host_view, resolve, resolve_format, wire_dtype
 from .._flags import BufferFlags
 from ._comm import agree
 
@@ -106,7 +106,7 @@ def held_dtype(fmt: str, what: str) -> np.dtype:
     ``what`` names the buffer in the TypeError.
     """
     try:
-        dtype = resolve(fmt)[2]
+        dtype = resolve_format(fmt)[2]
     except TypeError as exc:
         raise TypeError(f"{what} holding format {fmt!r}, which a DistArray "
                         f"cannot hold ({exc})") from None
@@ -173,13 +173,15 @@ def make_buffer(device: str, host: np.ndarray) -> Any:
     return buf
 
 
-def _format_of(spelling: Any) -> Optional[str]:
-    """The canonical buffer format of an exported format or of a dtype
-    (``'<d'`` and ``float64`` are ``'d'`` here), None for one bufferext does
+def _canonical(read: Callable[[Any], Tuple[str, int, Any, str]],
+               spelling: Any) -> Optional[str]:
+    """The canonical buffer format of ``spelling`` as ``read`` reads it
+    (:func:`resolve` a dtype, :func:`resolve_format` an exported format:
+    ``'<d'`` and ``float64`` are ``'d'`` here), None for one bufferext does
     not read.  Element types are compared by it, never by numpy's dtype:
     without ml_dtypes every float8 is the same stand-in ``V1``."""
     try:
-        return resolve(spelling)[0]
+        return read(spelling)[0]
     except (TypeError, ValueError):
         return None
 
@@ -187,7 +189,8 @@ def _format_of(spelling: Any) -> Optional[str]:
 #: A DistArray's dtype as a canonical format, asked by every MPI operation
 #: for each buffer (``resolve`` takes ~5 us); cached by dtype only, so no
 #: foreign format string is kept.
-_dtype_format = functools.lru_cache(maxsize=64)(_format_of)
+_dtype_format = functools.lru_cache(maxsize=64)(
+    functools.partial(_canonical, resolve))
 
 
 class _DeviceMemory:
@@ -237,7 +240,8 @@ class Acquired:
                                   f"need {nbytes}")
             want = _dtype_format(dtype)     # None: a dtype no format names
             fmt = view.format               # as exported, or in another spelling
-            if want is None or (fmt != want and _format_of(fmt) != want):
+            if want is None or (fmt != want and
+                                _canonical(resolve_format, fmt) != want):
                 raise BufferError(f"DistArray: the local buffer holds format "
                                   f"{view.format!r}, not dtype {dtype}")
             self.view, self.kind, self.write = view, kind, write
