@@ -43,10 +43,9 @@ resolver(bufferext_state *st)
  * some microseconds of Python on an answer numpy alone decides; a str's
  * hash and comparison run no Python code.  Up to DTYPE_ANSWERS spellings:
  * a new one when they are all kept starts the table over.  Resolved on
- * every use: any other dtype (a numpy or
- * torch dtype, a type, a str subclass), and the low-precision floats
- * (format "[name]"), whose numpy dtype depends on whether ml_dtypes
- * imports at the time. */
+ * every use: any other dtype (a numpy or torch dtype, a type, a str
+ * subclass), and the low-precision floats (format "[name]"), whose numpy
+ * dtype depends on whether ml_dtypes imports at the time. */
 #define DTYPE_ANSWERS 64
 
 /* The kept answer for `dtype` (a new reference), or NULL: none (no
