@@ -306,6 +306,19 @@ adapter_get_cai(PyObject *op, void *closure)
         Py_DECREF(mod);
     }
     if (typestr == NULL) {
+        /* a format the interface cannot name: the object has no CUDA
+         * Array Interface (hasattr() says False), as for host memory */
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyObject *type_, *value, *tb;
+
+            PyErr_Fetch(&type_, &value, &tb);
+            PyErr_NormalizeException(&type_, &value, &tb);
+            PyErr_Format(PyExc_AttributeError,
+                         "__cuda_array_interface__: %S", value);
+            Py_XDECREF(type_);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        }
         return NULL;
     }
     shape = adapter_get_shape(op, NULL);

@@ -418,7 +418,7 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
     const char *who = "CUDABuffer.copy_from";
     CUDABufferObject *self = CUDABuffer_CAST(op), *src;
     bufferext_state *st = bufferext_state_from_type(Py_TYPE(op));
-    int same, rc;
+    int rc;
 
     if (st == NULL) {
         return NULL;
@@ -431,16 +431,15 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
         return NULL;
     }
     src = CUDABuffer_CAST(other);
-    /* the dtypes never change: compared (numpy code) before the pins */
-    same = PyObject_RichCompareBool(src->head.dt.dtype, self->head.dt.dtype,
-                                    Py_EQ);
-    if (same <= 0) {
-        if (same == 0) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s: source dtype %R does not match the buffer's "
-                         "dtype %R", who, src->head.dt.dtype,
-                         self->head.dt.dtype);
-        }
+    /* the element types never change: compared by their canonical
+     * formats, not by numpy's dtypes (without ml_dtypes every float8 kind
+     * is the same 'V1') */
+    if (!bufferext_producer_same_type(&src->head, &self->head)) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: source dtype %R (format '%s') does not match the "
+                     "buffer's dtype %R (format '%s')", who,
+                     src->head.dt.dtype, src->head.dt.format,
+                     self->head.dt.dtype, self->head.dt.format);
         return NULL;
     }
     if (bufferext_producer_pin(&self->head, who, 1) < 0) {

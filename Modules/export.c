@@ -41,8 +41,9 @@ resolver(bufferext_state *st)
 /* resolve's answers are kept for dtypes spelled as an exact str ("f8",
  * "float32": how most constructions name one), for which resolve spends
  * some microseconds of Python on an answer numpy alone decides; a str's
- * hash and comparison run no Python code.  Up to DTYPE_ANSWERS spellings:
- * a new one when they are all kept starts the table over.  Resolved on
+ * hash and comparison run no Python code.  Up to DTYPE_ANSWERS spellings,
+ * the first ones used (a table started over when full would miss on every
+ * construction of a program that cycles through a few more).  Resolved on
  * every use: any other dtype (a numpy or torch dtype, a type, a str
  * subclass), and the low-precision floats (format "[name]"), whose numpy
  * dtype depends on whether ml_dtypes imports at the time. */
@@ -109,16 +110,11 @@ bufferext_dtype_resolve(bufferext_state *st, PyObject *dtype,
         }
         return -1;
     }
-    if (keep && fmt_utf8[0] != '[') {
-        /* full: forgotten, so that the spellings in use now are kept (the
-         * values are resolve's tuples: freeing them runs no Python code) */
-        if (PyDict_GET_SIZE(st->dtype_answers) >= DTYPE_ANSWERS) {
-            PyDict_Clear(st->dtype_answers);
-        }
-        if (PyDict_SetItem(st->dtype_answers, dtype, res) < 0) {
-            Py_DECREF(res);
-            return -1;
-        }
+    if (keep && fmt_utf8[0] != '[' &&
+        PyDict_GET_SIZE(st->dtype_answers) < DTYPE_ANSWERS &&
+        PyDict_SetItem(st->dtype_answers, dtype, res) < 0) {
+        Py_DECREF(res);
+        return -1;
     }
     memcpy(out->format, fmt_utf8, (size_t)len + 1);
     out->dtype = Py_NewRef(PyTuple_GET_ITEM(res, 2));
@@ -269,8 +265,9 @@ bufferext_dims_alloc(int ndim, int64_t **items)
 }
 
 /* Bytes of the item a single-code format names, 0 if DLPack has no such
- * type.  `native`: no prefix or '@', so 'l', 'L', 'n', 'N' have the
- * platform's sizes ('=', '<', '>', '!' mean struct's standard sizes). */
+ * type.  `native`: no prefix or '@', so 'l', 'L', 'n', 'N', 'P' have the
+ * platform's sizes ('=', '<', '>', '!' mean struct's standard sizes, which
+ * 'n', 'N' and 'P' have none of). */
 static Py_ssize_t
 format_item_size(const char *f, int native)
 {
@@ -281,6 +278,7 @@ format_item_size(const char *f, int native)
     case 'q': case 'Q': case 'd': return 8;
     case 'l': case 'L': return native ? (Py_ssize_t)sizeof(long) : 4;
     case 'n': case 'N': return native ? (Py_ssize_t)sizeof(size_t) : 0;
+    case 'P': return native ? (Py_ssize_t)sizeof(void *) : 0;
     case 'Z': return (f[1] == 'e' || f[1] == 'f' || f[1] == 'd')
                          ? 2 * format_item_size(f + 1, native) : 0;
     default: return 0;
@@ -379,8 +377,8 @@ format_type(const char *format, Py_ssize_t itemsize, uint32_t *packed,
     case '?': code = 6; break;
     case 'b': case 'h': case 'i': case 'l': case 'q': case 'n':
         code = 0; break;
-    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
-        code = 1; break;
+    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N': case 'P':
+        code = 1; break;                 /* 'P', a void *: numpy's uintp */
     case 'e': case 'f': case 'd': code = 2; break;
     case 'Z': code = 5; break;
     default:
@@ -502,33 +500,39 @@ bufferext_layout_contiguity(bufferext_export_layout *layout)
     }
 }
 
-/* The element-type check of copies from the host: raw bytes ('B' or no
- * format) copy as they are, typed sources must name the element type of
- * `dt` in items of the source's own itemsize.  The format is read by
- * struct's rules, as every export of the package reads it ('=l' is a
- * 4-byte int, where numpy's 'l' has 8), and compared by DLPack type and
- * byte order: every dtype a producer holds has one, so a format without
- * one names another type (without ml_dtypes every float8 kind has the
- * same numpy stand-in, 'V1'; their formats differ).  0, or -1 with
- * ValueError naming the caller, the format and the dtype. */
+/* The element-type check of copies from the host: raw bytes (no format,
+ * or unsigned bytes in any byte order: 'B', '<B', ...) copy as they are,
+ * typed sources must name the element type of `dt` in items of the
+ * source's own itemsize.  The format is read by struct's rules, as every
+ * export of the package reads it ('=l' is a 4-byte int, where numpy's 'l'
+ * has 8), and compared by DLPack type and byte order: every dtype a
+ * producer holds has one, so a format without one names another type
+ * (without ml_dtypes every float8 kind has the same numpy stand-in, 'V1';
+ * their formats differ).  0, or -1 with ValueError naming the caller, the
+ * format, its item size and the dtype. */
 int
 bufferext_check_source_format(const char *who, const Py_buffer *view,
                               const bufferext_dtype *dt)
 {
+    const uint32_t bytes = 1 | 8 << 8 | 1 << 16;       /* DLPack uint8 */
     uint32_t src_type, dt_type;
-    int src_swapped, dt_swapped;
+    int src_swapped, dt_swapped, read;
 
-    if (view->format == NULL || strcmp(view->format, "B") == 0 ||
-        (format_type(view->format, view->itemsize, &src_type,
-                     &src_swapped) == 0 &&
-         format_type(dt->format, dt->itemsize, &dt_type, &dt_swapped) == 0 &&
-         src_type == dt_type && src_swapped == dt_swapped)) {
+    if (view->format == NULL) {
+        return 0;
+    }
+    read = format_type(view->format, view->itemsize, &src_type, &src_swapped);
+    if (read == 0 &&
+        (src_type == bytes ||
+         (format_type(dt->format, dt->itemsize, &dt_type, &dt_swapped) == 0 &&
+          src_type == dt_type && src_swapped == dt_swapped))) {
         return 0;
     }
     PyErr_Format(PyExc_ValueError,
-                 "%s: source format '%s' does not match the buffer's dtype "
-                 "%R (format '%s'): the source has %zd-byte items", who,
-                 view->format, dt->dtype, dt->format, view->itemsize);
+                 "%s: source format '%s' with %zd-byte items does not match "
+                 "the buffer's dtype %R (format '%s', %zd-byte items)", who,
+                 view->format, view->itemsize, dt->dtype, dt->format,
+                 dt->itemsize);
     return -1;
 }
 

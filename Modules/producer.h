@@ -163,6 +163,16 @@ bufferext_producer_end_change(bufferext_producer *p)
  * `view` (when `view` is not NULL): where to_host() copies to. */
 PyObject *bufferext_producer_host_array(bufferext_producer *p,
                                         Py_buffer *view);
+/* Whether `a` and `b` hold items of one element type: their canonical
+ * buffer formats, which name every type bufferext holds (numpy's dtypes
+ * do not: without ml_dtypes every float8 kind is 'V1').  No Python code. */
+static inline int
+bufferext_producer_same_type(const bufferext_producer *a,
+                             const bufferext_producer *b)
+{
+    return strcmp(a->dt.format, b->dt.format) == 0;
+}
+
 /* Export `source` (PyBUF_FULL_RO) into `view` for copy_from_host: the
  * same number of bytes, raw bytes or items of the dtype, else ValueError
  * naming `who`.  0 with `p` pinned for writing (bufferext_producer_pin)

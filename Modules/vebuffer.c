@@ -231,21 +231,22 @@ vebuffer_copy_from(PyObject *op, PyObject *arg)
         return NULL;
     }
     other = VEBuffer_CAST(arg);
-    /* the dtypes never change: compared (numpy code) before the pins */
-    same = PyObject_RichCompareBool(other->head.dt.dtype,
-                                    self->head.dt.dtype, Py_EQ);
-    if (same < 0 ||
-        bufferext_producer_pin(&self->head, "VEBuffer.copy_from", 1) < 0) {
+    /* the element types never change: compared by their canonical
+     * formats, not by numpy's dtypes (without ml_dtypes every float8 kind
+     * is the same 'V1') */
+    same = bufferext_producer_same_type(&other->head, &self->head);
+    if (bufferext_producer_pin(&self->head, "VEBuffer.copy_from", 1) < 0) {
         return NULL;
     }
     rc = bufferext_producer_pin(&other->head, "VEBuffer.copy_from", 0);
     if (rc == 0) {
         if (!same || other->head.layout.len != self->head.layout.len) {
             PyErr_Format(PyExc_ValueError,
-                         "VEBuffer.copy_from: other holds %zd bytes of %R, "
-                         "this buffer %zd bytes of %R",
-                         other->head.layout.len, other->head.dt.dtype,
-                         self->head.layout.len, self->head.dt.dtype);
+                         "VEBuffer.copy_from: other holds %zd bytes of %R "
+                         "(format '%s'), this buffer %zd bytes of %R (format "
+                         "'%s')", other->head.layout.len, other->head.dt.dtype,
+                         other->head.dt.format, self->head.layout.len,
+                         self->head.dt.dtype, self->head.dt.format);
             rc = -1;
         }
         else if (other != self) {

@@ -434,19 +434,34 @@ def test_copy_reads_a_struct_format_by_struct_rules():
     assert (memoryview(src).itemsize, memoryview(src).nbytes) == (4, 64)
     wide = CPUBuffer(8, "int64")
     with pytest.raises(ValueError, match=re.escape(
-            "source format '=l' does not match the buffer's dtype "
-            f"dtype('int64') (format '{wide.format}'): the source has "
-            "4-byte items")):
+            "source format '=l' with 4-byte items does not match the "
+            f"buffer's dtype dtype('int64') (format '{wide.format}', 8-byte "
+            "items)")):
         wide.copy_from_host(src)
     narrow = CPUBuffer(16, "int32")
     narrow.copy_from_host(src)
     assert np.asarray(narrow).tolist() == list(range(16))
 
 
+def test_copy_reads_a_pointer_format_as_numpys_uintp():
+    """'P' (a void *, native order only) is an unsigned integer of a
+    pointer's size, as numpy reads it; with a byte-order prefix it has no
+    standard size, so it names no type."""
+    pointers = memoryview(bytearray(range(32))).cast("P")
+    buf = CPUBuffer(32 // pointers.itemsize, np.uintp)
+    buf.copy_from_host(pointers)
+    assert bytes(buf) == bytes(range(32))
+    from bufferext._dtypes import resolve_format
+    assert resolve_format("P")[2] == np.dtype(np.uintp)
+    with pytest.raises(TypeError, match=r"buffer format '<P' names no type "
+                       r".*'P' needs native byte order"):
+        resolve_format("<P")
+
+
 def test_more_str_spellings_than_are_kept_each_get_resolves_answer():
-    """The answers kept for str spellings are a table of a few dozen that
-    starts over when full: past it, every spelling still gets resolve()'s
-    answer, the first ones again after the table started over."""
+    """The answers kept for str spellings are a table of a few dozen, the
+    first spellings used: past it, every spelling still gets resolve()'s
+    answer, the kept ones and the others, in every round."""
     from bufferext._dtypes import resolve
     codes = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4",
              "f8", "c8", "c16", "b1"]

@@ -259,7 +259,7 @@ def test_copy_from_host_mismatches(driver: str) -> None:
         b = CUDABuffer(4, "float64")
         with pytest.raises(ValueError, match="source has 24 bytes, the buffer 32"):
             b.copy_from_host(np.zeros(3))
-        with pytest.raises(ValueError, match="format 'f' does not match"):
+        with pytest.raises(ValueError, match="format 'f' with 4-byte items does not match"):
             b.copy_from_host(np.zeros(8, "float32"))     # same size
         with pytest.raises(TypeError):
             b.copy_from_host(42)

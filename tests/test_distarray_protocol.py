@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import Any
+from typing import Any, Dict
 
 import numpy as np
 import pytest
@@ -328,3 +329,24 @@ validate(distbuffer(bufferext.as_buffer(DeviceArray("<f8", ptr))))
 del adapter
 memory.close()
 """)
+
+
+def test_device_buffer_format_is_read_as_a_buffer_format(c99: Any) -> None:
+    # the format of device memory is read by struct's rules, as every
+    # export's is: a numpy spelling ('f4', '<i4') names no buffer type and
+    # is a ProtocolError here, not a TypeError of the MPI layer later
+    def distbuffer(fmt: str, itemsize: int) -> Dict[str, Any]:
+        buffer = c99.Configurable(block_size=16, len=16, itemsize=itemsize,
+                                  ndim=1, format=fmt,
+                                  shape=(16 // itemsize,),
+                                  device="bufferext.cuda")
+        return {"__version__": "0.10.0", "buffer": buffer,
+                "dim_data": ({"dist_type": "b", "size": 16 // itemsize,
+                              "proc_grid_size": 1, "proc_grid_rank": 0,
+                              "start": 0, "stop": 16 // itemsize},)}
+
+    validate(distbuffer("=l", 4))       # four 4-byte ints
+    for fmt, itemsize in [("f4", 4), ("<i4", 4), ("c", 1)]:
+        with pytest.raises(ProtocolError, match=re.escape(
+                f"memory on device 'bufferext.cuda' with format {fmt!r}")):
+            validate(distbuffer(fmt, itemsize))

@@ -7,7 +7,9 @@ from __future__ import annotations
 import ctypes
 import gc
 import re
+import sys
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -266,10 +268,50 @@ def test_copies_read_struct_standard_sizes(c99: ModuleType, fmt: str,
         buf.copy_from_host(exporter)
     else:
         with pytest.raises(ValueError, match=re.escape(
-                f"source format '{fmt}' does not match") + ".*" +
-                re.escape(f"the source has {itemsize}-byte items")):
+                f"source format '{fmt}' with {itemsize}-byte items does not "
+                f"match the buffer's dtype dtype('{dtype}')")):
             buf.copy_from_host(exporter)
     assert exporter.exports == 0
+
+
+@pytest.mark.parametrize("fmt, itemsize, good", [
+    ("B", 1, True), ("<B", 1, True), ("=B", 1, True), ("@B", 1, True),
+    ("B", 4, False), ("b", 1, False),
+])
+def test_copies_take_unsigned_bytes_as_raw_in_any_byte_order(
+        c99: ModuleType, fmt: str, itemsize: int, good: bool) -> None:
+    # raw bytes copy into a buffer of any dtype, however their format
+    # spells them; a 'B' whose items are 4 bytes is no byte
+    exporter = c99.Configurable(8, 8, itemsize, 1, fmt, shape=(8 // itemsize,))
+    buf = bufferext.CPUBuffer(2, "float32")
+    if good:
+        buf.copy_from_host(exporter)
+    else:
+        with pytest.raises(ValueError, match=re.escape(
+                f"source format '{fmt}' with {itemsize}-byte items")):
+            buf.copy_from_host(exporter)
+    assert exporter.exports == 0
+
+
+def test_cuda_array_interface_of_a_format_it_cannot_name(c99: ModuleType) -> None:
+    """An adapter of CUDA memory describes it by the format read by
+    struct's rules ('=l': 4-byte ints), and has no interface at all for a
+    format the interface has no typestr for: AttributeError, so that
+    hasattr() says False, as for host memory."""
+    def adapter(fmt: str, itemsize: int) -> Any:
+        x = c99.Configurable(block_size=16, len=16, itemsize=itemsize,
+                             ndim=1, format=fmt, shape=(16 // itemsize,),
+                             device="bufferext.cuda")
+        return bufferext.as_buffer(x, readonly=True)    # an adapter of it
+
+    native = "<" if sys.byteorder == "little" else ">"
+    assert adapter("=l", 4).__cuda_array_interface__["typestr"] == \
+        native + "i4"
+    odd = adapter("c", 1)
+    assert not hasattr(odd, "__cuda_array_interface__")
+    with pytest.raises(AttributeError, match=re.escape(
+            "__cuda_array_interface__: buffer format 'c' names no type")):
+        odd.__cuda_array_interface__
 
 
 # ---- our own exports skip the gate: whose export it was, not the type now --

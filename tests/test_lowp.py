@@ -359,9 +359,20 @@ def test_cudabuffer_takes_the_dtype_and_fills_it(tmp_path: Any) -> None:
         try:
             mixed.copy_from_host(CPUBuffer(2, "float8_e5m2"))
         except ValueError as e:
-            assert "source format '[float8_e5m2]' does not match" in str(e), e
+            assert "source format '[float8_e5m2]' with 1-byte items does " \
+                "not match" in str(e), e
         else:
             raise AssertionError("e5m2 bits copied into an e4m3fn buffer")
+        other = CUDABuffer(2, "float8_e5m2")       # on the device too
+        try:
+            mixed.copy_from(other)
+        except ValueError as e:
+            assert "dtype('V1') (format '[float8_e5m2]') does not match the " \
+                "buffer's dtype dtype('V1') (format '[float8_e4m3fn]')" in \
+                str(e), e
+        else:
+            raise AssertionError("e5m2 bits copied into an e4m3fn buffer")
+        other.close()
         mixed.close()
         raw.close()
     """)
@@ -377,11 +388,12 @@ def test_copies_compare_element_types_by_format_not_numpy_stand_in(
     e5m2 = bufferext.CPUBuffer((2, 2), "float8_e5m2")
     assert e4m3.dtype == e5m2.dtype == np.dtype("V1")
     with pytest.raises(ValueError, match=re.escape(
-            "CPUBuffer.copy_from_host: source format '[float8_e5m2]' does not "
-            "match the buffer's dtype dtype('V1') (format '[float8_e4m3fn]')")):
+            "CPUBuffer.copy_from_host: source format '[float8_e5m2]' with "
+            "1-byte items does not match the buffer's dtype dtype('V1') "
+            "(format '[float8_e4m3fn]', 1-byte items)")):
         e4m3.copy_from_host(e5m2)
     with pytest.raises(ValueError, match=r"_from_pickle: source format "
-                       r"'\[float8_e5m2\]' does not match"):
+                       r"'\[float8_e5m2\]' with 1-byte items does not match"):
         bufferext.CPUBuffer._from_pickle(e5m2, (2, 2), "[float8_e4m3fn]", False)
     same = bufferext.CPUBuffer((2, 2), "float8_e4m3fn")
     same.copy_from_host(bytes([1, 2, 3, 4]))
@@ -447,6 +459,18 @@ def test_vebuffer_takes_the_dtype_and_moves_it_bit_for_bit(tmp_path: Any) -> Non
         words = np.array([0x3FC0, 0x0001, 0xFF80], dtype=np.uint16)
         raw.copy_from_host(words.view(np.uint8))     # raw bytes copy as they are
         assert raw.to_host().tobytes() == words.tobytes()
+        e4m3, e5m2 = VEBuffer(2, "float8_e4m3fn"), VEBuffer(2, "float8_e5m2")
+        assert e4m3.dtype == e5m2.dtype == np.dtype("V1")
+        try:
+            e4m3.copy_from(e5m2)
+        except ValueError as e:
+            assert "of dtype('V1') (format '[float8_e5m2]'), this buffer 2 " \
+                "bytes of dtype('V1') (format '[float8_e4m3fn]')" in str(e), e
+        else:
+            raise AssertionError("e5m2 bits copied into an e4m3fn buffer")
+        e4m3.copy_from(VEBuffer(2, "float8_e4m3fn"))  # its own kind
+        e4m3.close()
+        e5m2.close()
         raw.close()
         print("ve lowp: ok")
         """, library)

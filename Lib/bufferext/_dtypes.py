@@ -63,7 +63,7 @@ _NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
 _SUB_BYTE = ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
 _LOWP_FORMAT = re.compile(r"^([@=<>!]?)\[(\w+)\]$")
 
-_STRUCT_FORMAT = re.compile(r"^([@=<>!]?)(\?|[bBhHiIlLqQnNefd]|Z[efd])$")
+_STRUCT_FORMAT = re.compile(r"^([@=<>!]?)(\?|[bBhHiIlLqQnNPefd]|Z[efd])$")
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 # struct byte-order prefix -> numpy byte order
 _ORDERS: Dict[str, Literal["=", "<", ">"]] = {
@@ -94,7 +94,7 @@ def _from_struct(fmt: str) -> np.dtype[Any]:
     order, code = match.groups()
     try:
         size = struct.calcsize((order or "@") + code[-1])
-    except struct.error:            # 'n' and 'N' exist in native order only
+    except struct.error:            # 'n', 'N' and 'P' exist in native order only
         raise TypeError(f"dtype {fmt!r}: {code!r} needs native byte order "
                         "('@' or none)") from None
     if code == "Ze":                # numpy has no complex of two float16
@@ -201,10 +201,19 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
 def resolve_format(fmt: str) -> Tuple[str, int, np.dtype[Any], str]:
     """:func:`resolve` of a buffer format, read by struct's rules: ``'=l'``
     is a 4-byte int, where numpy reads the spelling ``'=l'`` as its 8-byte
-    ``long``.  TypeError for a format bufferext does not read."""
-    if _LOWP_FORMAT.fullmatch(fmt) is not None:
-        return resolve(fmt)
-    return resolve(_from_struct(fmt))
+    ``long``.  TypeError naming the format for one bufferext does not read
+    (a numpy spelling such as ``'<i4'`` is no buffer format)."""
+    try:
+        if _LOWP_FORMAT.fullmatch(fmt) is not None:
+            return resolve(fmt)
+        return resolve(_from_struct(fmt))
+    except TypeError as exc:
+        raise TypeError(f"buffer format {fmt!r} names no type bufferext "
+                        "reads: a struct format of one bool, integer, float "
+                        "or complex ('?', 'i', '<d', 'Zf', ...), or "
+                        "'[name]' of a low-precision float"
+                        + (f" ({exc})" if "native byte order" in str(exc)
+                           else "")) from None
 
 
 def describe(fmt: Optional[str], itemsize: int) -> str:

@@ -242,7 +242,7 @@ def test_copy_size_and_dtype_mismatch() -> None:
     buf = VEBuffer(4, "f8")
     with pytest.raises(ValueError, match="source has 24 bytes, the buffer 32"):
         buf.copy_from_host(np.zeros(3))
-    with pytest.raises(ValueError, match="source format '[lq]' does not match"):
+    with pytest.raises(ValueError, match="source format '[lq]' with 8-byte items does not match"):
         buf.copy_from_host(np.zeros(4, "i8"))
     with pytest.raises(TypeError):
         buf.copy_from_host(12)

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._bufferext import get_buffer
-from .._dtypes import resolve
+from .._dtypes import resolve_format
 from .._flags import BufferFlags
 
 __all__ = ["ProtocolError", "validate", "EXPORT_VERSION", "owned_count"]
@@ -397,7 +397,7 @@ def _buffer_shape(buffer: Any) -> Tuple[Tuple[int, ...], Optional[str], str]:
     if device is not None:
         # device memory moves as a numeric array (staged or handed to MPI)
         try:
-            resolve(fmt)
+            resolve_format(fmt)
         except (TypeError, ValueError):
             raise ProtocolError([f"'buffer' = {type(buffer).__name__} object: "
                                  f"memory on device {device!r} with format "
