@@ -345,6 +345,10 @@ lowp_format(const char *f, uint32_t *code, Py_ssize_t *size)
     return 0;
 }
 
+/* A packed DLPack dtype (export.h): one lane of `bits` bits of `code`. */
+#define PACKED_DTYPE(code, bits) \
+    ((uint32_t)(code) | (uint32_t)(bits) << 8 | (uint32_t)1 << 16)
+
 /* What bufferext_format_dlpack says of `format`, with a byte-swapped type
  * of more than one byte described too: 0 and *packed set, *swapped 1 when
  * the byte order is not native (a byte has no order: '>b' is 'b'); 2; 3. */
@@ -393,7 +397,7 @@ sized:
         return 3;
     }
     *swapped = *swapped && size > 1;
-    *packed = code | (uint32_t)(size * 8) << 8 | (uint32_t)1 << 16;
+    *packed = PACKED_DTYPE(code, size * 8);
     return 0;
 }
 
@@ -404,11 +408,13 @@ bufferext_format_dlpack(const char *format, Py_ssize_t itemsize,
     uint32_t type;
     int swapped, rc = format_type(format, itemsize, &type, &swapped);
 
-    if (rc != 0 || swapped) {
-        return rc != 0 ? rc : 1;
+    if (rc == 0 && swapped) {
+        return 1;
     }
-    *packed = type;
-    return 0;
+    if (rc == 0) {
+        *packed = type;
+    }
+    return rc;
 }
 
 /* *out = stride / itemsize and 1, or 0 when it is not a whole number of
@@ -514,7 +520,6 @@ int
 bufferext_check_source_format(const char *who, const Py_buffer *view,
                               const bufferext_dtype *dt)
 {
-    const uint32_t bytes = 1 | 8 << 8 | 1 << 16;       /* DLPack uint8 */
     uint32_t src_type, dt_type;
     int src_swapped, dt_swapped, read;
 
@@ -523,7 +528,7 @@ bufferext_check_source_format(const char *who, const Py_buffer *view,
     }
     read = format_type(view->format, view->itemsize, &src_type, &src_swapped);
     if (read == 0 &&
-        (src_type == bytes ||
+        (src_type == PACKED_DTYPE(1, 8) ||      /* uint8: raw bytes */
          (format_type(dt->format, dt->itemsize, &dt_type, &dt_swapped) == 0 &&
           src_type == dt_type && src_swapped == dt_swapped))) {
         return 0;
