@@ -116,6 +116,13 @@ adapter_finish_layout(AdapterObject *self, const char *who)
         n *= l->shape[i];
     }
     l->len = n;
+    if ((i = bufferext_span_overflow(l->ndim, l->shape, l->strides,
+                                     l->itemsize)) >= 0) {
+        PyErr_Format(PyExc_BufferError, "%s: strides[%d] = %zd with "
+                     "shape[%d] = %zd spans more than PY_SSIZE_T_MAX bytes",
+                     who, i, l->strides[i], i, l->shape[i]);
+        return -1;
+    }
     if (n != 0 && l->buf == NULL) {
         PyErr_Format(PyExc_BufferError,
                      "%s: data pointer is NULL but the size is %zd bytes",

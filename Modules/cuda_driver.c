@@ -295,26 +295,28 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
     if (bufferext_cuda_ready(st) < 0) {
         return -1;
     }
-    if (ptr != 0) {
-        res = bufferext_cuda.cuPointerGetAttribute(
-            &info->device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            (CUdeviceptr)ptr);
-        if (res != CUDA_SUCCESS) {
-            const char *name, *text;
-            error_text(res, &name, &text);
-            PyErr_Format(PyExc_BufferError,
-                         "%s: %p is not CUDA device memory "
-                         "(cuPointerGetAttribute: %s)", who,
-                         (void *)(uintptr_t)ptr, name);
-            return -1;
-        }
-        if (bufferext_cuda.cuPointerGetAttribute(
-                &ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)ptr) !=
-            CUDA_SUCCESS) {
-            ctx = NULL;
-        }
-        info->context = ctx;
+    if (ptr == 0) {
+        /* an empty array (the only kind whose data may be NULL): no
+         * memory, so nothing to wait for, whatever stream it names */
+        return 0;
     }
+    res = bufferext_cuda.cuPointerGetAttribute(
+        &info->device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)ptr);
+    if (res != CUDA_SUCCESS) {
+        const char *name, *text;
+        error_text(res, &name, &text);
+        PyErr_Format(PyExc_BufferError,
+                     "%s: %p is not CUDA device memory "
+                     "(cuPointerGetAttribute: %s)", who,
+                     (void *)(uintptr_t)ptr, name);
+        return -1;
+    }
+    if (bufferext_cuda.cuPointerGetAttribute(
+            &ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)ptr) !=
+        CUDA_SUCCESS) {
+        ctx = NULL;
+    }
+    info->context = ctx;
     if (stream == 0) {
         return 0;                   /* the producer says the data is ready */
     }

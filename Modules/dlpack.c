@@ -834,9 +834,11 @@ bufferext_dlpack_bridge_stream(PyObject *module, PyObject *arg)
                                         (int)ordinal);
 }
 
-/* _adapter_from_dlpack(source, capsule, readonly[, stream]): consume the
- * capsule.  `stream` is the CUstream (an int) the producer was asked to
- * make CUDA data ready on. */
+/* _adapter_from_dlpack(source, capsule, readonly[, stream[, device]]):
+ * consume the capsule.  `stream` is the CUstream (an int) the producer was
+ * asked to make CUDA data ready on; `device`, the (type, id) its
+ * __dlpack_device__ named, which the tensor must be on (the stream, or
+ * none, was chosen for it). */
 PyObject *
 bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
                               Py_ssize_t nargs)
@@ -846,13 +848,12 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
     void *managed;
     const BxDLTensor *tensor;
     AdapterObject *self;
-    int versioned, readonly = 0, force;
-
+    int versioned, readonly = 0, force, named_type = -1, named_id = -1;
     uintptr_t stream = 0;
 
-    if (nargs < 3 || nargs > 4) {
+    if (nargs < 3 || nargs > 5) {
         PyErr_SetString(PyExc_TypeError, "_adapter_from_dlpack(source, "
-                        "capsule, readonly[, stream])");
+                        "capsule, readonly[, stream[, device]])");
         return NULL;
     }
     if (!PyCapsule_CheckExact(args[1])) {
@@ -862,11 +863,15 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
                      Py_TYPE(args[1])->tp_name);
         return NULL;
     }
-    if (nargs == 4 && args[3] != Py_None) {
+    if (nargs >= 4 && args[3] != Py_None) {
         stream = (uintptr_t)PyLong_AsVoidPtr(args[3]);
         if (PyErr_Occurred()) {
             return NULL;
         }
+    }
+    if (nargs == 5 && !PyArg_ParseTuple(args[4], "ii:_adapter_from_dlpack",
+                                        &named_type, &named_id)) {
+        return NULL;
     }
     capsule = args[1];
     force = -1;                        /* readonly=None: as the tensor says */
@@ -919,6 +924,15 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
         tensor = &((BxDLManagedTensor *)managed)->dl_tensor;
     }
     if (check_tensor(tensor) < 0) {
+        goto error;
+    }
+    if (nargs == 5 && ((int)tensor->device.device_type != named_type ||
+                       (int)tensor->device.device_id != named_id)) {
+        PyErr_Format(PyExc_BufferError, "dlpack: %.200s.__dlpack_device__() "
+                     "said (%d, %d), but the tensor __dlpack__() returned "
+                     "is on (%d, %d)", Py_TYPE(args[0])->tp_name, named_type,
+                     named_id, (int)tensor->device.device_type,
+                     (int)tensor->device.device_id);
         goto error;
     }
     if (force == 0 && readonly) {

@@ -102,6 +102,35 @@ mul_overflows(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out)
 #endif
 }
 
+/* The first dimension of a non-empty array whose stride, with those
+ * before it, reaches more than PY_SSIZE_T_MAX bytes from its first item,
+ * or -1 when none does (and for an empty array, which reaches nothing).
+ * Shapes are >= 0. */
+int
+bufferext_span_overflow(int ndim, const Py_ssize_t *shape,
+                        const Py_ssize_t *strides, Py_ssize_t itemsize)
+{
+    Py_ssize_t span = itemsize;
+    int i;
+
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] == 0) {
+            return -1;
+        }
+    }
+    for (i = 0; i < ndim; i++) {
+        Py_ssize_t stride = strides[i], reach;
+        if (stride == PY_SSIZE_T_MIN ||
+            mul_overflows(stride < 0 ? -stride : stride, shape[i] - 1,
+                          &reach) ||
+            reach > PY_SSIZE_T_MAX - span) {
+            return i;
+        }
+        span += reach;
+    }
+    return -1;
+}
+
 /* The shape and strides checks: sizes >= 0, len == product(shape) *
  * itemsize (PEP 3118), and no span past PY_SSIZE_T_MAX.  An empty array
  * (a dimension of 0) addresses no memory: its other sizes and its strides
@@ -109,7 +138,7 @@ mul_overflows(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out)
 static int
 gate_dims(PyObject *exporter, const Py_buffer *v)
 {
-    Py_ssize_t items = 1, span = v->itemsize, bytes;
+    Py_ssize_t items = 1, bytes;
     int i, empty = 0;
 
     for (i = 0; i < v->ndim; i++) {
@@ -120,23 +149,17 @@ gate_dims(PyObject *exporter, const Py_buffer *v)
         empty |= v->shape[i] == 0;
     }
     for (i = 0; i < v->ndim && !empty; i++) {
-        Py_ssize_t n = v->shape[i], stride, reach;
-        if (mul_overflows(items, n, &items)) {
+        if (mul_overflows(items, v->shape[i], &items)) {
             return gate_refuse(exporter, "shape[%d] = %zd: the element "
-                               "count overflows", i, n);
+                               "count overflows", i, v->shape[i]);
         }
-        if (v->strides == NULL) {
-            continue;
-        }
-        stride = v->strides[i];
-        if (stride == PY_SSIZE_T_MIN ||
-            mul_overflows(stride < 0 ? -stride : stride, n - 1, &reach) ||
-            reach > PY_SSIZE_T_MAX - span) {
-            return gate_refuse(exporter, "strides[%d] = %zd with shape[%d] "
-                               "= %zd spans more than PY_SSIZE_T_MAX bytes",
-                               i, stride, i, n);
-        }
-        span += reach;
+    }
+    if (v->strides != NULL &&
+        (i = bufferext_span_overflow(v->ndim, v->shape, v->strides,
+                                     v->itemsize)) >= 0) {
+        return gate_refuse(exporter, "strides[%d] = %zd with shape[%d] "
+                           "= %zd spans more than PY_SSIZE_T_MAX bytes",
+                           i, v->strides[i], i, v->shape[i]);
     }
     if (empty) {
         items = 0;

@@ -18,6 +18,10 @@ int bufferext_gate_acquire(PyObject *exporter, Py_buffer_extended *ext,
  * names the source in the BufferError. */
 int bufferext_gate_format(const char *who, const char *format,
                           Py_ssize_t itemsize);
+/* Its span rule alone: the first dimension whose stride, with those before
+ * it, reaches past PY_SSIZE_T_MAX bytes, or -1 (none, or an empty array). */
+int bufferext_span_overflow(int ndim, const Py_ssize_t *shape,
+                            const Py_ssize_t *strides, Py_ssize_t itemsize);
 /* C-order strides for a layout that passed the gate (sizes of 0 count as 1;
  * the outer strides of an empty array too large to multiply are 0). */
 void bufferext_c_strides(int ndim, const Py_ssize_t *shape,

@@ -551,6 +551,89 @@ def test_array_interface_inside_its_buffer_is_accepted() -> None:
     assert np.from_dlpack(bufferext.as_buffer(obj)).tolist() == [2.0, 1.0, 0.0]
 
 
+@pytest.mark.parametrize("data", [
+    np.arange(10, dtype=np.int64)[::-1],    # its pointer is its last item
+    np.arange(10, dtype=np.int64)[::2],     # every other item of 80 bytes
+], ids=["reversed", "strided"])
+def test_array_interface_data_must_be_one_block(data: np.ndarray) -> None:
+    # NumPy asks 'data' for PyBUF_SIMPLE and refuses these; read as flat
+    # bytes, the reversed one reached 72 bytes past its allocation
+    obj = Interface("__array_interface__", dict(
+        version=3, shape=(5,), typestr="<i8", data=data))
+    with pytest.raises(BufferError, match="'data', a 'ndarray', is not one "
+                                          "contiguous block of memory"):
+        bufferext.as_buffer(obj)
+    with pytest.raises(ValueError):
+        np.asarray(obj)
+
+
+class Shifty(int):
+    """An int whose own conversions answer differently from its value."""
+
+    def __int__(self) -> int:
+        return -4096
+
+    def __index__(self) -> int:
+        return -4096
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def test_interface_ints_are_read_once_whatever_a_subclass_says() -> None:
+    data = bytearray(range(16))
+    obj = Interface("__array_interface__", dict(
+        version=3, shape=(Shifty(2),), typestr="|u1", data=data,
+        offset=Shifty(8), strides=(Shifty(3),)))
+    adapter = bufferext.as_buffer(obj)
+    # the values checked are the ones used: offset 8, stride 3, 2 items
+    assert adapter.shape == (2,) and adapter.strides == (3,)
+    assert np.from_dlpack(adapter).tolist() == [8, 11]
+
+
+def test_void_typestr_takes_its_fields_from_descr() -> None:
+    items = np.array([(1.5, 7), (2.5, 9)], [("x", "<f4"), ("y", "<i4")])
+    d = items.__array_interface__
+    assert d["typestr"] == "|V8" and d["descr"] != [("", "|V8")]
+    adapter = bufferext.as_buffer(Interface("__array_interface__", dict(
+        d, data=bytearray(items.tobytes()))))
+    # before: '8x', eight pad bytes, no values
+    assert adapter.format == items.data.format
+    assert memoryview(adapter).itemsize == 8
+    raw = bufferext.as_buffer(Interface("__array_interface__", dict(
+        version=3, shape=(2,), typestr="|V8", descr=[("", "|V8")],
+        data=bytearray(16))))
+    assert raw.format == np.zeros(1, "V8").data.format
+
+
+@pytest.mark.parametrize("descr, message", [
+    ([("x", "<f4")], r"a type of 8 bytes, as 'typestr' '\|V8' says "
+                     r"\(it describes 4\)"),
+    ([("x", "<f4", "nope")], "a list of"),
+    ([("x", "O"), ("y", "<i4")], "'descr' is .*; expected a type without "
+                                 "Python objects"),
+])
+def test_descr_that_contradicts_the_typestr_is_refused(
+        descr: Any, message: str) -> None:
+    obj = Interface("__array_interface__", dict(
+        version=3, shape=(2,), typestr="|V8" if "O" not in str(descr)
+        else "|V12", descr=descr, data=bytearray(24)))
+    with pytest.raises(BufferError, match=message):
+        bufferext.as_buffer(obj)
+
+
+def test_interface_strides_spanning_past_the_address_space_are_refused(
+        ) -> None:
+    x = np.zeros(4)
+    obj = Interface("__array_interface__", dict(
+        version=3, shape=(2, 2), typestr="<f8", data=(x.ctypes.data, False),
+        strides=(2**62, -2**62)))
+    with pytest.raises(BufferError, match=r"strides\[1\] = -4611686018427387904"
+                                          r" with shape\[1\] = 2 spans more "
+                                          "than PY_SSIZE_T_MAX bytes"):
+        bufferext.as_buffer(obj)
+
+
 def test_subarray_typestr_becomes_dimensions() -> None:
     base = np.arange(12, dtype="<f4")
     obj = Interface("__array_interface__", dict(

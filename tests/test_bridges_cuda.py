@@ -83,6 +83,65 @@ assert adapter.__dlpack_device__() == (2, 0)
 """)
 
 
+def test_cai_stream_is_the_int_it_says(driver: str) -> None:
+    # an int subclass that is falsy was read as "no stream": ready now
+    check(driver, """
+class FalsyStream(int):
+    def __bool__(self):
+        return False
+b = CUDABuffer(8, "int32")
+b.fill(3)                                  # pending on b's stream
+cai = dict(b.__cuda_array_interface__)
+cai["stream"] = FalsyStream(cai["stream"])
+adapter = bufferext.as_buffer(Interface("__cuda_array_interface__", cai, b))
+with bufferext.get_buffer(adapter) as view:
+    assert view.device_info.event != 0
+    assert sd.standin_event_records(view.device_info.event) == 1
+""")
+
+
+def test_empty_cuda_arrays_with_a_stream_are_imported(driver: str) -> None:
+    # an empty array's data is NULL (CAI v2+, our own CUDABuffer(0)): there
+    # is nothing to order, so its stream makes no event (it was refused:
+    # "the memory has no CUDA context")
+    check(driver, """
+empty = CUDABuffer(0, "float32", device=1)
+assert empty.ptr == 0
+cai = {"shape": (0,), "typestr": "<f4", "version": 3, "data": (0, False),
+       "stream": 1}
+for source in (Interface("__cuda_array_interface__", cai), DLPackOnly(empty)):
+    adapter = bufferext.as_buffer(source)
+    assert adapter.shape == (0,) and adapter.device == "bufferext.cuda"
+    with bufferext.get_buffer(adapter) as view:
+        assert view.ptr == 0 and view.device_info.event == 0
+""")
+
+
+def test_dlpack_tensor_on_another_device_than_named_is_refused(
+        driver: str) -> None:
+    # the stream (or none) is chosen for the device __dlpack_device__ names:
+    # a CUDA tensor behind a "CPU" answer came out ready now, unordered
+    check(driver, """
+class SaysCPU(DLPackOnly):
+    def __dlpack_device__(self):
+        return (1, 0)
+class SaysOtherCard(DLPackOnly):
+    def __dlpack_device__(self):
+        return (2, 0)
+b = CUDABuffer(16, "float32", device=1)
+b.fill(1.0)
+with pytest.raises(BufferError, match=r"SaysCPU.__dlpack_device__\\(\\) said "
+                   r"\\(1, 0\\), but the tensor __dlpack__\\(\\) returned is "
+                   r"on \\(2, 1\\)"):
+    bufferext.as_buffer(SaysCPU(b))
+with pytest.raises(BufferError, match=r"said \\(2, 0\\), but .* on \\(2, 1\\)"):
+    bufferext.as_buffer(SaysOtherCard(b))
+b.synchronize()
+gc.collect()
+assert b.exports == 0                      # the refused capsules were freed
+""")
+
+
 def test_cai_of_host_memory_is_refused(driver: str) -> None:
     check(driver, """
 host = np.zeros(4)

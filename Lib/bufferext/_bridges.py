@@ -224,10 +224,15 @@ def _dlpack_device(obj: Any) -> Tuple[int, int]:
     device = query()
     try:
         kind, ident = device
-        return (operator.index(kind), operator.index(ident))
+        named = (_as_int(kind, -2**31, 2**31 - 1),
+                 _as_int(ident, -2**31, 2**31 - 1))
     except (TypeError, ValueError):
+        named = (None, None)
+    if None in named:
         raise BufferError(f"dlpack: __dlpack_device__() returned {device!r}, "
-                          "expected a tuple (device_type, device_id)") from None
+                          "expected a tuple (device_type, device_id) of "
+                          "32-bit ints")
+    return named  # type: ignore[return-value]
 
 
 def _from_dlpack(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
@@ -246,7 +251,8 @@ def _from_dlpack(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
                                  **kwargs)
     except TypeError:
         capsule = obj.__dlpack__(**kwargs)  # a producer older than DLPack 1.0
-    return _bufferext._adapter_from_dlpack(obj, capsule, readonly, stream)
+    return _bufferext._adapter_from_dlpack(obj, capsule, readonly, stream,
+                                           (device_type, device_id))
 
 
 # ---- Arrow -----------------------------------------------------------------
@@ -286,26 +292,43 @@ _SSIZE_MAX = 2**63 - 1 if np.intp(0).itemsize == 8 else 2**31 - 1
 _POINTER_LIMIT = 2**64 if np.intp(0).itemsize == 8 else 2**32
 
 
-def _is_int(value: Any, low: int = -_SSIZE_MAX, high: int = _SSIZE_MAX) -> bool:
-    return bool(isinstance(value, (int, np.integer))
-                and not isinstance(value, (bool, np.bool_))
-                and low <= value <= high)
+def _as_int(value: Any, low: int = -_SSIZE_MAX,
+            high: int = _SSIZE_MAX) -> Optional[int]:
+    """``value``, an integer but not a bool, as an exact int in [low, high],
+    or None.  Read once: an int subclass's own __index__, __int__ or
+    __bool__ cannot make what is used differ from what was checked."""
+    if (not isinstance(value, (int, np.integer))
+            or isinstance(value, (bool, np.bool_))):
+        return None
+    number = int.__index__(operator.index(value))
+    return number if low <= number <= high else None
+
+
+def _as_ints(value: Any, low: int = -_SSIZE_MAX) -> Optional[Tuple[int, ...]]:
+    """The items of a tuple of at most 64 as exact ints >= low (each read
+    once), or None."""
+    items = tuple(value) if isinstance(value, tuple) else None
+    if items is None or len(items) > 64:
+        return None
+    numbers = tuple(_as_int(n, low) for n in items)
+    return None if None in numbers else numbers  # type: ignore[return-value]
 
 
 def _shape(protocol: str, d: Dict[str, Any]) -> Tuple[int, ...]:
     shape = _require(protocol, d, "shape")
-    if (not isinstance(shape, tuple) or len(shape) > 64
-            or not all(_is_int(n, 0) for n in shape)):
+    dims = _as_ints(shape, 0)
+    if dims is None:
         raise _fail(protocol, "shape", shape,
                     "a tuple of at most 64 non-negative ints")
-    return tuple(int(n) for n in shape)
+    return dims
 
 
 def _typestr(protocol: str, d: Dict[str, Any]
              ) -> Tuple[str, int, Tuple[int, ...]]:
     """(format, itemsize, sub-array shape) of the 'typestr' key.  A sub-array
     type such as '(2,3)<f4' describes items of its base type, its shape
-    appended to the array's (as NumPy reads it)."""
+    appended to the array's (as NumPy reads it); the fields of a void type
+    such as '|V8' are those 'descr' gives."""
     typestr = _require(protocol, d, "typestr")
     if not isinstance(typestr, str):
         raise _fail(protocol, "typestr", typestr, "a str such as '<f8'")
@@ -315,6 +338,8 @@ def _typestr(protocol: str, d: Dict[str, Any]
         # NumPy's parser raises any of these for malformed strings
         raise _fail(protocol, "typestr", typestr,
                     "a NumPy type string such as '<f8'") from None
+    if dtype.names is None and dtype.subdtype is None and dtype.kind == "V":
+        dtype = _descr(protocol, d, typestr, dtype)
     if dtype.itemsize == 0 or dtype.hasobject:
         raise _fail(protocol, "typestr", typestr,
                     "a fixed-size type without Python objects")
@@ -334,6 +359,29 @@ def _typestr(protocol: str, d: Dict[str, Any]
     return fmt, dtype.itemsize, subshape
 
 
+def _descr(protocol: str, d: Dict[str, Any], typestr: str,
+           raw: np.dtype[Any]) -> np.dtype[Any]:
+    """The type 'descr' describes for the void ``typestr`` (its fields, as
+    NumPy reads them), or the typestr's raw bytes where 'descr' is absent
+    or the default ``[('', typestr)]``."""
+    descr = d.get("descr")
+    if descr is None or descr == [("", typestr)]:
+        return raw
+    try:
+        described: np.dtype[Any] = np.dtype(descr)
+    except (TypeError, ValueError, SyntaxError, OverflowError, KeyError):
+        raise _fail(protocol, "descr", descr, "a list of (name, type) "
+                    "tuples such as [('x', '<f4'), ('y', '<i4')]") from None
+    if described.hasobject:
+        raise _fail(protocol, "descr", descr, "a type without Python "
+                    "objects")
+    if described.itemsize != raw.itemsize:
+        raise _fail(protocol, "descr", descr, f"a type of {raw.itemsize} "
+                    f"bytes, as 'typestr' {typestr!r} says (it describes "
+                    f"{described.itemsize})")
+    return described
+
+
 def _strides(protocol: str, d: Dict[str, Any], shape: Tuple[int, ...],
              itemsize: int) -> Tuple[int, ...]:
     strides = d.get("strides")
@@ -348,30 +396,42 @@ def _strides(protocol: str, d: Dict[str, Any], shape: Tuple[int, ...],
             out.append(step)
             step *= max(n, 1)
         return tuple(reversed(out))
-    if (not isinstance(strides, tuple) or len(strides) != len(shape)
-            or not all(_is_int(s) for s in strides)):
+    steps = _as_ints(strides)
+    if steps is None or len(steps) != len(shape):
         raise _fail(protocol, "strides", strides,
                     f"None or a tuple of {len(shape)} ints")
-    return tuple(int(s) for s in strides)
+    return steps
 
 
-def _data_pair(protocol: str, d: Dict[str, Any]) -> Tuple[int, bool]:
-    data = _require(protocol, d, "data")
-    if (not isinstance(data, tuple) or len(data) != 2
-            or not _is_int(data[0], 0, _POINTER_LIMIT - 1)
-            or not isinstance(data[1], (bool, np.bool_))):
+def _data_pair(protocol: str, data: Any) -> Tuple[int, bool]:
+    pair = tuple(data) if isinstance(data, tuple) else ()
+    ptr = _as_int(pair[0], 0, _POINTER_LIMIT - 1) if len(pair) == 2 else None
+    if ptr is None or not isinstance(pair[1], (bool, np.bool_)):
         raise _fail(protocol, "data", data, "a tuple (pointer: int >= 0, "
                     "readonly: bool)")
-    return int(data[0]), bool(data[1])
+    return ptr, bool(pair[1])
+
+
+def _handle(protocol: str, d: Dict[str, Any], key: str, low: int,
+            expected: str) -> int:
+    """The optional int under ``key`` (a stream, a context): 0 for None."""
+    value = d.get(key)
+    if value is None:
+        return 0
+    handle = _as_int(value, low, _POINTER_LIMIT - 1)
+    if handle is None:
+        raise _fail(protocol, key, value, expected)
+    return handle
 
 
 def _version(protocol: str, d: Dict[str, Any], low: int, high: int) -> int:
     version = _require(protocol, d, "version")
-    if not _is_int(version, low, high):
+    number = _as_int(version, low, high)
+    if number is None:
         raise _fail(protocol, "version", version,
                     f"an int from {low} to {high}" if low != high
                     else f"{high}")
-    return int(version)
+    return number
 
 
 def _no_mask(protocol: str, d: Dict[str, Any]) -> None:
@@ -431,14 +491,12 @@ def _from_cai(obj: Any, interface: Any,
     protocol = "__cuda_array_interface__"
     d, shape, strides, fmt, itemsize = _common(protocol, interface, 0,
                                                _CAI_MAX_VERSION)
-    ptr, ro = _data_pair(protocol, d)
-    stream = d.get("stream")
-    if stream is not None and not _is_int(stream, 1, _POINTER_LIMIT - 1):
-        raise _fail(protocol, "stream", stream,
-                    "None or a positive int (0 is disallowed by CAI v3)")
+    ptr, ro = _data_pair(protocol, _require(protocol, d, "data"))
+    stream = _handle(protocol, d, "stream", 1, "None or a positive int (0 "
+                     "is disallowed by CAI v3)")
     return _bufferext._adapter_from_layout(
         obj, "cuda_array_interface", ptr, shape, strides, fmt, itemsize,
-        _policy(protocol, ro, readonly), "bufferext.cuda", stream or 0, None)
+        _policy(protocol, ro, readonly), "bufferext.cuda", stream, None)
 
 
 def _from_vai(obj: Any, interface: Any,
@@ -446,13 +504,11 @@ def _from_vai(obj: Any, interface: Any,
     protocol = "__ve_array_interface__"
     d, shape, strides, fmt, itemsize = _common(protocol, interface,
                                                _VAI_VERSION, _VAI_VERSION)
-    ptr, ro = _data_pair(protocol, d)
-    ctxt = d.get("veo_ctxt")
-    if ctxt is not None and not _is_int(ctxt, 0, _POINTER_LIMIT - 1):
-        raise _fail(protocol, "veo_ctxt", ctxt, "None or an int >= 0")
+    ptr, ro = _data_pair(protocol, _require(protocol, d, "data"))
+    ctxt = _handle(protocol, d, "veo_ctxt", 0, "None or an int >= 0")
     return _bufferext._adapter_from_layout(
         obj, "ve_array_interface", ptr, shape, strides, fmt, itemsize,
-        _policy(protocol, ro, readonly), "bufferext.ve", ctxt or 0, None)
+        _policy(protocol, ro, readonly), "bufferext.ve", ctxt, None)
 
 
 def _from_array_interface(obj: Any, interface: Any,
@@ -461,32 +517,39 @@ def _from_array_interface(obj: Any, interface: Any,
     d, shape, strides, fmt, itemsize = _common(
         protocol, interface, _ARRAY_INTERFACE_VERSION,
         _ARRAY_INTERFACE_VERSION)
-    offset = d.get("offset", 0)
-    if not _is_int(offset, 0):
-        raise _fail(protocol, "offset", offset, "an int >= 0")
+    offset = _as_int(d.get("offset", 0), 0)
+    if offset is None:
+        raise _fail(protocol, "offset", d["offset"], "an int >= 0")
     data = d.get("data")
     keepalive = None
     if isinstance(data, tuple):
-        ptr, ro = _data_pair(protocol, d)
-        if ptr + int(offset) >= _POINTER_LIMIT:
+        ptr, ro = _data_pair(protocol, data)
+        if ptr + offset >= _POINTER_LIMIT:
             raise _fail(protocol, "offset", offset, "an offset inside the "
                         "address space")
     elif data is not None and _bufferext.check_buffer_supports(data):
-        keepalive = _bufferext.get_buffer(data, BufferFlags.FULL_RO)
+        # one block of bytes, as NumPy asks for it (PyBUF_SIMPLE): shape,
+        # strides and offset say where the items are in it
+        try:
+            keepalive = _bufferext.get_buffer(data, BufferFlags.SIMPLE)
+        except (BufferError, ValueError) as exc:
+            raise BufferError(f"{protocol}: 'data', a "
+                              f"{type(data).__name__!r}, is not one "
+                              f"contiguous block of memory: {exc}") from exc
         ptr, ro = keepalive.ptr, keepalive.readonly
         low, high = _extent(shape, strides, itemsize)
-        if int(offset) + low < 0 or int(offset) + high > keepalive.nbytes:
+        if offset + low < 0 or offset + high > keepalive.nbytes:
             size = keepalive.nbytes
             keepalive.release()
             raise BufferError(
                 f"{protocol}: shape {shape}, strides {strides} and offset "
-                f"{int(offset)} reach bytes [{int(offset) + low}, "
-                f"{int(offset) + high}) of 'data', a buffer of {size} bytes")
+                f"{offset} reach bytes [{offset + low}, {offset + high}) of "
+                f"'data', a buffer of {size} bytes")
     else:
         raise _fail(protocol, "data", data,
                     "a tuple (pointer, readonly) or a buffer object")
     return _bufferext._adapter_from_layout(
-        obj, "array_interface", ptr + int(offset), shape, strides, fmt,
+        obj, "array_interface", ptr + offset, shape, strides, fmt,
         itemsize, _policy(protocol, ro, readonly), None, 0, keepalive)
 
 
