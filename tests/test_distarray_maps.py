@@ -184,3 +184,30 @@ def test_big_arrays_go_through_the_chunked_path():
         sel = mine[np.random.default_rng(1).integers(0, mine.size, n)]
         loc = m.global_to_local(sel)
         np.testing.assert_array_equal(m.local_to_global(loc), sel)
+
+
+def test_unstructured_owner_of_indices_outside_zero_to_size():
+    """The protocol leaves 'u' indices unconstrained (negative, past
+    ``size``): the owner table held only [0, size), so -1 wrapped onto
+    size - 1 (its owner answered for it) and ``size`` failed the import
+    with numpy's IndexError (review m2)."""
+    held = [np.array([-1, 0]), np.array([1, 2, 3, 4])]
+    m = UnstructuredMap(4, 2, 0, held[0], all_indices=held)
+    np.testing.assert_array_equal(m.owner(np.array([-1, 0, 1, 2, 3, 4])),
+                                  [0, 0, 1, 1, 1, 1])
+    assert m.owner(3) == 1 and m.owner(-1) == 0
+    for missing in (-2, 5, 2**62):
+        with pytest.raises(IndexError, match=f"global index {missing} is held by "
+                                             "no grid rank"):
+            m.owner(missing)
+
+
+def test_block_cyclic_local_to_global_with_a_huge_block_size():
+    """``(P - 1) * block_size`` overflowed int64 for a valid layout whose
+    global indices all fit (review r5)."""
+    m = CyclicMap(5, 3, 0, 2**62)
+    assert m.local_to_global(1) == 1
+    np.testing.assert_array_equal(m.local_to_global(np.arange(5)), np.arange(5))
+    big = 2**62 + 10
+    assert CyclicMap(big, 2, 1, 2**62).local_to_global(9) == 2**62 + 9
+    assert CyclicMap(big, 2, 1, 2**62).global_to_local(2**62 + 9) == 9

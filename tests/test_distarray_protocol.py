@@ -350,3 +350,70 @@ def test_device_buffer_format_is_read_as_a_buffer_format(c99: Any) -> None:
         with pytest.raises(ProtocolError, match=re.escape(
                 f"memory on device 'bufferext.cuda' with format {fmt!r}")):
             validate(distbuffer(fmt, itemsize))
+
+
+# The import keeps what it validated, not the provider's objects: a
+# provider reusing its dim dicts or index array after the export (or
+# changing them from a re-entrant ``__buffer__`` during the import) changed
+# the array's layout (review r1/r2/r3/r6).
+def test_import_is_unchanged_by_the_provider_reusing_its_dim_dict() -> None:
+    dd = B(size=6, stop=6, padding=(0, 0), periodic=False)     # complete already
+    d = DistArray.from_distarray(_exp(np.arange(6.0), dd))
+    dd.update(size=10**6, stop=3, padding=(5, 5))
+    assert d.global_shape == (6,) and d.global_to_local(4) == (4,)
+    assert d.owned.tolist() == list(range(6))
+    validate(d.__distarray__())
+
+
+def test_import_is_unchanged_by_the_provider_reusing_its_indices() -> None:
+    idx = np.array([0, 1, 2, 3])                # the provider's own int64 array
+    dd = U(idx, size=4, grid=1, one_to_one=True)
+    d = DistArray.from_distarray(_exp(np.arange(4.0), dd))
+    idx[:] = 7
+    assert d.dim_data[0]["indices"].tolist() == [0, 1, 2, 3]
+    assert d.local_to_global(np.arange(4))[0].tolist() == [0, 1, 2, 3]
+    assert d.global_to_local(0) == (0,)
+    idx[:] = [3, 2, 1, 0]
+    kept = check(_exp(np.arange(4.0), U(idx, size=4, grid=1))).dims[0]["indices"]
+    assert kept is not idx and not kept.flags.writeable
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ is 3.12's")
+def test_import_is_unchanged_by_a_buffer_rewriting_the_dim_dict() -> None:
+    data = np.arange(6.0)
+    dd = B(size=6, stop=6, padding=(0, 0), periodic=False)
+
+    class Rewriting:                # validated as it is, changed by later exports
+        calls = 0
+
+        def __buffer__(self, flags: int) -> memoryview:
+            Rewriting.calls += 1
+            if Rewriting.calls > 1:
+                dd.update(start=2, stop=8, size=8, padding=(2, 0))
+            return memoryview(data)
+
+        def __release_buffer__(self, view: memoryview) -> None:
+            view.release()
+
+    d = DistArray.from_distarray(_exp(Rewriting(), dd))
+    assert d.owned.tolist() == list(range(6))  # exports the buffer again
+    assert Rewriting.calls > 1
+    assert d.global_shape == (6,) and d.local_to_global(0) == (0,)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ is 3.12's")
+def test_import_keeps_the_buffer_it_validated() -> None:
+    exported: Dict[str, Any] = {"__version__": "0.10.0", "dim_data": ({},)}
+
+    class Swapping:
+        def __buffer__(self, flags: int) -> memoryview:
+            exported["buffer"] = np.zeros((3, 4), np.int8)
+            return memoryview(np.arange(12.0))
+
+        def __release_buffer__(self, view: memoryview) -> None:
+            view.release()
+
+    first = exported["buffer"] = Swapping()
+    d = DistArray.from_distarray(exported)
+    assert d.buffer is first and d.local_shape == (12,)
+    assert d.dtype == np.float64

@@ -533,3 +533,75 @@ def test_the_array_adopts_the_maps_its_engine_completed(op: str) -> None:
     assert list(d.owner(rows)) == list(part.owner(rows[0]))
     assert d._mpi.maps is None                  # taken, not left behind
     assert d._mpi._finalizer is not None and d._mpi._finalizer.alive
+
+
+def _rank_block(buffer: Any) -> dict:
+    """Rank RANK's two elements of a 1-D block array, as a provider exports
+    them."""
+    return {"__version__": "0.10.0", "buffer": buffer,
+            "dim_data": ({"dist_type": "b", "size": 2 * SIZE, "proc_grid_size": SIZE,
+                          "proc_grid_rank": RANK, "start": 2 * RANK,
+                          "stop": 2 * RANK + 2},)}
+
+
+@pytest.mark.parametrize("other", [np.int64, np.float32])
+def test_from_distarray_names_each_ranks_element_type(other: type) -> None:
+    """Ranks holding different element types are one ProtocolError on every
+    rank, naming each rank's type, at the import (an int64 section was
+    gathered as float64 bits, a float32 one aborted MPICH; review m1)."""
+    last = RANK == SIZE - 1
+    buf = np.arange(2, dtype=other if last else np.float64)
+    name = np.dtype(other).str
+    with pytest.raises(ProtocolError, match=rf"different element types: '<f8' on "
+                       rf"ranks? [\d, ]+, '{name}' on rank {SIZE - 1}\b") as info:
+        DistArray.from_distarray(_rank_block(buf), comm=COMM)
+    assert same_everywhere(str(info.value))
+    d = DistArray.from_distarray(_rank_block(np.arange(2.0) + 2 * RANK), comm=COMM)
+    assert np.array_equal(d.allgather(), np.arange(2.0 * SIZE))
+
+
+def test_validate_collective_of_a_provider_failing_on_one_rank() -> None:
+    """``__distarray__()`` raising on rank 1 only is raised on every rank
+    (it was called outside the agreed step: the others waited forever in
+    the allgather; review m3)."""
+    class Provider:
+        def __distarray__(self) -> dict:
+            if RANK == 1:
+                raise RuntimeError("provider failed on rank 1")
+            return _rank_block(np.zeros(2))
+
+    for check_it in (validate_collective,
+                     lambda obj, comm: DistArray.from_distarray(obj, comm=comm)):
+        with pytest.raises(RuntimeError, match=rf"^rank 1 of {SIZE}: provider "
+                                               "failed on rank 1") as info:
+            check_it(Provider(), COMM)
+        assert same_everywhere(str(info.value))
+    COMM.Barrier()                                     # nobody is stuck
+
+
+def test_unstructured_indices_outside_zero_to_size() -> None:
+    """The protocol leaves 'u' indices unconstrained: rank 0 holds -1 (and
+    the last rank 2 * SIZE), which are owned but no cell of the global
+    array; -1 no longer wraps onto the last index's owner, an index past
+    size no longer fails the import with numpy's IndexError, and a gather
+    or redistribution names the index it has no cell for, alike on every
+    rank, where leaving it out would drop data silently (review m2)."""
+    n = 2 * SIZE
+    mine = np.arange(2 * RANK, 2 * RANK + 2)
+    if RANK == 0:
+        mine = np.array([-1, 0, 1])
+    if RANK == SIZE - 1:
+        mine = np.append(mine, n)
+    data = {"__version__": "0.10.0", "buffer": mine * 10.0,
+            "dim_data": ({"dist_type": "u", "size": n, "proc_grid_size": SIZE,
+                          "proc_grid_rank": RANK, "indices": mine},)}
+    validate_collective(data, COMM)
+    d = DistArray.from_distarray(data, comm=COMM)
+    assert d.owner(n - 1) == SIZE - 1 and d.owner(-1) == 0 and d.owner(n) == SIZE - 1
+    for op in (d.allgather, lambda: d.gather(root=0),
+               lambda: d.redistribute(dist="b")):
+        with pytest.raises(ValueError, match=r"global index -1 \(held at grid "
+                           r"coordinate 0\) of an unstructured dimension of "
+                           rf"size {n} has no cell in the global array") as info:
+            op()
+        assert same_everywhere(str(info.value))

@@ -186,20 +186,21 @@ class DistArray:
     def _import(cls, obj: Any) -> "DistArray":
         """``from_distarray`` on this process alone."""
         data = obj if type(obj) is dict else obj.__distarray__()
-        _, shape, device, fmt, dims = check(data)
+        checked = check(data)           # what it read is all that is kept
+        device = checked.device
         self = cls.__new__(cls)
-        self._buffer = data["buffer"]
+        self._buffer = checked.buffer
         self._maps = None
-        self._dims = dims
-        self._aliases = tuple(type(d) is dict and (not d or d.get("dist_type") == "n")
-                              for d in data["dim_data"])
+        self._dims = checked.dims
+        self._aliases = checked.aliases
         self._kind = kind_of(device)
         self._foreign = device if self._kind is None else None
-        self._dtype = (held_dtype(fmt, f"from_distarray: a {type(data['buffer']).__name__}")
+        self._dtype = (held_dtype(checked.format,
+                                  f"from_distarray: a {type(checked.buffer).__name__}")
                        if device is not None else None)
         self._local = None
         self._dim_data = None
-        self._shape = shape
+        self._shape = checked.shape
         self._mpi = MPIState(None)
         self._parts_agreed = False
         return self
@@ -356,15 +357,16 @@ class DistArray:
         """Every process's layout (collective the first time: everyone's
         dim_data are gathered and checked, and the maps learn the other
         processes' sections; cached afterwards)."""
-        def layout(state: MPIState, maps: Sequence[DimMap], *_: Any) -> Layout:
-            return state.layout_of(maps)
+        def layout(state: MPIState, maps: Sequence[DimMap], buffer: Any,
+                   local_shape: Tuple[int, ...], dtype: np.dtype) -> Layout:
+            return state.layout_of(maps, dtype)
         return self._engine(layout)
 
     def _halo_plan(self) -> Any:
         """The halo plan (``_halo.Halo``; collective the first time)."""
         def plan(state: MPIState, maps: Sequence[DimMap], buffer: Any,
                  local_shape: Tuple[int, ...], dtype: np.dtype) -> Any:
-            return _halo.halo_plan(state, maps, local_shape)
+            return _halo.halo_plan(state, maps, local_shape, dtype)
         return self._engine(plan)
 
     @classmethod

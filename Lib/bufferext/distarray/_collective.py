@@ -135,10 +135,16 @@ def validate_collective(distbuffer: Any, comm: Any = None) -> None:
     with ``__distarray__``.
     """
     comm = resolve(comm)
-    data = distbuffer
-    if type(data) is not dict and hasattr(data, "__distarray__"):
-        data = data.__distarray__()
-    dims = agree(comm, lambda: check(data)[4])
+
+    def local_dims() -> Any:
+        # the export too is agreed: one raising on one process only left
+        # the others waiting in the allgather below
+        data = distbuffer
+        if type(data) is not dict and hasattr(data, "__distarray__"):
+            data = data.__distarray__()
+        return check(data).dims
+
+    dims = agree(comm, local_dims)
     everyone = [dims] if size(comm) == 1 else comm.allgather(dims)
     problems = collective_problems(everyone)     # same verdict on every rank
     if problems:

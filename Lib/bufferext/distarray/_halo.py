@@ -278,11 +278,11 @@ def call_sequence(fn: Callable[..., Any], calls: List[Any]) -> Callable[[], None
 
 
 def halo_plan(state: MPIState, maps: Sequence[DimMap],
-              local_shape: Tuple[int, ...]) -> Halo:
-    """The halo plan of the array with this state, maps and local shape
-    (made once; collective the first time)."""
+              local_shape: Tuple[int, ...], dtype: np.dtype) -> Halo:
+    """The halo plan of the array with this state, maps, local shape and
+    element type (made once; collective the first time)."""
     if state.halo is None:
-        state.halo = Halo(state.layout_of(maps), rank(state.comm),
+        state.halo = Halo(state.layout_of(maps, dtype), rank(state.comm),
                           tuple(m.grid_size for m in maps), local_shape,
                           state.options.count_limit)
     return state.halo
@@ -292,7 +292,7 @@ def update_halos(state: MPIState, maps: Sequence[DimMap], buffer: Any,
                  local_shape: Tuple[int, ...], dtype: np.dtype) -> None:
     """``DistArray.update_halos`` (when no prepared call is kept yet)."""
     comm = state.comm
-    halo = halo_plan(state, maps, local_shape)  # raises alike on every rank
+    halo = halo_plan(state, maps, local_shape, dtype)   # raises alike on every rank
     if state.pinned is not None:
         halo.run(comm, state.pinned.mpi, dtype, persistent=True)
         return

@@ -71,13 +71,15 @@ def intersect(a: IndexSet, b: IndexSet) -> Optional[Tuple[Sel, Sel]]:
 class DimLayout:
     """One dimension of a layout: the held and owned sets of every grid
     coordinate; for block dimensions also every coordinate's ``padding``
-    and whether the dimension is periodic."""
+    and whether the dimension is periodic; ``cellless`` says which held
+    index has no cell of the global array (an unstructured index outside
+    ``[0, size)``), or is None."""
 
     def __init__(self, size: int, held: Sequence[IndexSet], owned: Sequence[IndexSet],
                  extents: Sequence[int], pads: Sequence[Tuple[int, int]] = (),
-                 periodic: bool = False) -> None:
+                 periodic: bool = False, cellless: Optional[str] = None) -> None:
         self.size, self.held, self.owned, self.extents = size, held, owned, extents
-        self.pads, self.periodic = list(pads), periodic
+        self.pads, self.periodic, self.cellless = list(pads), periodic, cellless
 
 
 def dim_layout(dds: Sequence[Dict[str, Any]]) -> DimLayout:
@@ -89,6 +91,7 @@ def dim_layout(dds: Sequence[Dict[str, Any]]) -> DimLayout:
     owned: List[IndexSet] = []
     extents: List[int] = []
     pads: List[Tuple[int, int]] = []
+    cellless = None
     if dist == "b":
         for c, dd in enumerate(dds):
             pads.append(tuple(dd["padding"]))
@@ -108,6 +111,14 @@ def dim_layout(dds: Sequence[Dict[str, Any]]) -> DimLayout:
         every = [np.asarray(dd["indices"], dtype=np.int64) for dd in dds]
         allg = np.concatenate(every) if every else np.empty(0, np.int64)
         coord = np.repeat(np.arange(grid), [e.size for e in every])
+        outside = (allg < 0) | (allg >= size)
+        if outside.any():
+            # the protocol allows them; a global array has no cell for them
+            at = int(np.argmax(outside))
+            cellless = (f"global index {int(allg[at])} (held at grid "
+                        f"coordinate {int(coord[at])}) of an unstructured "
+                        f"dimension of size {size} has no cell in the global "
+                        "array: it cannot be gathered or redistributed")
         order = np.lexsort((coord, allg))               # by g, then lowest coord
         first_of = np.ones(order.size, bool)
         first_of[1:] = allg[order][1:] != allg[order][:-1]
@@ -122,7 +133,8 @@ def dim_layout(dds: Sequence[Dict[str, Any]]) -> DimLayout:
             owned.append(Points(s.g[mine], s.pos[mine]))
             extents.append(int(idx.size))
             offset += idx.size
-    return DimLayout(size, held, owned, extents, pads, bool(first.get("periodic", False)))
+    return DimLayout(size, held, owned, extents, pads, bool(first.get("periodic", False)),
+                     cellless)
 
 
 class Layout:

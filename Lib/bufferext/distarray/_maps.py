@@ -24,7 +24,7 @@ process's ``dim_data`` (``bounds=`` / ``all_indices=``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -342,11 +342,42 @@ class CyclicMap(DimMap):
             np.multiply(x, grid, out=out)
             np.add(out, rank, out=out)
             return
-        # g = ((l // b) * P + r) * b + l % b = l + (l // b) * (P - 1) * b + r * b
+        # g = ((l // b) * P + r) * b + l % b: every term is at most g (where
+        # l + (l // b) * (P - 1) * b + r * b overflowed: (P - 1) * b need not
+        # fit an int64 when every index does)
         np.floor_divide(x, b, out=s[0])
-        np.multiply(s[0], (grid - 1) * b, out=s[0])
-        np.add(x, s[0], out=out)
-        np.add(out, rank * b, out=out)
+        np.multiply(s[0], grid, out=s[0])
+        np.add(s[0], rank, out=s[0])
+        np.remainder(x, b, out=s[1])
+        np.multiply(s[0], b, out=out)
+        np.add(out, s[1], out=out)
+
+
+class Owners(NamedTuple):
+    """The owning grid rank of every global index held along an unstructured
+    dimension (the lowest rank where several hold it), read-only: ``table``
+    for ``[0, size)`` (-1: none), and the held indices outside it (the
+    protocol leaves them unconstrained: negative, or ``size`` and past) in
+    ``outside``, sorted, with their owners in ``outside_owner``."""
+
+    table: np.ndarray
+    outside: np.ndarray
+    outside_owner: np.ndarray
+
+    def lookup(self, x: np.ndarray, out: np.ndarray) -> None:
+        """``out[...]``: the owner of every index of ``x`` (-1: none)."""
+        table = self.table
+        inside = (x >= 0) & (x < table.size)
+        if inside.all():
+            out[...] = table[x]
+            return
+        out[inside] = table[x[inside]]
+        rest, outside = x[~inside], self.outside
+        if not outside.size:
+            out[~inside] = -1
+            return
+        pos = np.minimum(np.searchsorted(outside, rest), outside.size - 1)
+        out[~inside] = np.where(outside[pos] == rest, self.outside_owner[pos], -1)
 
 
 class UnstructuredMap(DimMap):
@@ -357,7 +388,9 @@ class UnstructuredMap(DimMap):
     rank) makes ``owner`` work for every index; where an index is held by
     several ranks (``one_to_one`` False) the lowest grid rank is reported.
     ``table``: instead of ``all_indices``, their ready ``_owner_table`` (so
-    the maps of every grid rank can share one).
+    the maps of every grid rank can share one).  Indices may lie outside
+    ``[0, size)``, as the protocol allows: such an element is owned, but is
+    no cell of the global array (a gather refuses it).
     """
 
     dist_type = "u"
@@ -365,7 +398,7 @@ class UnstructuredMap(DimMap):
     def __init__(self, size: int, grid_size: int, grid_rank: int, indices: Any,
                  one_to_one: bool = False,
                  all_indices: Optional[Sequence[Any]] = None, *,
-                 table: Optional[np.ndarray] = None) -> None:
+                 table: Optional[Owners] = None) -> None:
         idx = np.array(indices, dtype=np.int64).reshape(-1)
         idx.flags.writeable = False
         super().__init__(size, grid_size, grid_rank, idx.size)
@@ -385,15 +418,29 @@ class UnstructuredMap(DimMap):
             self._table = self._owner_table(size, all_indices)
 
     @staticmethod
-    def _owner_table(size: int, all_indices: Sequence[Any]) -> np.ndarray:
-        """The owning grid rank of every global index (-1: none; the lowest
-        rank where several hold it), read-only."""
+    def _owner_table(size: int, all_indices: Sequence[Any]) -> Owners:
+        """The owner of every index ``all_indices`` (one array per grid
+        rank) hold."""
         kind = np.int8 if len(all_indices) < 127 else np.int32
         table = np.full(size, -1, dtype=kind)
-        for rank in range(len(all_indices) - 1, -1, -1):
-            table[np.asarray(all_indices[rank], dtype=np.int64)] = rank
-        table.flags.writeable = False
-        return table
+        beyond: List[Tuple[np.ndarray, int]] = []
+        for rank in range(len(all_indices) - 1, -1, -1):   # the lowest written last
+            idx = np.asarray(all_indices[rank], dtype=np.int64)
+            inside = (idx >= 0) & (idx < size)
+            if inside.all():
+                table[idx] = rank
+            else:
+                table[idx[inside]] = rank
+                beyond.append((idx[~inside], rank))
+        beyond.reverse()            # ascending rank: np.unique's first is the lowest
+        held = np.concatenate([g for g, _ in beyond] + [np.empty(0, np.int64)])
+        owner = np.concatenate([np.full(g.size, r, kind) for g, r in beyond]
+                               + [np.empty(0, kind)])
+        outside, first = np.unique(held, return_index=True)
+        owners = Owners(table, outside, owner[first])
+        for arr in owners:
+            arr.flags.writeable = False
+        return owners
 
     def full_dim_dict(self) -> Dict[str, Any]:
         return {"dist_type": "u", "size": self.size, "proc_grid_size": self.grid_size,
@@ -402,15 +449,12 @@ class UnstructuredMap(DimMap):
 
     def _owner_kernel(self, x: np.ndarray, out: np.ndarray,
                       s: List[np.ndarray]) -> None:
-        table = self._table
-        if table is None:
+        owners = self._table
+        if owners is None:
             self._g2l_kernel(x, out, s)     # raises if not held here
             out.fill(self.grid_rank)
             return
-        if x.min() < 0 or x.max() >= table.size:
-            raise IndexError(f"global index {_first_bad(x, (x >= 0) & (x < table.size))}"
-                             f" is out of range for size {self.size}")
-        out[...] = table[x]
+        owners.lookup(x, out)
         if out.min() < 0:
             raise IndexError(f"global index {_first_bad(x, out >= 0)} is held by "
                              "no grid rank")

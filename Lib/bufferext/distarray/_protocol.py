@@ -22,7 +22,7 @@ Decisions where the protocol text is ambiguous (see docs/distarray.rst):
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -90,7 +90,8 @@ def comm_padding(padding: Sequence[int], grid_rank: int, grid_size: int
 
 def _fast_dim(dd: Dict[str, Any], extent: int) -> Optional[Dict[str, Any]]:
     """The normalised form of a well-formed 0.10.0 block or cyclic dimension
-    dictionary, or None to take the thorough path (which names problems)."""
+    dictionary (a new dict: the provider may change its own later), or None
+    to take the thorough path (which names problems)."""
     try:
         dist = dd["dist_type"]
         size, grid, rank = dd["size"], dd["proc_grid_size"], dd["proc_grid_rank"]
@@ -111,8 +112,6 @@ def _fast_dim(dd: Dict[str, Any], extent: int) -> Optional[Dict[str, Any]]:
                     and stop - start == extent and (rank or not start)
                     and (rank != grid - 1 or stop == size)
                     and pad[0] >= 0 and pad[1] >= 0 and pad[0] + pad[1] <= extent):
-                if len(dd) == 8:            # complete already: no copy needed
-                    return dd
                 return {"dist_type": "b", "size": size, "proc_grid_size": grid,
                         "proc_grid_rank": rank, "start": start, "stop": stop,
                         "padding": pad, "periodic": periodic}
@@ -122,8 +121,6 @@ def _fast_dim(dd: Dict[str, Any], extent: int) -> Optional[Dict[str, Any]]:
                     and 1 <= block <= _INT64_MAX and start == rank * block
                     and start <= _INT64_MAX
                     and owned_count(size, grid, rank, block) == extent):
-                if len(dd) == 6:
-                    return dd
                 return {"dist_type": "c", "size": size, "proc_grid_size": grid,
                         "proc_grid_rank": rank, "start": start, "block_size": block}
     except (KeyError, TypeError):
@@ -308,13 +305,13 @@ def _unreadable(raw: Any, exc: Exception) -> str:
 
 
 def _index_buffer(raw: Any, legacy: bool) -> Union[np.ndarray, str]:
-    """``raw`` as a read-only 1-D int64 array, or a str saying why it is
-    not one."""
+    """``raw`` as a read-only 1-D int64 array of its own (the provider may
+    change its buffer later), or a str saying why it is not one."""
     if legacy and type(raw) in (list, tuple):
         # int64 indices: a larger int is no index of any array
         if not all(_is_int(v) and -2**63 <= v < 2**63 for v in raw):
             return _NOT_INDICES
-        return np.array(raw, dtype=np.int64).reshape(-1)
+        return _frozen(np.array(raw, dtype=np.int64).reshape(-1))
     try:
         view = memoryview(raw)
     except TypeError:
@@ -331,7 +328,12 @@ def _index_buffer(raw: Any, legacy: bool) -> Union[np.ndarray, str]:
         return _NOT_INDICES
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
         return _NOT_INDICES
-    return arr.astype(np.int64, copy=False)
+    return _frozen(arr.astype(np.int64))
+
+
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    arr.flags.writeable = False
+    return arr
 
 
 def _version(value: Any) -> Tuple[int, int, int]:
@@ -406,16 +408,28 @@ def _buffer_shape(buffer: Any) -> Tuple[Tuple[int, ...], Optional[str], str]:
     return shape, device, fmt
 
 
-def check(distbuffer: Any) -> Tuple[Tuple[int, int, int], Tuple[int, ...],
-                                     Optional[str], str, Tuple[Dict[str, Any], ...]]:
-    """Validate and normalise; ``(version, shape, device, format, dims)``.
+class Checked(NamedTuple):
+    """What :func:`check` read and validated.  An importer keeps these and
+    never reads the dict again: its provider (or a ``__buffer__`` run while
+    it was read) may have changed it since."""
 
-    ``shape``, ``device`` and ``format`` describe the buffer as the extended
-    buffer protocol reports it (``device`` None for CPU memory).
+    version: Tuple[int, int, int]
+    #: The buffer as the extended buffer protocol reports it (``device``
+    #: None for CPU memory).
+    shape: Tuple[int, ...]
+    device: Optional[str]
+    format: str
+    #: Complete 0.10.0 dimension dictionaries of their own (aliases
+    #: expanded, defaults filled in, ``indices`` read-only int64 arrays).
+    dims: Tuple[Dict[str, Any], ...]
+    #: The ``'buffer'`` object whose export was read.
+    buffer: Any
+    #: Per dimension, whether it was given as an alias (``{}``, 0.9's ``'n'``).
+    aliases: Tuple[bool, ...]
 
-    ``dims`` are complete 0.10.0 dimension dictionaries (aliases expanded,
-    defaults filled in, ``indices`` as int64 arrays).
-    """
+
+def check(distbuffer: Any) -> Checked:
+    """Validate and normalise (see :class:`Checked`)."""
     if type(distbuffer) is not dict:
         raise ProtocolError([f"__distarray__() returned {type(distbuffer).__name__}, "
                              "not a dict"])
@@ -427,23 +441,28 @@ def check(distbuffer: Any) -> Tuple[Tuple[int, int, int], Tuple[int, ...],
     if extra and version[:2] == (0, 10):
         raise ProtocolError([f"unknown key {k!r}" for k in sorted(extra, key=repr)])
     legacy = version[:2] == (0, 9)
-    shape, device, fmt = _buffer_shape(distbuffer["buffer"])
+    buffer = distbuffer["buffer"]
+    shape, device, fmt = _buffer_shape(buffer)
     dim_data = distbuffer["dim_data"]
     if not (type(dim_data) is tuple or legacy and type(dim_data) is list):
         raise ProtocolError([f"'dim_data' = {dim_data!r}: must be a tuple of "
                              f"dicts, not {type(dim_data).__name__}"])
+    dim_data = tuple(dim_data)
     if len(dim_data) != len(shape):
         raise ProtocolError([f"'dim_data' has {len(dim_data)} entries, the buffer "
                              f"has {len(shape)} dimensions"])
     checker = _Checker(legacy, strict_keys=version[:2] == (0, 10) or legacy)
     dims = []
+    aliases = tuple(type(dd) is dict and (not dd or dd.get("dist_type") == "n")
+                    for dd in dim_data)
     for i, dd in enumerate(dim_data):
         if legacy:
             dd = _legacy_dim(i, dd, shape[i], checker.problems)
         dims.append(checker.dim(i, dd, shape[i]))
     if checker.problems:
         raise ProtocolError(checker.problems)
-    return version, shape, device, fmt, tuple(dims)  # type: ignore[arg-type]
+    return Checked(version, shape, device, fmt, tuple(dims),  # type: ignore[arg-type]
+                   buffer, aliases)
 
 
 def validate(distbuffer: Any) -> None:

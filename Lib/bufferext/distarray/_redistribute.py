@@ -131,6 +131,9 @@ class Plan:
 
     def __init__(self, src: Layout, tgt: Layout, me: int, nprocs: int,
                  options: Options = Options()) -> None:
+        for dim in list(src.dims) + list(tgt.dims):
+            if dim.cellless:            # the same layouts, so on every rank
+                raise ValueError(dim.cellless)
         cache: Dict[Tuple[int, int, int], Optional[Tuple[Sel, Sel]]] = {}
 
         def piece(d: int, ks: int, kt: int) -> Optional[Tuple[Sel, Sel]]:
@@ -390,7 +393,7 @@ def _collect(state: MPIState, maps: Sequence[DimMap], buffer: Any,
                       error=unkeyable)
         root = agree(comm, lambda: _check_root(comm, root))
     me = rank(comm)
-    src_layout = state.layout_of(maps)      # raises alike on every rank
+    src_layout = state.layout_of(maps, dtype)   # raises alike on every rank
     shape = tuple(m.size for m in maps)
     key = ("collect", root, state.options)
     plan = state.plans.get(key)
@@ -486,7 +489,7 @@ def redistribute(state: MPIState, maps: Sequence[DimMap], buffer: Any,
                             padding, periodic, indices, split, size(comm))
 
         spec = agree(comm, prepare)
-        src_layout = state.layout_of(maps)  # raises alike on every rank
+        src_layout = state.layout_of(maps, dtype)   # raises alike on every rank
         tgt_layout = spec_layout(spec)
         entry = Plan(src_layout, tgt_layout, me, size(comm), state.options)
         entry.target = (tgt_layout, spec.maps(me))

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._dtypes import name_of
 from ._collective import collective_problems
 from ._comm import size
 from ._datatypes import COUNT_LIMIT
@@ -90,28 +91,51 @@ class MPIState:
             self.pinned.release()
             self.pinned = None
 
-    def layout_of(self, maps: Sequence[DimMap]) -> Layout:
-        """Every process's layout, from this process's ``maps`` (collective
-        the first time, cached afterwards; see :meth:`gather_layout`)."""
+    def layout_of(self, maps: Sequence[DimMap], dtype: np.dtype) -> Layout:
+        """Every process's layout, from this process's ``maps`` and element
+        type (collective the first time, cached afterwards; see
+        :meth:`gather_layout`)."""
         if self.layout is None:
-            return self.gather_layout(maps, tuple(m.grid_size for m in maps))
+            return self.gather_layout(maps, tuple(m.grid_size for m in maps), dtype)
         return self.layout
 
-    def gather_layout(self, maps: Sequence[DimMap], grid: Tuple[int, ...]) -> Layout:
-        """Everyone's ``dim_data`` gathered and checked (collective; raises
-        the same ProtocolError on every process): the layout, with ``maps``
-        completed with every process's section (block bounds, unstructured
-        owner tables) left in :attr:`maps`."""
+    def gather_layout(self, maps: Sequence[DimMap], grid: Tuple[int, ...],
+                      dtype: np.dtype) -> Layout:
+        """Everyone's ``dim_data`` and element type gathered and checked
+        (collective; raises the same ProtocolError on every process): the
+        layout, with ``maps`` completed with every process's section (block
+        bounds, unstructured owner tables) left in :attr:`maps`."""
         comm = self.comm
-        mine = tuple(m.full_dim_dict() for m in maps)
+        mine = (tuple(m.full_dim_dict() for m in maps), _element_type(dtype))
         everyone = [mine] if size(comm) == 1 else comm.allgather(mine)
-        problems = collective_problems(everyone)
+        all_dims = [dims for dims, _ in everyone]
+        problems = collective_problems(all_dims) + _type_problems(
+            [kind for _, kind in everyone])
         if problems:
             raise ProtocolError(problems)
-        cols = per_coord(everyone, grid)
+        cols = per_coord(all_dims, grid)
         self.maps = tuple(_full_map(m, col) for m, col in zip(maps, cols))
         self.layout = grid_layout([dim_layout(col) for col in cols], grid)
         return self.layout
+
+
+def _element_type(dtype: np.dtype) -> str:
+    """``dtype`` as the processes compare it: its format and item size
+    (a structured type's fields too, which its ``'|V<n>'`` leaves out)."""
+    return str(dtype) if dtype.names else name_of(dtype)
+
+
+def _type_problems(types: Sequence[str]) -> List[str]:
+    """Where the processes' element types differ (MPI would move one type's
+    bytes as another's, or abort on another item size), each rank's."""
+    if len(set(types)) <= 1:
+        return []
+    ranks: Dict[str, List[int]] = {}
+    for r, kind in enumerate(types):
+        ranks.setdefault(kind, []).append(r)
+    return ["the processes' local buffers hold different element types: " + ", ".join(
+        f"{kind!r} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+        for kind, rs in ranks.items())]
 
 
 def _full_map(m: DimMap, col: Sequence[Dict[str, Any]]) -> DimMap:
