@@ -373,23 +373,17 @@ cpubuffer_reduce_ex(PyObject *op, PyObject *protocol_arg)
      * the GC of each allocation) cannot resize or close the buffer
      * between the data and the shape read with it. */
     bufferext_producer_read(&self->head, &now);
-    /* Both export this buffer: the PickleBuffer keeps its export (and so
-     * the memory) until the pickler is done with it. */
-    if (protocol < 5) {
-        data = PyBytes_FromObject(op);
-    }
-    else if (Py_TYPE(op)->tp_as_buffer->bf_getbuffer ==
-             cpubuffer_getbuffer) {
+    /* The buffer's own memory, the one the shape read with it describes:
+     * a subclass's __buffer__ (3.12+) may export other bytes.  Out of band
+     * (protocol 5) the PickleBuffer keeps its export, and so the memory,
+     * until the pickler is done with it; a type whose getbuffer is not
+     * ours gets a copy, pinned memory read here. */
+    if (protocol >= 5 &&
+        Py_TYPE(op)->tp_as_buffer->bf_getbuffer == cpubuffer_getbuffer) {
         data = PyPickleBuffer_FromObject(op);
     }
     else {
-        /* A Python subclass on 3.12+ exports through __buffer__, and the
-         * view's obj is then CPython's _buffer_wrapper, which
-         * PickleBuffer.raw() (and so the 3.14 pickler) cannot export
-         * again: hold the export in a memoryview, which can. */
-        PyObject *mv = PyMemoryView_FromObject(op);
-        data = mv == NULL ? NULL : PyPickleBuffer_FromObject(mv);
-        Py_XDECREF(mv);
+        data = PyBytes_FromStringAndSize(now.buf, now.len);
     }
     if (data == NULL ||
         (shape = bufferext_tuple_from_ssize(now.ndim, now.shape)) == NULL ||

@@ -63,12 +63,6 @@ vebuffer_allocate(bufferext_state *st, VEBufferObject *self, int number)
     bufferext_ve_node *node;
     void *hmem = NULL;
 
-    if (number < 0 || number >= BUFFEREXT_VE_MAX_NODES) {
-        PyErr_Format(PyExc_ValueError,
-                     "VEBuffer: node = %d is out of range (0 to %d)", number,
-                     BUFFEREXT_VE_MAX_NODES - 1);
-        return -1;
-    }
     node = bufferext_ve_node_acquire(st, number);
     if (node == NULL) {
         return -1;
@@ -91,19 +85,46 @@ vebuffer_allocate(bufferext_state *st, VEBufferObject *self, int number)
     return 0;
 }
 
+/* `node=`: an int (not a bool, as CUDABuffer's device), 0 to
+ * BUFFEREXT_VE_MAX_NODES - 1.  Runs no Python code.  0, or -1 with
+ * TypeError or ValueError naming the value. */
+static int
+parse_node(PyObject *obj, int *number)
+{
+    long value;
+
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "VEBuffer: node must be an int (a VE "
+                     "node number), not '%.200s'", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    value = PyLong_AsLong(obj);
+    if (value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();          /* past a long: out of range, as below */
+    }
+    if (value < 0 || value >= BUFFEREXT_VE_MAX_NODES) {
+        PyErr_Format(PyExc_ValueError, "VEBuffer: node=%R is out of range "
+                     "(0 to %d)", obj, BUFFEREXT_VE_MAX_NODES - 1);
+        return -1;
+    }
+    *number = (int)value;
+    return 0;
+}
+
 static PyObject *
 vebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"shape", "dtype", "node", "readonly", NULL};
-    PyObject *shape, *dtype = NULL;
+    PyObject *shape, *dtype = NULL, *node = NULL;
     int number = 0, readonly = 0;
     bufferext_producer_spec spec;
     bufferext_state *st;
     VEBufferObject *self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$ip:VEBuffer",
-                                     keywords, &shape, &dtype, &number,
-                                     &readonly)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$Op:VEBuffer",
+                                     keywords, &shape, &dtype, &node,
+                                     &readonly) ||
+        (node != NULL && parse_node(node, &number) < 0)) {
         return NULL;
     }
     st = bufferext_state_from_type(type);

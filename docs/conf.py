@@ -41,4 +41,6 @@ nitpick_ignore = [("c:identifier", name) for name in (
 nitpick_ignore_regex = [
     ("py:class", r"(numpy|np)\.(ndarray|dtype|integer)"),
     ("py:class", r"bufferext\.distarray\._comm\.T"),    # agree's TypeVar
+    # UnstructuredMap(table=): the owner tables another map made (internal)
+    ("py:class", r"(bufferext\.distarray\._maps\.)?Owners"),
 ]

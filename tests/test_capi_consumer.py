@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+import bufferext
 from _helpers import ATTRIBUTE_DECLARES, NEEDS_ATTRIBUTE
 
 LEGACY = 0x1FD
@@ -94,14 +95,31 @@ def test_an_undeclared_device_flag_dropped_leaves_a_request_served(capi, flags):
     # PyBUF_DEVICE is not passed to a type that does not declare it; what is
     # left (0x100, 0x200) equals PyBUF_READ or PyBUF_WRITE, which
     # PyObject_GetBuffer refuses as a bad argument since 3.13: the request
-    # still reaches the exporter, on the type's first use (the header's
-    # general path) and after it (the inline one)
+    # still reaches the exporter, as PyBUF_SIMPLE, on the type's first use
+    # (the header's general path) and after it (the inline one)
     tp = capi.make_exporter_type("Fresh", -1)
     for _ in range(2):
         x = tp(3)
         d = capi.get_buffer(x, flags)
         assert (d["flags"], d["len"], x.getbuffer_calls, x.exports) == (
             0, 12, 1, 0)
+
+
+@pytest.mark.parametrize("flags", [DEVICE | 0x100, DEVICE | 0x200])
+def test_builtin_exporters_serve_a_request_left_read_or_write(capi, flags):
+    # their getbuffer calls PyBuffer_FillInfo, which refuses 0x100 and 0x200
+    # on 3.13+: bytes and mmap raised SystemError, and bytearray kept an
+    # export it never filled (it could not be resized again); what is left
+    # asks nothing PyBUF_SIMPLE does not, and is served as it
+    data = bytearray(b"abcd")
+    objects = [b"abcd", data, array.array("b", b"abcd"), mmap.mmap(-1, 4)]
+    for obj in objects:
+        for _ in range(2):      # the type's first use, and the cached one
+            assert capi.get_buffer(obj, flags)["len"] == 4
+            with bufferext.get_buffer(obj, flags) as view:
+                assert view.nbytes == 4 and view.flags == 0
+    data.append(0)              # no export left behind
+    objects[-1].close()
 
 
 def test_non_buffer_is_type_error(capi):

@@ -118,6 +118,24 @@ def test_a_str_spelling_gets_resolves_answer_every_time(spelling):
                     fmt, itemsize, dtype, typestr)
 
 
+def test_a_str_subclass_dtype_is_read_by_its_characters():
+    """A str subclass whose __eq__ and __hash__ say 'bfloat16' was found
+    in the low-precision names and its own characters written into the
+    format ('[ev]l]', a format naming no type, whose pickle could not be
+    loaded); its characters are the spelling."""
+    class Posing(str):
+        def __eq__(self, other):
+            return other == "bfloat16" or str.__eq__(self, other)
+
+        def __hash__(self):
+            return hash("bfloat16")
+
+    with pytest.raises(TypeError, match="dtype 'ev]l' is not understood"):
+        CPUBuffer(4, Posing("ev]l"))
+    buf = CPUBuffer(4, Posing("<i4"))
+    assert buf.format == "i" and buf.dtype == np.dtype("<i4")
+
+
 def test_a_refused_spelling_is_refused_every_time():
     for _ in range(3):
         with pytest.raises(TypeError, match="dtype 'flaot32' is not "

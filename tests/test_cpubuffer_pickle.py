@@ -133,6 +133,41 @@ def test_subclass_round_trips_as_itself() -> None:
         del globals()["Sub"]
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ is 3.12's")
+@pytest.mark.thread_unsafe(reason="it binds a class to a module global for pickle to find")
+def test_subclass_exporting_other_bytes_pickles_its_own() -> None:
+    # the pickle read the data through the subclass's __buffer__ and the
+    # shape from the buffer: half the bytes (refused at load), or other
+    # bytes of the same size (loaded, wrong)
+    class Half(CPUBuffer):
+        def __buffer__(self, flags: int) -> memoryview:
+            return memoryview(super().__buffer__(flags)).cast("B")[:8]
+
+    class Other(CPUBuffer):
+        def __buffer__(self, flags: int) -> memoryview:
+            return memoryview(bytearray(b"x" * self.nbytes))
+
+    def own(buf: CPUBuffer, flags: int = 0x11c) -> memoryview:
+        return CPUBuffer.__buffer__(buf, flags).cast("B")
+
+    for cls in (Half, Other):
+        globals()[cls.__name__] = cls
+        cls.__qualname__ = cls.__name__
+        try:
+            buf = cls(2, "f8")
+            own(buf, 0x11d)[:] = b"\x01" * 16
+            for protocol in PROTOCOLS:
+                back = pickle.loads(pickle.dumps(buf, protocol=protocol))
+                assert type(back) is cls and own(back) == b"\x01" * 16
+            buffers: List[pickle.PickleBuffer] = []
+            data = pickle.dumps(buf, protocol=5, buffer_callback=buffers.append)
+            back = pickle.loads(data, buffers=buffers)
+            assert own(back) == b"\x01" * 16
+            assert buf.exports == 0
+        finally:
+            del globals()[cls.__name__]
+
+
 # ---- protocol 5: out of band, zero-copy -------------------------------------
 
 def address_of(view: memoryview) -> int:

@@ -764,15 +764,17 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 
     if (procs != NULL && procs->bf_getbuffer != NULL) {
         int declared = procs->bf_supported_flags;
+        int plain = flags & ~BUFFEREXT_EXTENDED_FLAGS;
 
-        /* CPython refuses these two bare values as a caller's mistake */
-        if (declared == BUFFEREXT_SUPPORTS_LEGACY && flags != PyBUF_READ &&
-            flags != PyBUF_WRITE) {
-            flags &= ~BUFFEREXT_EXTENDED_FLAGS;
+        /* PyBUF_READ and PyBUF_WRITE, asked or left once the extended flags
+         * are gone, are CPython's to answer: it refuses them asked (a
+         * caller's mistake), serves them left as PyBUF_SIMPLE */
+        if (declared == BUFFEREXT_SUPPORTS_LEGACY && plain != PyBUF_READ &&
+            plain != PyBUF_WRITE) {
             BufferExtInternal_ClearExtension(view);
             return BufferExtInternal_Answered(
-                obj, view, flags,
-                procs->bf_getbuffer(obj, &view->view, flags));
+                obj, view, plain,
+                procs->bf_getbuffer(obj, &view->view, plain));
         }
         if (declared > 0 && (flags & BUFFEREXT_EXTENDED_FLAGS) &&
             !(flags & (PyBUF_REQUIRED_FLAGS | BUFFEREXT_EXTENDED_FLAGS) &
@@ -806,20 +808,20 @@ BufferExtInternal_RaiseRetyped(PyObject *obj)
 /* Call the plain getbuffer of `obj` for `flags`: the caller's request
  * `asked` less the extended flags the type does not honour (`slot`: the
  * type's getbuffer as read, or NULL).  CPython 3.13+ refuses the bare
- * values PyBUF_READ and PyBUF_WRITE as a caller's mistake; a request that
- * only became one of them by losing an extended flag (0x10100 leaves
- * PyBUF_INDIRECT's own bit) is no such mistake, so it goes to the getbuffer
- * directly, as CPython does where it implements the draft. */
+ * values PyBUF_READ and PyBUF_WRITE as a caller's mistake, and so does its
+ * PyBuffer_FillInfo, which most exporters call (bytearray's getbuffer even
+ * keeps an export it failed to fill).  A request that only became one of
+ * them by losing an extended flag (0x10100 leaves PyBUF_INDIRECT's own
+ * bit, 0x10200 a bit that requests nothing) is no mistake, and asks
+ * nothing PyBUF_SIMPLE does not (the bit of INDIRECT means suboffsets,
+ * which need strides): it is served as PyBUF_SIMPLE, as CPython does where
+ * it implements the draft. */
 static inline int
 BufferExtInternal_CallPlain(PyObject *obj, Py_buffer *view, int flags,
                             int asked, BufferExtAccel_GetBufferProc slot)
 {
     if (flags != asked && (flags == PyBUF_READ || flags == PyBUF_WRITE)) {
-        BufferExtAccel_GetBufferProc direct =
-            BufferExtAccel_TypeSlot(Py_TYPE(obj));
-        if (direct != NULL) {
-            return direct(obj, view, flags);
-        }
+        flags = PyBUF_SIMPLE;
     }
     return BufferExtAccel_CallSlot(slot, obj, view, flags);
 }

@@ -166,6 +166,10 @@ def resolve(dtype: Any) -> Tuple[str, int, np.dtype[Any], str]:
             raise TypeError(f"dtype {dtype!r}: a torch dtype is named "
                             f"'torch.<name>', not {text!r}")
         dtype = text[len("torch."):]
+    if isinstance(dtype, str):
+        # its characters, not a subclass's __eq__ and __hash__: the name
+        # found in LOWP is written into the format
+        dtype = str.__str__(dtype)
     lowp = _lowp_name(dtype) if isinstance(dtype, str) else None
     if lowp is None:
         try:

@@ -149,9 +149,20 @@ def test_buffers_on_a_node_share_one_process(counters: Counters) -> None:
     del a, b, c
 
 
-@pytest.mark.parametrize("node", [-1, 64, 1 << 20])
+@pytest.mark.parametrize("node", [-1, 64, 1 << 20, 1 << 40, -(1 << 70)])
 def test_bad_node_is_valueerror(node: int) -> None:
-    with pytest.raises(ValueError, match=f"node = {node} is out of range"):
+    # past an int it was an OverflowError from the argument parser
+    with pytest.raises(ValueError, match=rf"VEBuffer: node={node} is out of "
+                                         r"range \(0 to 63\)"):
+        VEBuffer(3, node=node)
+
+
+@pytest.mark.parametrize("node", [True, 1.0, "1", np.int64(1)])
+def test_node_that_is_not_an_int_is_typeerror(node: Any) -> None:
+    # as CUDABuffer's device: True was node 1
+    with pytest.raises(TypeError, match="VEBuffer: node must be an int "
+                                        r"\(a VE node number\), not "
+                                        rf"'(numpy\.)?{type(node).__name__}'"):
         VEBuffer(3, node=node)
 
 
