@@ -273,13 +273,14 @@ adapter_get_nbytes(PyObject *op, void *closure)
 }
 
 /* CUDA Array Interface v3 of CUDA memory.  The adapter's rule is an event,
- * CAI's a stream: with an event pending there is no stream to give, so the
- * attribute refuses rather than hand out data that may not be ready. */
+ * CAI's a stream: `stream` is None once the event completed, else a stream
+ * made to wait on it (bufferext_cuda_cai_stream).  Asked for last, after
+ * everything that can refuse, so a refusal leaves no stream waiting. */
 static PyObject *
 adapter_get_cai(PyObject *op, void *closure)
 {
     AdapterObject *self = Adapter_CAST(op);
-    PyObject *typestr, *result, *shape, *strides;
+    PyObject *typestr, *result, *shape, *strides, *stream;
     (void)closure;
 
     if (self->device == NULL ||
@@ -287,13 +288,6 @@ adapter_get_cai(PyObject *op, void *closure)
         PyErr_SetString(PyExc_AttributeError,
                         "__cuda_array_interface__: the memory is not CUDA "
                         "device memory");
-        return NULL;
-    }
-    if (self->info.cuda.event != NULL) {
-        PyErr_SetString(PyExc_BufferError,
-                        "__cuda_array_interface__: the data is ready only "
-                        "after a CUDA event; use the extended buffer "
-                        "protocol or __dlpack__(stream=...)");
         return NULL;
     }
     {
@@ -324,17 +318,22 @@ adapter_get_cai(PyObject *op, void *closure)
     shape = adapter_get_shape(op, NULL);
     strides = self->layout.c_contiguous ? Py_NewRef(Py_None)
                                         : adapter_get_strides(op, NULL);
-    if (shape == NULL || strides == NULL) {
+    stream = shape == NULL || strides == NULL
+                 ? NULL
+                 : bufferext_cuda_cai_stream(
+                       bufferext_state_from_type(Py_TYPE(op)),
+                       "__cuda_array_interface__", &self->info.cuda);
+    if (stream == NULL) {
         Py_XDECREF(shape);
         Py_XDECREF(strides);
         Py_DECREF(typestr);
         return NULL;
     }
-    result = Py_BuildValue("{s:N,s:N,s:(NO),s:N,s:O,s:i}",
+    result = Py_BuildValue("{s:N,s:N,s:(NO),s:N,s:N,s:i}",
                            "shape", shape, "typestr", typestr,
                            "data", PyLong_FromVoidPtr(self->layout.buf),
                            self->layout.readonly ? Py_True : Py_False,
-                           "strides", strides, "stream", Py_None,
+                           "strides", strides, "stream", stream,
                            "version", 3);
     return result;
 }

@@ -264,8 +264,11 @@ cpubuffer_resize(PyObject *op, PyObject *shape)
 static PyObject *
 cpubuffer_dlpack_device(PyObject *op, PyObject *unused)
 {
-    (void)op;
     (void)unused;
+    /* closed: ValueError, as every method (a consumer asks this first) */
+    if (bufferext_producer_check_open(BufferExtProducer_CAST(op)) < 0) {
+        return NULL;
+    }
     return Py_BuildValue("(ii)", 1, 0);   /* kDLCPU, device 0 */
 }
 

@@ -164,6 +164,22 @@ bufferext_cuda_device_count(void)
 
 /* ---- DLPack stream rule (called by dlpack.c) ---------------------------- */
 
+/* Make `target` wait on `event` (read from `info`), in the memory's context
+ * (the event's).  0, or -1 with the driver's error. */
+static int
+stream_wait(const char *who, const BufferExt_CUDADeviceInfo *info,
+            CUstream target, CUevent event)
+{
+    int rc;
+
+    if (CU_CHECK(who, cuCtxPushCurrent_v2, ((CUcontext)info->context)) < 0) {
+        return -1;
+    }
+    rc = CU_CHECK(who, cuStreamWaitEvent, (target, event, 0));
+    bufferext_cuda_ctx_pop();
+    return rc;
+}
+
 /* The CUstream a DLPack `stream` argument names; *nosync for -1. */
 static int
 dlpack_stream(PyObject *stream, CUstream *out, int *nosync)
@@ -188,13 +204,20 @@ dlpack_stream(PyObject *stream, CUstream *out, int *nosync)
     }
     if (overflow > 0 || value > 2) {
         *out = (CUstream)PyLong_AsVoidPtr(stream);
-        return *out == NULL && PyErr_Occurred() ? -1 : 0;
+        if (*out != NULL || !PyErr_Occurred()) {
+            return 0;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return -1;
+        }
+        /* wider than a pointer: no CUstream, refused below by name */
+        PyErr_Clear();
     }
-    if (value == -1 && !overflow) {
+    else if (value == -1 && !overflow) {
         *nosync = 1;
         return 0;
     }
-    if (value == 1 || value == 2) {
+    else if (value == 1 || value == 2) {
         *out = value == 1 ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD;
         return 0;
     }
@@ -214,7 +237,7 @@ bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
     const BufferExt_CUDADeviceInfo *info = ext->device_info;
     CUstream target = NULL;
     CUevent event;
-    int nosync, rc;
+    int nosync;
 
     if (dlpack_stream(stream, &target, &nosync) < 0) {
         return -1;
@@ -230,38 +253,38 @@ bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
                      Py_TYPE(exporter)->tp_name, (unsigned int)info->version);
         return -1;
     }
-    if (st == NULL || bufferext_cuda_ready(st) < 0 ||
-        CU_CHECK(who, cuCtxPushCurrent_v2, ((CUcontext)info->context)) < 0) {
+    if (st == NULL || bufferext_cuda_ready(st) < 0) {
         return -1;
     }
-    rc = CU_CHECK(who, cuStreamWaitEvent, (target, event, 0));
-    bufferext_cuda_ctx_pop();
-    return rc;
+    return stream_wait(who, info, target, event);
 }
 
 /* ---- bridges: CUDA memory described by other protocols ---------------- */
 
 /* One stream per device on which DLPack producers are asked to make their
- * data ready (created in the retained primary context, kept for the life of
- * the process). */
+ * data ready, and which an adapter's CUDA Array Interface names for pending
+ * work (created in the retained primary context, kept for the life of the
+ * process). */
 static CUstream bridge_streams[64];
 
-PyObject *
-bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal)
+/* This device's bridge stream, made on first use, in *out.  0, or -1 with
+ * an exception naming `who`. */
+static int
+bridge_stream(bufferext_state *st, const char *who, int ordinal,
+              CUstream *out)
 {
-    const char *who = "as_buffer";
     CUcontext ctx;
     CUdevice dev;
     CUstream stream = NULL;
     int rc;
 
     if (bufferext_cuda_ready(st) < 0) {
-        return NULL;
+        return -1;
     }
     if (ordinal < 0 || ordinal >= cuda_init.count || ordinal >= 64) {
         PyErr_Format(PyExc_BufferError, "%s: CUDA device %d does not exist "
                      "(%d found)", who, ordinal, cuda_init.count);
-        return NULL;
+        return -1;
     }
     BUFFEREXT_MUTEX_LOCK(cuda_mutex);
     if (bridge_streams[ordinal] == NULL) {
@@ -277,7 +300,53 @@ bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal)
     }
     stream = bridge_streams[ordinal];
     BUFFEREXT_MUTEX_UNLOCK(cuda_mutex);
-    return stream == NULL ? NULL : PyLong_FromVoidPtr(stream);
+    *out = stream;
+    return stream == NULL ? -1 : 0;
+}
+
+PyObject *
+bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal)
+{
+    CUstream stream;
+
+    if (bridge_stream(st, "as_buffer", ordinal, &stream) < 0) {
+        return NULL;
+    }
+    return PyLong_FromVoidPtr(stream);
+}
+
+/* CAI has no event, only a stream, on which the consumer synchronises or
+ * enqueues its work (the producer's, or one that waits for all of it).  A
+ * completed event needs neither: None.  A pending one is waited on by the
+ * device's bridge stream, which lives as long as the process, as a CAI
+ * stream must outlive the object. */
+PyObject *
+bufferext_cuda_cai_stream(bufferext_state *st, const char *who,
+                          const BufferExt_CUDADeviceInfo *info)
+{
+    CUevent event = (CUevent)BUFFEREXT_LOAD_PTR(info->event);
+    CUstream stream;
+    CUresult res;
+
+    if (event == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (bufferext_cuda_ready(st) < 0) {
+        return NULL;
+    }
+    res = bufferext_cuda.cuEventQuery(event);
+    if (res == CUDA_SUCCESS) {
+        Py_RETURN_NONE;             /* the work is done */
+    }
+    if (res != CUDA_ERROR_NOT_READY) {
+        bufferext_cuda_error(res, who, "cuEventQuery");
+        return NULL;
+    }
+    if (bridge_stream(st, who, info->device, &stream) < 0 ||
+        stream_wait(who, info, stream, event) < 0) {
+        return NULL;
+    }
+    return PyLong_FromVoidPtr(stream);
 }
 
 int

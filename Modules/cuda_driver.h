@@ -21,6 +21,7 @@ typedef unsigned long long CUdeviceptr;
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NO_DEVICE 100
+#define CUDA_ERROR_NOT_READY 600
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DISABLE_TIMING 0x2
 #define CU_STREAM_LEGACY ((CUstream)0x1)
@@ -57,6 +58,7 @@ typedef unsigned long long CUdeviceptr;
     X(cuEventDestroy_v2, (CUevent))                                         \
     X(cuEventRecord, (CUevent, CUstream))                                   \
     X(cuEventSynchronize, (CUevent))                                        \
+    X(cuEventQuery, (CUevent))                                              \
     X(cuPointerGetAttribute, (void *, CUpointer_attribute, CUdeviceptr))
 
 #define BUFFEREXT_CU_FIELD(name, params) CUresult (*name) params;
@@ -112,6 +114,12 @@ int bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
  * the driver's error. */
 int bufferext_cuda_event_wait(bufferext_state *st, const char *who,
                               void *event);
+/* The CUDA Array Interface v3 `stream` of memory described by `info`:
+ * None when it has no event or the event has completed (cuEventQuery), else
+ * the device's bridge stream, made to wait on the event first.  A new
+ * reference, or NULL with an exception naming `who`. */
+PyObject *bufferext_cuda_cai_stream(bufferext_state *st, const char *who,
+                                   const BufferExt_CUDADeviceInfo *info);
 /* Destroy an event made by bufferext_cuda_import (safe if there is none). */
 void bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info);
 

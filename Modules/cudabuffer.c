@@ -705,6 +705,10 @@ static PyObject *
 cudabuffer_dlpack_device(PyObject *op, PyObject *unused)
 {
     (void)unused;
+    /* closed: ValueError, as every method (a consumer asks this first) */
+    if (check_open(CUDABuffer_CAST(op)) < 0) {
+        return NULL;
+    }
     return Py_BuildValue("(ii)", 2, (int)CUDABuffer_CAST(op)->info.device);
 }
 

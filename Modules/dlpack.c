@@ -373,7 +373,8 @@ check_target(PyObject *exporter, const dlpack_options *opts,
 /* Check the buffer against the request; fill the tensor's device, dtype,
  * data, shape and strides (lent by the exporter's layout, valid while the
  * export is held).  CUDA memory gets its pending work ordered before
- * opts->stream. */
+ * opts->stream: last, once nothing can refuse, so that a refused request
+ * leaves the consumer's stream as it was. */
 static int
 describe(PyObject *exporter, Py_buffer_extended *ext,
          const dlpack_options *opts, BxDLTensor *tensor)
@@ -384,17 +385,7 @@ describe(PyObject *exporter, Py_buffer_extended *ext,
     memset(tensor, 0, sizeof(*tensor));
     if (buffer_device(exporter, ext, &tensor->device) < 0 ||
         check_target(exporter, opts, &tensor->device) < 0 ||
-        layout_dtype(exporter, layout, &tensor->dtype) < 0 ||
-        (tensor->device.device_type == BX_kDLCUDA &&
-         bufferext_cuda_dlpack_sync(bufferext_state_from_type(Py_TYPE(exporter)),
-                                    exporter, ext, opts->stream) < 0)) {
-        return -1;
-    }
-    if (v->readonly && !opts->versioned) {
-        PyErr_Format(PyExc_BufferError,
-                     "%.200s: read-only memory needs a versioned DLPack "
-                     "capsule (pass max_version=(1, 0) or later)",
-                     Py_TYPE(exporter)->tp_name);
+        layout_dtype(exporter, layout, &tensor->dtype) < 0) {
         return -1;
     }
     if (opts->copy == 1 && tensor->device.device_type != BX_kDLCPU) {
@@ -403,7 +394,16 @@ describe(PyObject *exporter, Py_buffer_extended *ext,
                      Py_TYPE(exporter)->tp_name);
         return -1;
     }
-    if (v->ndim > 0 && layout->item_strides == NULL) {
+    /* A copy (holder_copy) is new writable memory with its own C-order
+     * strides in items: these two limits are the zero-copy export's. */
+    if (v->readonly && !opts->versioned && opts->copy != 1) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: read-only memory needs a versioned DLPack "
+                     "capsule (pass max_version=(1, 0) or later)",
+                     Py_TYPE(exporter)->tp_name);
+        return -1;
+    }
+    if (v->ndim > 0 && layout->item_strides == NULL && opts->copy != 1) {
         int i;
         for (i = 0; i < v->ndim && v->strides[i] % v->itemsize == 0; i++) {
         }
@@ -412,6 +412,11 @@ describe(PyObject *exporter, Py_buffer_extended *ext,
                      "of the item size %zd; DLPack counts strides in items",
                      Py_TYPE(exporter)->tp_name, v->strides[i], i,
                      v->itemsize);
+        return -1;
+    }
+    if (tensor->device.device_type == BX_kDLCUDA &&
+        bufferext_cuda_dlpack_sync(bufferext_state_from_type(Py_TYPE(exporter)),
+                                   exporter, ext, opts->stream) < 0) {
         return -1;
     }
     tensor->data = v->buf;

@@ -72,7 +72,30 @@ to_py_object(BxDLManagedTensorVersioned *tensor, void **out_py_object)
     return adapter == NULL ? -1 : 0;
 }
 
-/* A new zero-filled CPUBuffer shaped like `prototype` (CPU only). */
+/* Whether a CPUBuffer has a dtype of `code` and `bits` (one lane), for
+ * the codes bufferext names by letter: int, uint, float, complex, bool. */
+static int
+allocatable_bits(uint8_t code, uint8_t bits)
+{
+    switch (code) {
+    case BX_kDLInt:
+    case BX_kDLUInt:
+        return bits == 8 || bits == 16 || bits == 32 || bits == 64;
+    case BX_kDLFloat:
+        return bits == 16 || bits == 32 || bits == 64;
+    case BX_kDLComplex:
+        return bits == 64 || bits == 128;
+    case BX_kDLBool:
+        return bits == 8;
+    default:
+        return 0;
+    }
+}
+
+/* A new zero-filled CPUBuffer shaped like `prototype` (CPU only).  An
+ * error's kind is the class name of the exception that refused (a bad
+ * shape: ValueError; MemoryError only when memory ran out); a request
+ * refused here before any Python call is a BufferError. */
 static int
 allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
          void *error_ctx,
@@ -83,6 +106,7 @@ allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
     bufferext_state *st = bufferext_get_state(exchange_module);
     PyObject *shape = NULL, *buffer = NULL, *dtype = NULL;
     const char *message = NULL;
+    char dtype_message[160];
     int i, bits;
     /* bfloat16 and the float8 kinds: by name */
     const char *lowp = bufferext_lowp_name(prototype->dtype.code, &bits);
@@ -93,9 +117,16 @@ allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
     }
     else if (prototype->dtype.lanes != 1 ||
              (lowp != NULL ? bits != prototype->dtype.bits || bits % 8 != 0
-              : prototype->dtype.code > 6 ||
-                codes[prototype->dtype.code][0] == 0)) {
-        message = "unsupported dtype";
+              : !allocatable_bits(prototype->dtype.code,
+                                  prototype->dtype.bits))) {
+        PyOS_snprintf(dtype_message, sizeof(dtype_message),
+                      "unsupported dtype (code=%d, bits=%d, lanes=%d): "
+                      "bufferext allocates int and uint of 8..64 bits, "
+                      "float of 16..64, complex of 64 or 128, bool of 8, "
+                      "bfloat16 and float8_*",
+                      (int)prototype->dtype.code, (int)prototype->dtype.bits,
+                      (int)prototype->dtype.lanes);
+        message = dtype_message;
     }
     else if (prototype->ndim < 0 || prototype->ndim > PyBUF_MAX_NDIM ||
              (prototype->ndim > 0 && prototype->shape == NULL)) {
@@ -123,12 +154,20 @@ allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
     }
     if (*out == NULL) {
         PyObject *type, *value, *tb, *text = NULL;
+        const char *detail = NULL;
         PyErr_Fetch(&type, &value, &tb);
         text = value != NULL ? PyObject_Str(value) : NULL;
-        set_error(error_ctx, message != NULL ? "BufferError" : "MemoryError",
-                  message != NULL ? message
-                  : text != NULL ? PyUnicode_AsUTF8(text) : "allocation "
-                                                            "failed");
+        detail = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+        if (message != NULL) {
+            set_error(error_ctx, "BufferError", message);
+        }
+        else {
+            /* the type is kept alive until after the call */
+            set_error(error_ctx,
+                      type != NULL && PyType_Check(type)
+                          ? ((PyTypeObject *)type)->tp_name : "RuntimeError",
+                      detail != NULL ? detail : "allocation failed");
+        }
         PyErr_Clear();
         Py_XDECREF(text);
         Py_XDECREF(type);

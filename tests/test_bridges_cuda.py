@@ -170,13 +170,44 @@ with bufferext.get_buffer(adapter) as view:
     assert sd.standin_event_records(info.event) == 1
 b.synchronize()
 assert adapter.shape == (2, 5) and adapter.format == "h"
-with pytest.raises(BufferError, match="CUDA event"):
-    adapter.__cuda_array_interface__
+# the adapter's event completed (cuEventQuery): no sync needed
+assert adapter.__cuda_array_interface__["stream"] is None
 del adapter
 gc.collect()
 assert b.exports == 0
 np.testing.assert_array_equal(b.to_host(), np.full((2, 5), 7, np.int16))
 """)
+
+
+def test_adapter_cai_stream_waits_on_the_event_then_is_none(
+        driver: str) -> None:
+    # The adapter's __cuda_array_interface__ raised BufferError ("ready only
+    # after a CUDA event") for as long as it lived, work done or not, so
+    # hasattr() -- numba's is_cuda_array -- raised (review of the exports).
+    # Late work: the memset stays pending until something waits for it.
+    harness.check(driver, HELPERS + """
+b = CUDABuffer((4,), "float32")
+b.fill(2.0)
+adapter = bufferext.as_buffer(b, readonly=True)
+with bufferext.get_buffer(adapter) as view:
+    event = view.device_info.event
+assert event != 0
+bridge = bufferext._bufferext._cuda_bridge_stream(0)
+sd.standin_reset_calls()
+cai = adapter.__cuda_array_interface__
+# pending: a stream the data is ready on, the bridge stream, made to wait
+assert cai["stream"] == bridge and cai["data"] == (b.ptr, True)
+assert calls("cuStreamWaitEvent") == 1
+assert sd.standin_last_wait_stream() == bridge
+assert sd.standin_last_wait_event() == event
+# the stand-in's wait lands the work: the event has completed since
+assert sd.standin_pending_work() == 0
+sd.standin_reset_calls()
+assert hasattr(adapter, "__cuda_array_interface__")
+assert adapter.__cuda_array_interface__["stream"] is None
+assert calls("cuEventQuery") == 2 and calls("cuStreamWaitEvent") == 0
+""", check_leaks=False,
+                  env={"STANDIN_CUDA_DEVICES": "2", "STANDIN_CUDA_LATE": "1"})
 
 
 def test_dlpack_import_of_a_missing_device(driver: str) -> None:

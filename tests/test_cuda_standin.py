@@ -414,6 +414,8 @@ def test_close_refused_while_exported_and_use_after_close(driver: str) -> None:
         for use in (lambda: b.copy_from_host(np.zeros(4)), b.to_host,
                     lambda: b.fill(1.0), b.synchronize, lambda: b.ptr,
                     lambda: b.__cuda_array_interface__, b.__dlpack__,
+                    # it answered (2, 0) once closed (review of the exports)
+                    b.__dlpack_device__,
                     lambda: CUDABuffer(4).copy_from(b)):
             with pytest.raises(ValueError, match="closed CUDABuffer"):
                 use()
@@ -601,6 +603,10 @@ def test_dlpack_stream_rule(driver: str) -> None:
             b.__dlpack__(stream=0)
         with pytest.raises(ValueError, match="stream=-2"):
             b.__dlpack__(stream=-2)
+        # wider than a pointer: it was PyLong_AsVoidPtr's raw OverflowError
+        for wide in (2**64, -2**64):
+            with pytest.raises(ValueError, match=f"stream={wide} is not valid"):
+                b.__dlpack__(stream=wide)
         for bad in ("1", 1.0, True):
             with pytest.raises(TypeError, match="stream must be None or an int"):
                 b.__dlpack__(stream=bad)
@@ -613,6 +619,33 @@ def test_dlpack_stream_rule(driver: str) -> None:
         cpu = bufferext.CPUBuffer(2)
         with pytest.raises(BufferError, match="stream must be None"):
             cpu.__dlpack__(stream=1)
+    """)
+
+
+def test_refused_dlpack_leaves_the_consumer_stream_alone(driver: str) -> None:
+    # the consumer's stream was made to wait on the event before these
+    # refusals (review of the exports): ordering is the last step
+    harness.check(driver, """
+        other = CUDABuffer(1)
+        consumer = other.__cuda_array_interface__["stream"]
+        ro = CUDABuffer(4, "int8", readonly=True)        # pending memset
+        b = CUDABuffer(4, "float32")
+        for match, call in [
+                ("needs a versioned", lambda: ro.__dlpack__(stream=consumer)),
+                ("copy=True is supported for CPU memory only",
+                 lambda: b.__dlpack__(stream=consumer, copy=True,
+                                      max_version=(1, 0))),
+                ("cannot export to dl_device",
+                 lambda: b.__dlpack__(stream=consumer, dl_device=(1, 0)))]:
+            sd.standin_reset_calls()
+            with pytest.raises(BufferError, match=match):
+                call()
+            assert calls("cuStreamWaitEvent") == 0, match
+        assert ro.exports == 0 and b.exports == 0
+        sd.standin_reset_calls()
+        cap = b.__dlpack__(stream=consumer, max_version=(1, 0))
+        assert calls("cuStreamWaitEvent") == 1         # accepted: ordered
+        del cap
     """)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import gc
 import sys
@@ -219,6 +220,33 @@ def test_copy_true_of_non_contiguous_view():
         assert info["strides"] == (2, 1)
         assert info["shape"] == (2, 2)
         assert info["flags"] == DLPACK_FLAG_IS_COPIED
+
+
+def test_copy_true_lifts_the_zero_copy_limits():
+    # a copy is new writable memory with its own strides in items: a
+    # read-only source needs no versioned capsule, a byte stride no item
+    # multiple (both were refused; review of the exports)
+    ro = CPUBuffer(3, "float64", readonly=True)
+    ro.copy_from_host(np.arange(3.0))
+    with pytest.raises(BufferError, match="needs a versioned"):
+        ro.__dlpack__()                          # zero-copy: still refused
+    capsule = ro.__dlpack__(copy=True)
+    info = read_capsule(capsule)
+    assert info["name"] == "dltensor" and info["data"] != ro.ptr
+    assert list((ctypes.c_double * 3).from_address(info["data"])) == \
+        [0.0, 1.0, 2.0]
+    assert ro.exports == 0
+    base = np.arange(8, dtype="<i2")
+    odd = np.lib.stride_tricks.as_strided(base, shape=(3,), strides=(3,))
+    with get_buffer(odd) as view:
+        with pytest.raises(BufferError, match="multiple of the item size"):
+            view.__dlpack__(max_version=(1, 0))
+        capsule = view.__dlpack__(max_version=(1, 0), copy=True)
+        info = read_capsule(capsule)
+        assert info["flags"] == DLPACK_FLAG_IS_COPIED
+        assert info["strides"] == (1,) and info["shape"] == (3,)
+        if numpy_asks_versioned():
+            assert np.from_dlpack(Producer(capsule)).tolist() == odd.tolist()
 
 
 def test_copy_false_and_none():

@@ -200,6 +200,37 @@ def test_allocator_makes_zeroed_cpu_tensors_and_reports_errors() -> None:
     assert errors and errors[-1][0] == b"BufferError"
 
 
+def test_allocator_error_kind_is_the_exceptions() -> None:
+    # every failure was reported as kind "MemoryError", a bad dtype with
+    # CPUBuffer's "dtype 'c4' is not understood" (review of the exports)
+    api = api_of(bufferext.CPUBuffer)
+    errors = []
+    on_error = SET_ERROR(lambda ctx, kind, msg: errors.append((kind, msg)))
+
+    def allocate(code, bits, lanes, shape):
+        dims = (ctypes.c_int64 * len(shape))(*shape)
+        proto = DLTensor()
+        proto.device = DLDevice(1, 0)
+        proto.ndim = len(shape)
+        proto.dtype = DLDataType(code, bits, lanes)
+        proto.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
+        out = P_MANAGED()
+        assert api.managed_tensor_allocator(
+            ctypes.byref(proto), ctypes.byref(out), None, on_error) == -1
+        return errors[-1]
+
+    for code, bits, lanes in ((5, 32, 1), (2, 8, 1), (0, 24, 1), (6, 16, 1),
+                              (4, 32, 1), (2, 32, 4)):
+        kind, message = allocate(code, bits, lanes, (2,))
+        assert kind == b"BufferError"
+        assert message.startswith(b"unsupported dtype (code=%d, bits=%d, "
+                                  b"lanes=%d)" % (code, bits, lanes)), message
+    assert allocate(0, 8, 1, (-1,)) == (
+        b"ValueError", b"CPUBuffer: shape[0] = -1 is negative")
+    kind, message = allocate(0, 8, 1, (2**62, 2**62))
+    assert kind == b"ValueError" and b"too large" in message, message
+
+
 def test_current_work_stream() -> None:
     api = api_of(bufferext.CPUBuffer)
     stream = ctypes.c_void_p(123)

@@ -30,7 +30,9 @@
  *                                 test lands them (standin_land_all).
  *                                 Nothing lands by itself, so a consumer
  *                                 that skips the wait reads the old bytes
- *                                 however long it takes to look.
+ *                                 however long it takes to look;
+ *                                 cuEventQuery says CUDA_ERROR_NOT_READY
+ *                                 meanwhile.
  *   STANDIN_CUDA_HOST_VISIBLE=1   cuMemAlloc_v2 hands out the host block
  *                                 itself (256-byte aligned), which the CPU
  *                                 can read and write: memory that, say, a
@@ -90,6 +92,7 @@ struct CUevent_st {
 #define ERR_INVALID_DEVICE 101
 #define ERR_INVALID_CONTEXT 201
 #define ERR_INVALID_HANDLE 400
+#define ERR_NOT_READY 600
 #define ERR_UNKNOWN 999
 #define ATTRIBUTE_CONTEXT 1
 #define ATTRIBUTE_DEVICE_ORDINAL 9
@@ -108,6 +111,7 @@ SAME(ERR_NO_DEVICE, CUDA_ERROR_NO_DEVICE);
 SAME(ERR_INVALID_DEVICE, CUDA_ERROR_INVALID_DEVICE);
 SAME(ERR_INVALID_CONTEXT, CUDA_ERROR_INVALID_CONTEXT);
 SAME(ERR_INVALID_HANDLE, CUDA_ERROR_INVALID_HANDLE);
+SAME(ERR_NOT_READY, CUDA_ERROR_NOT_READY);
 SAME(ERR_UNKNOWN, CUDA_ERROR_UNKNOWN);
 SAME(ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_CONTEXT);
 SAME(ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL);
@@ -1066,6 +1070,30 @@ EXPORT CUresult cuEventSynchronize(CUevent e)
     drain_event_locked(e);
     pthread_mutex_unlock(&lock);
     return OK;
+}
+
+/* Complete (OK) once the work `e` was recorded after has landed; by
+ * default it lands at once, so only late work (STANDIN_CUDA_LATE) is not
+ * ready.  It waits for nothing and lands nothing, as the driver's. */
+EXPORT CUresult cuEventQuery(CUevent e)
+{
+    CUresult rc = OK;
+    const work *w;
+
+    ENTER(cuEventQuery);
+    if (e == NULL || e->magic != MAGIC_EVENT) {
+        return ERR_INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&lock);
+    for (w = queue_head; e->records > 0 && w != NULL && w->seq <= e->seq;
+         w = w->next) {
+        if (w->stream == e->stream) {
+            rc = ERR_NOT_READY;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
 }
 
 /* ---- counters for the tests ------------------------------------------- */
