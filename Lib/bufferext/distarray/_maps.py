@@ -367,10 +367,10 @@ class Owners(NamedTuple):
     def lookup(self, x: np.ndarray, out: np.ndarray) -> None:
         """``out[...]``: the owner of every index of ``x`` (-1: none)."""
         table = self.table
-        inside = (x >= 0) & (x < table.size)
-        if inside.all():
-            out[...] = table[x]
+        if not x.size or (x.min() >= 0 and x.max() < table.size):
+            out[...] = table[x]         # the common case: two reductions
             return
+        inside = (x >= 0) & (x < table.size)
         out[inside] = table[x[inside]]
         rest, outside = x[~inside], self.outside
         if not outside.size:
