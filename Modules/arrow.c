@@ -60,6 +60,16 @@ arrow_type_name(const char *format)
     return "unknown";
 }
 
+/* Whether an Arrow temporal type is one integer underneath (dates, times,
+ * timestamps, durations, the months interval), which Array.view reaches;
+ * the day-time and month-day-nano intervals are several numbers. */
+static int
+arrow_has_integer_storage(const char *format)
+{
+    return format[0] == 't' &&
+           !(format[1] == 'i' && strcmp(format, "tiM") != 0);
+}
+
 /* ---- export ------------------------------------------------------------- */
 
 typedef struct {
@@ -200,7 +210,7 @@ static const char *
 export_format(PyObject *exporter, const Py_buffer *v)
 {
     uint32_t packed;
-    int code, log2;
+    int code, log2, rc;
 
     if (v->ndim != 1) {
         PyErr_Format(PyExc_BufferError, "%.200s: an Arrow array is "
@@ -215,7 +225,15 @@ export_format(PyObject *exporter, const Py_buffer *v)
                      v->strides[0], v->itemsize);
         return NULL;
     }
-    if (bufferext_format_dlpack(v->format, v->itemsize, &packed) == 0) {
+    rc = bufferext_format_dlpack(v->format, v->itemsize, &packed);
+    if (rc == 1) {
+        PyErr_Format(PyExc_BufferError, "%.200s: format '%s' is not in "
+                     "native byte order; Arrow's C Data Interface holds "
+                     "native-order values", Py_TYPE(exporter)->tp_name,
+                     v->format);
+        return NULL;
+    }
+    if (rc == 0) {
         int bits = (int)(packed >> 8 & 0xFF);
         code = (int)(packed & 0xFF);
         log2 = bits == 8 ? 0 : bits == 16 ? 1 : bits == 32 ? 2
@@ -477,8 +495,9 @@ read_schema(const BxArrowSchema *s, bufferext_arrow_import *out)
     PyErr_Format(PyExc_BufferError, "arrow: type '%.64s' (%s) is not a "
                  "fixed-width primitive number (int8..int64, uint8..uint64, "
                  "float16/32/64)%s", s->format, arrow_type_name(s->format),
-                 s->format[0] == 't' ? "; view it as its integer storage "
-                 "first (Array.view)" : "");
+                 arrow_has_integer_storage(s->format)
+                     ? "; view it as its integer storage first (Array.view)"
+                     : "");
     return -1;
 }
 

@@ -150,6 +150,28 @@ def test_other_types_are_refused_by_name(arr: Any, name: str) -> None:
         bufferext.as_buffer(arr)
 
 
+@pytest.mark.parametrize("arr", [
+    pa.array([pa.MonthDayNano([1, 2, 3])], pa.month_day_nano_interval()),
+], ids=["month_day_nano"])
+def test_intervals_of_several_numbers_get_no_storage_hint(arr: Any) -> None:
+    # there is no one integer to view them as (the hint said there was)
+    with pytest.raises(BufferError, match=r"\(interval\) is not a fixed-width "
+                       r"primitive number \([^)]*\)$"):
+        bufferext.as_buffer(arr)
+
+
+def test_non_native_byte_order_export_is_refused_as_such(c99: Any) -> None:
+    # an int32 in big-endian order was told it has no Arrow type
+    swapped = "<" if sys.byteorder == "big" else ">"
+    foreign = bufferext.as_buffer(
+        c99.Configurable(16, 16, 4, 1, swapped + "i", shape=(4,)),
+        readonly=True)
+    with pytest.raises(BufferError, match=re.escape(
+            f"format '{swapped}i' is not in native byte order; Arrow's C "
+            "Data Interface holds native-order values")):
+        foreign.__arrow_c_array__()
+
+
 def test_arrow_is_immutable_so_readonly_false_is_refused() -> None:
     arr = pa.array([1, 2], pa.int8())
     with pytest.raises(BufferError, match="immutable; readonly=False"):

@@ -47,8 +47,9 @@ def test_info_text(args):
     check_report(proc.stdout)
 
 
-@pytest.mark.parametrize("args", [("--json",), ("info", "--json")],
-                         ids=["default", "info"])
+@pytest.mark.parametrize("args", [("--json",), ("info", "--json"),
+                                  ("--json", "info")],
+                         ids=["default", "info", "before-the-command"])
 def test_info_json(args):
     proc = run_cli(*args)
     assert proc.returncode == 0, proc.stderr
@@ -69,6 +70,14 @@ def test_info_json(args):
     assert isinstance(info["platform"], str) and info["platform"]
     assert [d["device"] for d in info["devices"]] == ["bufferext.cuda",
                                                       "bufferext.ve"]
+
+
+def test_json_before_check_is_checks_option():
+    # it was read as `info --json check ...`: "unrecognized arguments:
+    # check bytearray(2)", blaming the command rather than the option
+    proc = run_cli("--json", "check", "bytearray(2)")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["protocols"]["buffer"] is True
 
 
 def test_info_reports_where_it_looked():

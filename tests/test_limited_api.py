@@ -317,6 +317,44 @@ def test_cache_sees_a_changed_declaration(lim) -> None:
     assert lim.check_supports(obj, FULL_RO | DEVICE)
 
 
+@pytest.mark.skipif(not PEP688, reason="PEP 688 is 3.12+")
+def test_a_release_method_ends_the_typed_entrys_trust(lim) -> None:
+    # CPython's slot for __release_buffer__ hands the view to Python code
+    # as a memoryview: an extended view must not reach it, also when the
+    # method comes after the type's first request (the cache)
+    class Sub(bufferext.CPUBuffer):
+        pass
+
+    obj = Sub((2,), "uint8")
+    assert lim.check_supports(obj, FULL_RO | DEVICE)
+    Sub.__release_buffer__ = lambda self, view: None
+    assert not lim.check_supports(obj, FULL_RO | DEVICE)
+    del Sub.__release_buffer__
+    assert lim.check_supports(obj, FULL_RO | DEVICE)
+
+
+def test_a_metaclass_does_not_decide_the_declaration(lim) -> None:
+    # the limited lookup read __mro__ through the metaclass: a property
+    # there hid the class's own "PyBUF_SIMPLE only" and ran on every
+    # request (the full API read the declaration)
+    ran = []
+
+    class Meta(type):
+        @property
+        def __mro__(cls):
+            ran.append(1)
+            return (object,)
+
+    class Sub(bufferext.CPUBuffer, metaclass=Meta):
+        __buffer_supported_flags__ = -1
+
+    obj = Sub((2,), "uint8")
+    assert lim.supported_flags(obj) == 0
+    with pytest.raises(BufferError, match="PyBUF_SIMPLE only"):
+        lim.get(obj, int(BufferFlags.ND))
+    assert not ran
+
+
 def test_set_supported_flags_refuses_an_immutable_type(lim) -> None:
     with pytest.raises(TypeError, match="Py_TPFLAGS_IMMUTABLETYPE"):
         lim.set_supported_flags_immutable()

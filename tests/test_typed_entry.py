@@ -90,6 +90,40 @@ def test_a_buffer_method_assigned_later_ends_the_trust() -> None:
     assert has_entry(s) and bufferext.check_buffer_supports(s, DEVICE)
 
 
+@needs_pep688
+def test_a_subclass_with_its_own_release_method_has_none() -> None:
+    # CPython's slot for a __release_buffer__ hands the view to Python code
+    # as a memoryview: an extended view of device memory would be read as
+    # CPU memory there (a C exporter of device memory crashed)
+    released = []
+
+    class Sub(bufferext.CPUBuffer):
+        def __release_buffer__(self, view: memoryview) -> None:
+            released.append(view.nbytes)
+            super().__release_buffer__(view)
+
+    s = Sub(4)
+    assert not has_entry(s)
+    assert not bufferext.check_buffer_supports(s, DEVICE)
+    with bufferext.get_buffer(s) as view:     # the plain getbuffer, no DEVICE
+        assert not view.flags & DEVICE and view.shape == (4,)
+    assert released and s.exports == 0
+
+
+@needs_pep688
+def test_a_release_method_assigned_later_ends_the_trust() -> None:
+    class Sub(bufferext.CPUBuffer):
+        pass
+
+    s = Sub(4)
+    assert has_entry(s) and bufferext.check_buffer_supports(s, DEVICE)
+    Sub.__release_buffer__ = lambda self, view: None
+    assert not has_entry(s)
+    assert not bufferext.check_buffer_supports(s, DEVICE)
+    del Sub.__release_buffer__
+    assert has_entry(s) and bufferext.check_buffer_supports(s, DEVICE)
+
+
 @backport_only
 @pytest.mark.parametrize("owner, base, arg", [
     ("CPUBuffer", "bytearray", "b'abcd'"), ("CUDABuffer", "bytearray", "4"),

@@ -231,7 +231,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     if args_list[:1] == ["--json"]:
-        args_list.insert(0, "info")   # `info` is the default command
+        if args_list[1:2] in (["info"], ["check"]):
+            # an option of the command, written before it
+            args_list[:2] = [args_list[1], "--json"]
+        else:
+            args_list.insert(0, "info")   # `info` is the default command
     try:
         with _quiet_unless_first_rank():
             args = parser.parse_args(args_list)

@@ -155,6 +155,14 @@ BufferExtAccel_TypeSlot(PyTypeObject *type)
     return procs != NULL ? procs->bf_getbuffer : NULL;
 }
 
+/* The releasebuffer slot of `type`, or NULL. */
+static inline releasebufferproc
+BufferExtAccel_ReleaseSlot(PyTypeObject *type)
+{
+    PyBufferProcs *procs = type->tp_as_buffer;
+    return procs != NULL ? procs->bf_releasebuffer : NULL;
+}
+
 /* The getbuffer slot of the type of `obj`: BufferExt_GetBuffer reads it
  * once and calls what it read. */
 static inline BufferExtAccel_GetBufferProc
@@ -325,9 +333,11 @@ static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type)
 /* The typed entry of `type`, or NULL: the capsule BUFFEREXT_ENTRY_ATTR
  * found in its MRO (as the declaration is), trusted only for its owner (the
  * capsule's context) and subclasses whose getbuffer is still the one the
- * entry extends.  Whose it is, not where it was found: a capsule copied into
- * another class's dict, or a subclass whose getbuffer runs a __buffer__ of
- * its own, gets no extended request.  Runs Python code only as the
+ * entry extends and whose releasebuffer is the owner's.  Whose it is, not
+ * where it was found: a capsule copied into another class's dict, a
+ * subclass whose getbuffer runs a __buffer__ of its own, or one whose
+ * __release_buffer__ would hand the view to Python code as a memoryview
+ * (device memory read as CPU memory), gets no extended request.  Runs Python code only as the
  * declaration's lookup does (a dict key's __eq__). */
 static inline BufferExt_GetBufferExProc
 BufferExtAccel_ReadEntry(PyTypeObject *type)
@@ -344,7 +354,9 @@ BufferExtAccel_ReadEntry(PyTypeObject *type)
          * never reading it */
         if (entry->version != BUFFEREXT_ABI_VERSION || owner == NULL ||
             !PyType_IsSubtype(type, owner) ||
-            BufferExtAccel_TypeSlot(type) != entry->getbuffer) {
+            BufferExtAccel_TypeSlot(type) != entry->getbuffer ||
+            BufferExtAccel_ReleaseSlot(type) !=
+                BufferExtAccel_ReleaseSlot(owner)) {
             entry = NULL;
         }
     }

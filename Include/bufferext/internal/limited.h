@@ -51,6 +51,7 @@ typedef struct {
     int mask;
     BufferExt_GetBufferExProc entry;    /* as in accel.h */
     BufferExtAccel_GetBufferProc slot;  /* the type's getbuffer, as read */
+    BufferExtInternal_Func release;     /* ... and its releasebuffer */
 } BufferExtAccel_TypeInfo;
 
 #if !defined(Py_GIL_DISABLED)
@@ -85,6 +86,13 @@ BufferExtAccel_TypeSlot(PyTypeObject *type)
         type, Py_bf_getbuffer);
 }
 
+/* The releasebuffer slot of `type` (NULL: none). */
+static inline BufferExtInternal_Func
+BufferExtAccel_ReleaseSlot(PyTypeObject *type)
+{
+    return BufferExtInternal_TypeFunc(type, Py_bf_releasebuffer);
+}
+
 /* The attribute `key` (a str) of `obj`, or NULL; never raises.
  * Mirrors: PyObject_GetOptionalAttr, in the limited API from 3.13 (before,
  * PyObject_GetAttr and the AttributeError cleared).  Re-check at 3.16. */
@@ -116,10 +124,34 @@ BufferExtAccel_GetAttr(PyObject *obj, const char *name)
     return found;
 }
 
+/* What `cls` (a type) itself holds as `name` (its __mro__, its __dict__):
+ * type.__dict__[name].__get__(cls), which no metaclass can override, as
+ * PyObject_GetAttr lets a metaclass's property do.  A new reference, or
+ * NULL (never raises). */
+static inline PyObject *
+BufferExtAccel_TypeAttr(PyObject *cls, const char *name)
+{
+    PyObject *dict, *descr = NULL, *found = NULL;
+
+    dict = BufferExtAccel_GetAttr((PyObject *)&PyType_Type, "__dict__");
+    if (dict != NULL) {
+        descr = PyMapping_GetItemString(dict, name);
+        Py_DECREF(dict);
+    }
+    if (descr != NULL) {
+        found = PyObject_CallMethod(descr, "__get__", "OO", cls,
+                                    (PyObject *)Py_TYPE(cls));
+        Py_DECREF(descr);
+    }
+    PyErr_Clear();
+    return found;
+}
+
 /* The value of `name` as the dicts of type's MRO hold it: a new reference,
  * or NULL (never raises).  With the metaclass `type`, PyObject_GetAttr
  * finds exactly that (through CPython's own lookup cache); with another
- * metaclass the dicts are read one by one. */
+ * metaclass the dicts are read one by one, the MRO and each dict as the
+ * type holds them (the metaclass is not consulted). */
 static inline PyObject *
 BufferExtAccel_LookupMROKey(PyTypeObject *type, PyObject *key)
 {
@@ -129,11 +161,11 @@ BufferExtAccel_LookupMROKey(PyTypeObject *type, PyObject *key)
     if (Py_IS_TYPE((PyObject *)type, &PyType_Type)) {
         return BufferExtAccel_GetAttrKey((PyObject *)type, key);
     }
-    mro = BufferExtAccel_GetAttr((PyObject *)type, "__mro__");
+    mro = BufferExtAccel_TypeAttr((PyObject *)type, "__mro__");
     n = mro != NULL && PyTuple_Check(mro) ? PyTuple_Size(mro) : 0;
     for (i = 0; i < n && found == NULL; i++) {
-        PyObject *dict = BufferExtAccel_GetAttr(PyTuple_GetItem(mro, i),
-                                                "__dict__");
+        PyObject *dict = BufferExtAccel_TypeAttr(PyTuple_GetItem(mro, i),
+                                                 "__dict__");
         if (dict != NULL) {
             found = PyObject_GetItem(dict, key);
             Py_DECREF(dict);
@@ -194,7 +226,8 @@ BufferExtAccel_EntryFrom(PyTypeObject *type, PyObject *found,
         found, BUFFEREXT_ENTRY_CAPSULE);
     owner = (PyTypeObject *)PyCapsule_GetContext(found);
     if (entry->version != BUFFEREXT_ABI_VERSION || owner == NULL ||
-        !PyType_IsSubtype(type, owner) || slot != entry->getbuffer) {
+        !PyType_IsSubtype(type, owner) || slot != entry->getbuffer ||
+        BufferExtAccel_ReleaseSlot(type) != BufferExtAccel_ReleaseSlot(owner)) {
         return NULL;
     }
     return entry->getbuffer_ex;
@@ -242,6 +275,7 @@ BufferExtAccel_InfoFrom(PyTypeObject *type, const BufferExtAccel_Keys *keys)
                     ? BUFFEREXT_LEGACY_FLAGS
                     : (info.declared < 0 ? 0 : info.declared);
     info.slot = BufferExtAccel_TypeSlot(type);
+    info.release = BufferExtAccel_ReleaseSlot(type);
     info.entry = BufferExtAccel_EntryFrom(type, keys->entry, info.slot);
     if (info.entry == NULL) {
         info.mask &= ~BUFFEREXT_EXTENDED_FLAGS;
@@ -348,7 +382,8 @@ BufferExtAccel_Info(PyTypeObject *type)
         keys = BufferExtAccel_ReadKeys(type, BufferExtAccel_Names());
         if (entry->type == type && keys.declared == entry->keys.declared &&
             keys.entry == entry->keys.entry &&
-            BufferExtAccel_TypeSlot(type) == entry->info.slot) {
+            BufferExtAccel_TypeSlot(type) == entry->info.slot &&
+            BufferExtAccel_ReleaseSlot(type) == entry->info.release) {
             BufferExtAccel_ClearKeys(&keys);
             BUFFEREXT_ACCEL_COUNT(0);
             return entry->info;
