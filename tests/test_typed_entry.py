@@ -77,16 +77,22 @@ def test_a_subclass_with_its_own_buffer_method_has_none() -> None:
 
 
 @needs_pep688
-def test_a_buffer_method_assigned_later_ends_the_trust() -> None:
+@pytest.mark.parametrize("name, method", [
+    ("__buffer__", lambda self, flags: memoryview(b"abcd")),
+    # CPython's slot for a __release_buffer__ hands the view to Python code
+    # as a memoryview
+    ("__release_buffer__", lambda self, view: None),
+], ids=["buffer", "release_buffer"])
+def test_a_method_assigned_later_ends_the_trust(name: str, method) -> None:
     class Sub(bufferext.CPUBuffer):
         pass
 
     s = Sub(4)
     assert has_entry(s) and bufferext.check_buffer_supports(s, DEVICE)
-    Sub.__buffer__ = lambda self, flags: memoryview(b"abcd")
+    setattr(Sub, name, method)
     assert not has_entry(s)
     assert not bufferext.check_buffer_supports(s, DEVICE)
-    del Sub.__buffer__
+    delattr(Sub, name)
     assert has_entry(s) and bufferext.check_buffer_supports(s, DEVICE)
 
 
@@ -108,20 +114,6 @@ def test_a_subclass_with_its_own_release_method_has_none() -> None:
     with bufferext.get_buffer(s) as view:     # the plain getbuffer, no DEVICE
         assert not view.flags & DEVICE and view.shape == (4,)
     assert released and s.exports == 0
-
-
-@needs_pep688
-def test_a_release_method_assigned_later_ends_the_trust() -> None:
-    class Sub(bufferext.CPUBuffer):
-        pass
-
-    s = Sub(4)
-    assert has_entry(s) and bufferext.check_buffer_supports(s, DEVICE)
-    Sub.__release_buffer__ = lambda self, view: None
-    assert not has_entry(s)
-    assert not bufferext.check_buffer_supports(s, DEVICE)
-    del Sub.__release_buffer__
-    assert has_entry(s) and bufferext.check_buffer_supports(s, DEVICE)
 
 
 @backport_only

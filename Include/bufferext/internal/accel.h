@@ -337,8 +337,9 @@ static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type)
  * where it was found: a capsule copied into another class's dict, a
  * subclass whose getbuffer runs a __buffer__ of its own, or one whose
  * __release_buffer__ would hand the view to Python code as a memoryview
- * (device memory read as CPU memory), gets no extended request.  Runs Python code only as the
- * declaration's lookup does (a dict key's __eq__). */
+ * (device memory read as CPU memory), gets no extended request.  Runs
+ * Python code only as the declaration's lookup does (a dict key's
+ * __eq__). */
 static inline BufferExt_GetBufferExProc
 BufferExtAccel_ReadEntry(PyTypeObject *type)
 {
