@@ -43,6 +43,44 @@ static struct {
     char message[256];
 } cuda_init;
 
+/* CUDA state does not survive fork(): a child of a process that ran cuInit
+ * may not call the driver (CUDA's rule; the real driver fails or hangs
+ * there).  Set in the child by a pthread_atfork handler registered when
+ * cuInit succeeded, read by bufferext_cuda_forked. */
+#ifndef _WIN32
+#  include <pthread.h>
+static volatile int cuda_forked;
+
+static void
+cuda_atfork_child(void)
+{
+    cuda_forked = 1;
+}
+#endif
+
+int
+bufferext_cuda_forked(void)
+{
+#ifndef _WIN32
+    return cuda_forked;
+#else
+    return 0;
+#endif
+}
+
+int
+bufferext_cuda_fork_error(bufferext_state *st, const char *who)
+{
+    PyErr_Format(st != NULL ? st->DeviceUnavailableError
+                            : PyExc_RuntimeError,
+                 "%s: this process was forked after the CUDA driver was "
+                 "initialised, and CUDA cannot be used in such a child (its "
+                 "contexts, streams and memory belong to the parent); start "
+                 "it with multiprocessing's 'spawn' or 'forkserver' method, "
+                 "or use CUDA only after the fork", who);
+    return -1;
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static void
@@ -81,14 +119,19 @@ BUFFEREXT_MUTEX(cuda_mutex);
 static void
 cuda_init_locked(void)
 {
-    const char *name, *text;
+    const char *name, *text, *call;
 
     if (cuda_init.tried) {
         return;
     }
     cuda_init.tried = 1;
+    call = "cuInit";
     cuda_init.rc = bufferext_cuda.cuInit(0);
     if (cuda_init.rc == CUDA_SUCCESS) {
+#ifndef _WIN32
+        (void)pthread_atfork(NULL, NULL, cuda_atfork_child);
+#endif
+        call = "cuDeviceGetCount";
         cuda_init.rc = bufferext_cuda.cuDeviceGetCount(&cuda_init.count);
     }
     if (cuda_init.rc == CUDA_ERROR_NO_DEVICE ||
@@ -101,9 +144,9 @@ cuda_init_locked(void)
     else if (cuda_init.rc != CUDA_SUCCESS) {
         error_text(cuda_init.rc, &name, &text);
         PyOS_snprintf(cuda_init.message, sizeof(cuda_init.message),
-                      "the CUDA driver at %s failed to start: cuInit: %s "
-                      "(%d): %s", cuda_library.path, name, (int)cuda_init.rc,
-                      text);
+                      "the CUDA driver at %s failed to start: %s: %s "
+                      "(%d): %s", cuda_library.path, call, name,
+                      (int)cuda_init.rc, text);
         cuda_init.count = 0;
     }
 }
@@ -126,6 +169,9 @@ bufferext_cuda_ready(bufferext_state *st)
     if (cuda_init.count == 0) {
         PyErr_SetString(st->DeviceUnavailableError, cuda_init.message);
         return -1;
+    }
+    if (bufferext_cuda_forked()) {
+        return bufferext_cuda_fork_error(st, "CUDA");
     }
     return 0;
 }
@@ -242,6 +288,10 @@ bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
     if (dlpack_stream(stream, &target, &nosync) < 0) {
         return -1;
     }
+    if (bufferext_cuda_forked()) {
+        /* the parent's memory: nothing a consumer here may touch */
+        return bufferext_cuda_fork_error(st, who);
+    }
     /* read once: another thread's synchronize() may clear it meanwhile */
     event = info == NULL ? NULL : (CUevent)BUFFEREXT_LOAD_PTR(info->event);
     if (nosync || event == NULL) {
@@ -290,11 +340,17 @@ bridge_stream(bufferext_state *st, const char *who, int ordinal,
     if (bridge_streams[ordinal] == NULL) {
         rc = -1;
         if (CU_CHECK(who, cuDeviceGet, (&dev, ordinal)) == 0 &&
-            CU_CHECK(who, cuDevicePrimaryCtxRetain, (&ctx, dev)) == 0 &&
-            CU_CHECK(who, cuCtxPushCurrent_v2, (ctx)) == 0) {
-            rc = CU_CHECK(who, cuStreamCreate, (&stream,
-                                                CU_STREAM_NON_BLOCKING));
-            bufferext_cuda_ctx_pop();
+            CU_CHECK(who, cuDevicePrimaryCtxRetain, (&ctx, dev)) == 0) {
+            /* the stream keeps the context retained for the process; a
+             * failure gives the retain back */
+            if (CU_CHECK(who, cuCtxPushCurrent_v2, (ctx)) == 0) {
+                rc = CU_CHECK(who, cuStreamCreate,
+                              (&stream, CU_STREAM_NON_BLOCKING));
+                bufferext_cuda_ctx_pop();
+            }
+            if (rc < 0) {
+                (void)bufferext_cuda.cuDevicePrimaryCtxRelease_v2(dev);
+            }
         }
         bridge_streams[ordinal] = rc < 0 ? NULL : stream;
     }
@@ -371,14 +427,17 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
     }
     res = bufferext_cuda.cuPointerGetAttribute(
         &info->device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)ptr);
-    if (res != CUDA_SUCCESS) {
-        const char *name, *text;
-        error_text(res, &name, &text);
+    if (res == CUDA_ERROR_INVALID_VALUE) {
+        /* what the driver says of an address it did not allocate */
         PyErr_Format(PyExc_BufferError,
                      "%s: %p is not CUDA device memory "
-                     "(cuPointerGetAttribute: %s)", who,
-                     (void *)(uintptr_t)ptr, name);
+                     "(cuPointerGetAttribute: CUDA_ERROR_INVALID_VALUE)", who,
+                     (void *)(uintptr_t)ptr);
         return -1;
+    }
+    if (res != CUDA_SUCCESS) {
+        /* any other failure says nothing about the address */
+        return bufferext_cuda_error(res, who, "cuPointerGetAttribute");
     }
     if (bufferext_cuda.cuPointerGetAttribute(
             &ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)ptr) !=
@@ -418,6 +477,10 @@ void
 bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info)
 {
     if (info->event == NULL || bufferext_cuda.cuEventDestroy_v2 == NULL) {
+        return;
+    }
+    if (bufferext_cuda_forked()) {
+        info->event = NULL;         /* the parent's: not ours to destroy */
         return;
     }
     if (bufferext_cuda.cuCtxPushCurrent_v2((CUcontext)info->context) ==

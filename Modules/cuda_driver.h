@@ -19,6 +19,7 @@ typedef struct CUstream_st *CUstream;
 typedef unsigned long long CUdeviceptr;
 
 #define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NO_DEVICE 100
 #define CUDA_ERROR_NOT_READY 600
@@ -71,6 +72,14 @@ extern bufferext_cuda_table bufferext_cuda;
 /* Load the driver and run cuInit once.  0, or -1 with
  * DeviceUnavailableError saying what was looked for and why it failed. */
 int bufferext_cuda_ready(bufferext_state *st);
+/* Whether this process is the child of a fork() made after cuInit
+ * succeeded: no driver call may be made then (bufferext_cuda_ready refuses,
+ * and so does every operation of an inherited CUDABuffer; teardown gives
+ * nothing back, the parent owns it). */
+int bufferext_cuda_forked(void);
+/* Raise DeviceUnavailableError (of `st`; RuntimeError when NULL) saying
+ * so, naming `who`.  Returns -1. */
+int bufferext_cuda_fork_error(bufferext_state *st, const char *who);
 /* Number of devices (valid after bufferext_cuda_ready succeeded). */
 int bufferext_cuda_device_count(void);
 /* A list of "ordinal: name" strings, one per device. */

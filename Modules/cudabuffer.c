@@ -70,9 +70,14 @@ begin_change(CUDABufferObject *self, const char *what)
     return 0;
 }
 
+/* Every operation's first driver call: refused in a forked child. */
 static int
 ctx_push(CUDABufferObject *self, const char *who)
 {
+    if (bufferext_cuda_forked()) {
+        return bufferext_cuda_fork_error(
+            bufferext_state_from_type(Py_TYPE(self)), who);
+    }
     return CU_CHECK(who, cuCtxPushCurrent_v2, (self->context));
 }
 
@@ -130,6 +135,9 @@ tear_down(CUDABufferObject *self, const char **call)
     if (self->context == NULL) {
         return first;
     }
+    if (bufferext_cuda_forked()) {
+        goto forget;            /* the parent's resources: not ours */
+    }
     KEEP(cuCtxPushCurrent_v2, (self->context));
     if (rc == CUDA_SUCCESS) {
         if (self->stream != NULL) {
@@ -148,6 +156,7 @@ tear_down(CUDABufferObject *self, const char **call)
     }
     KEEP(cuDevicePrimaryCtxRelease_v2, (self->device));
 #undef KEEP
+forget:
     self->ptr = 0;
     self->event = NULL;
     self->stream = NULL;

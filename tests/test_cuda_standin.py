@@ -81,6 +81,17 @@ def test_init_failure_is_device_unavailable(driver: str) -> None:
     """, env={"STANDIN_CUDA_INIT_ERROR": "999"})
 
 
+def test_device_count_failure_names_cuDeviceGetCount(driver: str) -> None:
+    # cuInit succeeded; the message named cuInit for cuDeviceGetCount's code
+    harness.check(driver, """
+        with pytest.raises(DeviceUnavailableError,
+                           match=r"failed to start: cuDeviceGetCount: "
+                                 r"CUDA_ERROR_UNKNOWN \\(999\\)"):
+            CUDABuffer(4)
+        assert calls("cuInit") == 1 and calls("cuDeviceGetCount") == 1
+    """, env={"STANDIN_CUDA_FAIL": "cuDeviceGetCount"})
+
+
 def test_zero_devices(driver: str) -> None:
     harness.check(driver, """
         with pytest.raises(DeviceUnavailableError, match="reports no CUDA device"):
@@ -646,6 +657,93 @@ def test_refused_dlpack_leaves_the_consumer_stream_alone(driver: str) -> None:
         cap = b.__dlpack__(stream=consumer, max_version=(1, 0))
         assert calls("cuStreamWaitEvent") == 1         # accepted: ordered
         del cap
+    """)
+
+
+@pytest.mark.parametrize("entry", ["cuCtxPushCurrent_v2", "cuStreamCreate"])
+def test_failed_bridge_stream_gives_its_context_back(driver: str,
+                                                     entry: str) -> None:
+    # each failed try left the primary context retained once more
+    harness.check(driver, f"""
+        m = bufferext._bufferext
+        os.environ["STANDIN_CUDA_FAIL"] = "{entry}"
+        for _ in range(3):
+            with pytest.raises(RuntimeError, match="as_buffer: {entry} failed"):
+                m._cuda_bridge_stream(0)
+            assert live() == NOTHING, live()
+        del os.environ["STANDIN_CUDA_FAIL"]
+        stream = m._cuda_bridge_stream(0)       # made once, kept
+        assert stream == m._cuda_bridge_stream(0)
+        assert live() == dict(NOTHING, streams=1, contexts=1), live()
+    """, check_leaks=False)
+
+
+def test_pointer_query_failure_is_not_called_host_memory(driver: str) -> None:
+    # only CUDA_ERROR_INVALID_VALUE says "not CUDA memory"; another code
+    # (a sticky error, an unknown one) was reported as that too, unnumbered
+    harness.check(driver, """
+        b = CUDABuffer(4)
+        cai = b.__cuda_array_interface__
+        class Interface:
+            __cuda_array_interface__ = cai
+        os.environ["STANDIN_CUDA_FAIL"] = "cuPointerGetAttribute=719"
+        with pytest.raises(RuntimeError,
+                           match=r"as_buffer: cuPointerGetAttribute failed: "
+                                 r"unknown CUresult \\(719\\)"):
+            bufferext.as_buffer(Interface())
+        os.environ["STANDIN_CUDA_FAIL"] = "cuPointerGetAttribute=1"
+        with pytest.raises(BufferError, match="is not CUDA device memory"):
+            bufferext.as_buffer(Interface())
+        del os.environ["STANDIN_CUDA_FAIL"]
+        assert bufferext.as_buffer(Interface()).ptr == b.ptr
+    """)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_refuses_cuda_and_gives_back_nothing(driver: str) -> None:
+    # CUDA state does not survive fork(): the child of a process that ran
+    # cuInit may not call the driver.  It called it (the stand-in lets it;
+    # the real driver fails or hangs), freeing the parent's resources too.
+    harness.check(driver, """
+        b = CUDABuffer(4)
+        b.fill(1.0)
+        names = ("cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain",
+                 "cuDevicePrimaryCtxRelease_v2", "cuCtxPushCurrent_v2",
+                 "cuStreamSynchronize", "cuMemFree_v2", "cuMemAlloc_v2",
+                 "cuStreamDestroy_v2", "cuEventDestroy_v2",
+                 "cuMemcpyDtoHAsync_v2", "cuMemcpyHtoDAsync_v2",
+                 "cuMemsetD8Async", "cuMemsetD32Async")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            out = []
+            sd.standin_reset_calls()
+            actions = [lambda: CUDABuffer(2), b.to_host, b.synchronize,
+                       lambda: b.fill(2.0),
+                       lambda: b.copy_from_host(np.zeros(4)),
+                       lambda: b.__dlpack__(max_version=(1, 0))]
+            for action in actions:
+                try:
+                    action()
+                except DeviceUnavailableError as e:
+                    out.append("forked" in str(e))
+                except BaseException as e:
+                    out.append(repr(e))
+                else:
+                    out.append("no error")
+            b.close()                   # nothing to give back: no error
+            out.append(b.closed)
+            out.append(sum(calls(name) for name in names))
+            os.write(write, repr(out).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            out = pipe.read()
+        assert os.waitpid(pid, 0)[1] == 0
+        assert out == repr([True] * 6 + [True, 0]), out
+        assert b.to_host().tolist() == [1.0] * 4   # the parent's, intact
+        b.close()
     """)
 
 
