@@ -69,6 +69,38 @@ static int ve_exiting;          /* Py_AtExit ran: tear down when unused */
 static int ve_atexit_registered;
 BUFFEREXT_MUTEX(ve_mutex);      /* the table, without the GIL */
 
+/* The VEO processes, their contexts and HMEM belong to the process that
+ * started them: a fork() child shares their channels, so a call there (a
+ * copy, a free, the exit's veo_proc_destroy) would act on the parent's
+ * VE processes.  Set in the child by a pthread_atfork handler registered
+ * when the first VEO process started; then nothing calls VEO. */
+#ifndef _WIN32
+#  include <pthread.h>
+static volatile int ve_forked;
+static int ve_atfork_registered;
+
+static void
+ve_atfork_child(void)
+{
+    ve_forked = 1;
+}
+#  define VE_FORKED() (ve_forked)
+#else
+#  define VE_FORKED() 0
+#endif
+
+static int
+ve_fork_error(bufferext_state *st, const char *who)
+{
+    PyErr_Format(st != NULL ? st->DeviceUnavailableError
+                            : PyExc_RuntimeError,
+                 "%s: this process was forked after it started VEO "
+                 "processes, which belong to the parent: VE memory cannot "
+                 "be used in such a child; start it with multiprocessing's "
+                 "'spawn' or 'forkserver' method", who);
+    return -1;
+}
+
 static void
 node_teardown(bufferext_ve_node *node)
 {
@@ -89,8 +121,8 @@ ve_atexit(void)
     int i;
 
     ve_exiting = 1;
-    if (veo_library.state != 1) {
-        return;
+    if (veo_library.state != 1 || VE_FORKED()) {
+        return;                 /* a fork child: the parent's to end */
     }
     for (i = 0; i < BUFFEREXT_VE_MAX_NODES; i++) {
         if (ve_nodes[i].users == 0) {
@@ -105,9 +137,21 @@ static bufferext_ve_node *
 node_acquire_locked(bufferext_state *st, int number)
 {
     bufferext_ve_node *node = &ve_nodes[number];
+    char who[32];
 
+    if (VE_FORKED()) {
+        PyOS_snprintf(who, sizeof(who), "VE node %d", number);
+        ve_fork_error(st, who);
+        return NULL;
+    }
     if (node->proc == NULL) {
         node->proc = VEO(veo_proc_create)(number);
+#ifndef _WIN32
+        if (node->proc != NULL && !ve_atfork_registered) {
+            ve_atfork_registered =
+                pthread_atfork(NULL, NULL, ve_atfork_child) == 0;
+        }
+#endif
         if (node->proc == NULL) {
             PyErr_Format(st->DeviceUnavailableError,
                          "VE node %d: veo_proc_create(%d) failed (is the "
@@ -145,7 +189,7 @@ void
 bufferext_ve_node_release(bufferext_ve_node *node)
 {
     BUFFEREXT_MUTEX_LOCK(ve_mutex);
-    if (--node->users == 0 && ve_exiting) {
+    if (--node->users == 0 && ve_exiting && !VE_FORKED()) {
         node_teardown(node);
     }
     BUFFEREXT_MUTEX_UNLOCK(ve_mutex);
@@ -164,15 +208,20 @@ bufferext_ve_alloc(bufferext_ve_node *node, size_t size, void **hmem)
 void
 bufferext_ve_free(void *hmem)
 {
-    (void)VEO(veo_free_hmem)(hmem);
+    if (!VE_FORKED()) {         /* a fork child: the parent's HMEM */
+        (void)VEO(veo_free_hmem)(hmem);
+    }
 }
 
 int
-bufferext_ve_copy(const char *who, void *dst, const void *src,
-                  Py_ssize_t size)
+bufferext_ve_copy(bufferext_state *st, const char *who, void *dst,
+                  const void *src, Py_ssize_t size)
 {
     int rc;
 
+    if (VE_FORKED()) {
+        return ve_fork_error(st, who);
+    }
     if (size == 0) {
         return 0;
     }
@@ -198,7 +247,7 @@ bufferext_ve_hmemcpy(bufferext_state *st, const char *who, void *dst,
     if (bufferext_library_load(st, &veo_spec, &veo_library) < 0) {
         return -1;
     }
-    return bufferext_ve_copy(who, dst, src, size);
+    return bufferext_ve_copy(st, who, dst, src, size);
 }
 
 /* ---- status and exit ---------------------------------------------------- */

@@ -32,9 +32,12 @@ int bufferext_ve_alloc(bufferext_ve_node *node, size_t size, void **hmem);
 void bufferext_ve_free(void *hmem);
 /* veo_hmemcpy of `size` bytes without the GIL (VEO copies are
  * synchronous); the library is loaded (a VEBuffer exists).  The caller
- * keeps both sides pinned.  0, or -1 with RuntimeError naming `who`. */
-int bufferext_ve_copy(const char *who, void *dst, const void *src,
-                      Py_ssize_t size);
+ * keeps both sides pinned.  0, or -1 with RuntimeError naming `who`, or
+ * DeviceUnavailableError (of `st`) in a child forked after a VEO process
+ * started, where no VEO call is made (nor by bufferext_ve_free, the
+ * release of a node and the exit's teardown). */
+int bufferext_ve_copy(bufferext_state *st, const char *who, void *dst,
+                      const void *src, Py_ssize_t size);
 /* The same, loading the VEO library first when no VEBuffer did (BufferView
  * staging of another exporter's VE memory). */
 int bufferext_ve_hmemcpy(bufferext_state *st, const char *who, void *dst,

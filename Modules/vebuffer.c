@@ -179,7 +179,8 @@ vebuffer_copy_from_host(PyObject *op, PyObject *source)
     }
     src = bufferext_contiguous_bytes(&view, &staged);
     if (src != NULL) {
-        rc = bufferext_ve_copy(who, self->head.layout.buf, src, view.len);
+        rc = bufferext_ve_copy(bufferext_state_from_type(Py_TYPE(op)), who,
+                               self->head.layout.buf, src, view.len);
     }
     PyMem_RawFree(staged);
     bufferext_release_raised(&view);
@@ -202,8 +203,9 @@ vebuffer_to_host(PyObject *op, PyObject *unused)
     }
     rc = bufferext_producer_pin(&self->head, "VEBuffer.to_host", 0);
     if (rc == 0) {
-        rc = bufferext_ve_copy("VEBuffer.to_host", view.buf, self->head.layout.buf,
-                     view.len);
+        rc = bufferext_ve_copy(bufferext_state_from_type(Py_TYPE(op)),
+                               "VEBuffer.to_host", view.buf,
+                               self->head.layout.buf, view.len);
         bufferext_producer_unpin(&self->head);
     }
     PyBuffer_Release(&view);
@@ -215,7 +217,7 @@ vebuffer_to_host(PyObject *op, PyObject *unused)
 
 /* Copy `other` into `self` through host memory (different nodes). */
 static int
-copy_staged(VEBufferObject *self, VEBufferObject *other)
+copy_staged(bufferext_state *st, VEBufferObject *self, VEBufferObject *other)
 {
     void *staging = PyMem_RawMalloc((size_t)self->head.layout.len);
     int rc;
@@ -224,11 +226,12 @@ copy_staged(VEBufferObject *self, VEBufferObject *other)
         PyErr_NoMemory();
         return -1;
     }
-    rc = bufferext_ve_copy("VEBuffer.copy_from", staging, other->head.layout.buf,
-                 self->head.layout.len);
+    rc = bufferext_ve_copy(st, "VEBuffer.copy_from", staging,
+                           other->head.layout.buf, self->head.layout.len);
     if (rc == 0) {
-        rc = bufferext_ve_copy("VEBuffer.copy_from", self->head.layout.buf, staging,
-                     self->head.layout.len);
+        rc = bufferext_ve_copy(st, "VEBuffer.copy_from",
+                               self->head.layout.buf, staging,
+                               self->head.layout.len);
     }
     PyMem_RawFree(staging);
     return rc;
@@ -272,9 +275,11 @@ vebuffer_copy_from(PyObject *op, PyObject *arg)
         }
         else if (other != self) {
             rc = self->node == other->node
-                     ? bufferext_ve_copy("VEBuffer.copy_from", self->head.layout.buf,
-                               other->head.layout.buf, self->head.layout.len)
-                     : copy_staged(self, other);
+                     ? bufferext_ve_copy(st, "VEBuffer.copy_from",
+                                         self->head.layout.buf,
+                                         other->head.layout.buf,
+                                         self->head.layout.len)
+                     : copy_staged(st, self, other);
         }
         bufferext_producer_unpin(&other->head);
     }

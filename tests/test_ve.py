@@ -93,6 +93,62 @@ def test_buffer_outliving_the_interpreter_keeps_its_node(
                                    "errors": 0}
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_makes_no_veo_call(libs: Dict[str, str],
+                                        tmp_path: "os.PathLike[str]") -> None:
+    """A fork child shares the parent's VEO processes: its copies, frees and
+    the exit's teardown acted on them (the stand-in's copy in the child
+    shows the calls; on a VE they reach the parent's processes).  The
+    child refuses VE work and makes no VEO call, its exit included."""
+    report = os.path.join(str(tmp_path), "child_report")
+    proc = run_python(f"""
+        import os, sys
+        import numpy as np
+        import bufferext
+        from bufferext import VEBuffer, DeviceUnavailableError
+        sys.path.insert(0, {STANDIN_DIR!r})
+        import standin
+        c = standin.Counters()
+        b = VEBuffer(4, node=1)
+        b.copy_from_host(np.ones(4))
+        b2 = VEBuffer(4, node=1)
+        other = VEBuffer(4, node=2)
+        other.close()               # node 2 unused: the exit ends it
+        pid = os.fork()
+        if pid == 0:
+            os.environ["STANDIN_VEO_REPORT"] = {report!r}
+            names = ("veo_proc_create", "veo_alloc_hmem", "veo_free_hmem",
+                     "veo_hmemcpy")
+            before = [c.calls(n) for n in names]
+            out = []
+            for action in (lambda: VEBuffer(2, node=1), b.to_host,
+                           lambda: b.copy_from_host(np.zeros(4)),
+                           lambda: b.copy_from(b2)):
+                try:
+                    action()
+                except DeviceUnavailableError as e:
+                    out.append("forked" in str(e))
+                except BaseException as e:
+                    out.append(repr(e))
+                else:
+                    out.append("no error")
+            b.close()
+            del b
+            out.append([c.calls(n) - k for n, k in zip(names, before)])
+            print("CHILD", out, flush=True)
+            sys.exit(0)             # a normal exit: Py_AtExit runs
+        assert os.waitpid(pid, 0)[1] == 0
+        print("PARENT", b.to_host().tolist(), flush=True)
+        """, libs["full"])
+    assert proc.returncode == 0, proc.stderr
+    assert "CHILD [True, True, True, True, [0, 0, 0, 0]]" in proc.stdout, \
+        proc.stdout + proc.stderr
+    assert "PARENT [1.0, 1.0, 1.0, 1.0]" in proc.stdout, proc.stdout
+    # the child's exit left the parent's two processes and HMEM alone
+    assert read_report(report) == {"hmem": 2, "procs": 2, "contexts": 2,
+                                   "errors": 0}
+
+
 def test_disabled_library(libs: Dict[str, str]) -> None:
     proc = run_python("""
         import json, bufferext
