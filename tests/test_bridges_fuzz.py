@@ -23,6 +23,8 @@ from _dlpack_ctypes import Crafted  # noqa: E402
 #: Examples per test: small for the everyday suite, raised for long runs
 #: (BUFFEREXT_FUZZ_EXAMPLES=100000).
 EXAMPLES = int(os.environ.get("BUFFEREXT_FUZZ_EXAMPLES", "300"))
+# derandomize: the same examples on every run (a seed from the test's
+# name), so the verdict does not change from one CI run to the next
 
 CLEAN = (BufferError, TypeError, bufferext.DeviceUnavailableError)
 
@@ -58,7 +60,7 @@ class Speaker:
         setattr(self, name, value)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True)
 @given(name=st.sampled_from(["__array_interface__",
                              "__cuda_array_interface__",
                              "__ve_array_interface__"]),
@@ -73,7 +75,7 @@ def test_interface_dicts(name: str, value: Dict[str, Any]) -> None:
     assert len(adapter.shape) == len(adapter.strides)
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True)
 @given(ndim=st.integers(-3, 70),
        dims=st.lists(st.integers(-2**63, 2**63 - 1), min_size=70,
                      max_size=70),

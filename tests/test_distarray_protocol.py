@@ -174,7 +174,9 @@ dim_dicts = st.dictionaries(st.sampled_from(KEYS), junk, max_size=8)
 top = st.one_of(st.tuples(dim_dicts), st.tuples(dim_dicts, dim_dicts), junk)
 
 
-@settings(max_examples=500, deadline=None)
+# derandomize: the same examples on every run (a seed from the test's
+# name), so the verdict does not change from one CI run to the next
+@settings(max_examples=500, deadline=None, derandomize=True)
 @given(dims=top, shape=st.lists(st.integers(0, 5), min_size=0, max_size=2),
        version=st.sampled_from(["0.10.0", "0.9.0", "0.10.1", "2.0.0"]))
 def test_fuzz_never_raises_anything_but_protocolerror(dims, shape, version):

@@ -39,7 +39,9 @@ def layouts(draw):
                 split=split, dtype=dtype)
 
 
-@settings(max_examples=150, deadline=None)
+# derandomize: the same examples on every run (a seed from the test's
+# name), so the verdict does not change from one CI run to the next
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(layouts())
 def test_roundtrip_export_import_same_data(layout):
     shape, dtype = layout.pop("shape"), layout.pop("dtype")
