@@ -10,10 +10,12 @@
  * nobody imported it.  Every allocation here is raw (PyMem_Raw*): the
  * callback takes the GIL only to give the export back.
  *
- * In: bufferext_arrow_read validates the capsules without touching them;
- * bufferext_adapter_from_arrow then moves the array out into a BufferAdapter
- * (bufferext_arrow_take), whose dealloc (adapter.c) calls its release
- * exactly once (bufferext_arrow_release). */
+ * In: bufferext_arrow_take moves the array out of its capsule (in the
+ * capsule's critical section: one importer of it wins) and validates both;
+ * bufferext_adapter_from_arrow hands what it refuses back
+ * (bufferext_arrow_give_back) and the rest to a BufferAdapter, whose
+ * dealloc (adapter.c) calls its release exactly once
+ * (bufferext_arrow_release). */
 #include "adapterobject.h"
 #include "arrow.h"
 #include "dlpack.h"
@@ -504,11 +506,6 @@ read_schema(const BxArrowSchema *s, bufferext_arrow_import *out)
 static int
 read_array(const BxArrowArray *a, bufferext_arrow_import *out)
 {
-    if (a->release == NULL) {
-        PyErr_SetString(PyExc_BufferError, "arrow: the array capsule holds "
-                        "a released array (a capsule can be imported once)");
-        return -1;
-    }
     if (a->null_count < -1) {
         PyErr_Format(PyExc_BufferError, "arrow: null_count = %lld (a count, "
                      "or -1: not counted)", (long long)a->null_count);
@@ -559,14 +556,52 @@ read_array(const BxArrowArray *a, bufferext_arrow_import *out)
     return 0;
 }
 
+/* The error of an array capsule whose array was moved out (imported). */
+static void
+array_released(void)
+{
+    PyErr_SetString(PyExc_BufferError, "arrow: the array capsule holds "
+                    "a released array (a capsule can be imported once)");
+}
+
+/* Move the capsule's array into `taken` and mark the capsule's copy
+ * released, if nobody did before: 1, or 0 (already released).  In the
+ * capsule's critical section (free-threaded builds), so of two threads
+ * importing it at once exactly one moves it; no Python code runs. */
+static int
+array_move(PyObject *array, const char *name, int device,
+           BxArrowDeviceArray *taken)
+{
+    BxArrowArray *a;
+    int moved = 0;
+
+    BUFFEREXT_LOCKED_BEGIN(array);
+    a = PyCapsule_GetPointer(array, name);
+    if (a != NULL && a->release != NULL) {
+        if (device) {
+            *taken = *(BxArrowDeviceArray *)a;
+        }
+        else {
+            taken->array = *a;
+        }
+        a->release = NULL;                              /* moved */
+        moved = 1;
+    }
+    BUFFEREXT_LOCKED_END();
+    if (a == NULL) {
+        PyErr_Clear();          /* cannot happen: the name was checked */
+    }
+    return moved;
+}
+
 int
-bufferext_arrow_read(PyObject *schema, PyObject *array, int device,
+bufferext_arrow_take(PyObject *schema, PyObject *array, int device,
                      bufferext_arrow_import *out)
 {
     const char *name = device ? BX_ARROW_DEVICE_ARRAY_CAPSULE
                               : BX_ARROW_ARRAY_CAPSULE;
     const BxArrowSchema *s;
-    void *a;
+    BxArrowDeviceArray *taken;
 
     memset(out, 0, sizeof(*out));
     if (!PyCapsule_IsValid(schema, BX_ARROW_SCHEMA_CAPSULE) ||
@@ -576,48 +611,70 @@ bufferext_arrow_read(PyObject *schema, PyObject *array, int device,
                      array);
         return -1;
     }
+    /* the schema is only read (no consumer of ours moves it) */
     s = PyCapsule_GetPointer(schema, BX_ARROW_SCHEMA_CAPSULE);
-    a = PyCapsule_GetPointer(array, name);
-    if (s == NULL || a == NULL || read_schema(s, out) < 0 ||
-        read_array(a, out) < 0) {
+    if (s == NULL || read_schema(s, out) < 0) {
         return -1;
     }
-    out->source = a;
+    taken = PyMem_RawCalloc(1, sizeof(*taken));
+    if (taken == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    /* Moved first, then read: another thread's import of the same capsule
+     * could otherwise move it, and release what this one reads. */
+    if (!array_move(array, name, device, taken)) {
+        PyMem_RawFree(taken);
+        array_released();
+        return -1;
+    }
+    out->source = taken;
     out->device = device;
+    if (read_array(&taken->array, out) < 0) {
+        bufferext_arrow_give_back(array, out);
+        return -1;
+    }
     out->device_type = BX_kDLCPU;
     if (device) {
-        const BxArrowDeviceArray *d = a;
-        out->device_type = d->device_type;
-        out->device_id = d->device_id;
+        out->device_type = taken->device_type;
+        out->device_id = taken->device_id;
         /* CUDA, CUDA host and managed memory: sync_event points at a
          * CUevent (the spec's cudaEvent_t *, the same handle), alive until
          * the array is released */
-        if ((d->device_type == BX_kDLCUDA ||
-             d->device_type == BX_kDLCUDAHost ||
-             d->device_type == BX_kDLCUDAManaged) && d->sync_event != NULL) {
-            out->event = *(void **)d->sync_event;
+        if ((taken->device_type == BX_kDLCUDA ||
+             taken->device_type == BX_kDLCUDAHost ||
+             taken->device_type == BX_kDLCUDAManaged) &&
+            taken->sync_event != NULL) {
+            out->event = *(void **)taken->sync_event;
         }
     }
     return 0;
 }
 
-void *
-bufferext_arrow_take(const bufferext_arrow_import *in)
+void
+bufferext_arrow_give_back(PyObject *array, bufferext_arrow_import *in)
 {
-    BxArrowDeviceArray *taken = PyMem_RawCalloc(1, sizeof(*taken));
+    BxArrowDeviceArray *taken = in->source;
+    BxArrowArray *a;
 
-    if (taken == NULL) {
-        PyErr_NoMemory();
-        return NULL;
+    BUFFEREXT_LOCKED_BEGIN(array);
+    a = capsule_struct(array);  /* alive: the caller holds it */
+    if (a != NULL) {
+        if (in->device) {
+            *(BxArrowDeviceArray *)a = *taken;
+        }
+        else {
+            *a = taken->array;
+        }
     }
-    if (in->device) {
-        *taken = *(BxArrowDeviceArray *)in->source;
+    BUFFEREXT_LOCKED_END();
+    if (a == NULL) {            /* cannot happen: released here if it did */
+        bufferext_arrow_release(taken);
     }
     else {
-        taken->array = *(BxArrowArray *)in->source;
+        PyMem_RawFree(taken);
     }
-    ((BxArrowArray *)in->source)->release = NULL;      /* moved */
-    return taken;
+    in->source = NULL;
 }
 
 void
@@ -659,25 +716,23 @@ bufferext_adapter_from_arrow(PyObject *module, PyObject *const *args,
         return NULL;
     }
     /* As for DLPack: everything that can run Python code (the GC of this
-     * allocation) comes before the capsules are read. */
+     * allocation) comes before the capsules are read; the array is moved
+     * out of its capsule first (given back if it is refused below). */
     self = adapter_new(st, args[0]);
-    if (self == NULL || bufferext_arrow_read(args[1], args[2], device,
+    if (self == NULL || bufferext_arrow_take(args[1], args[2], device,
                                              &in) < 0) {
         goto error;
     }
-    if (in.device_type != BX_kDLCUDA && in.event != NULL) {
+    if (in.device_type != BX_kDLCUDA && in.event != NULL &&
+        bufferext_cuda_event_wait(st, "arrow", in.event) < 0) {
         /* memory the CPU reads at once (CUDA host or managed): the
-         * producer's pending work is waited for here, without the GIL, so
-         * the capsules are read again after (another thread may have
-         * taken the array meanwhile) */
-        if (bufferext_cuda_event_wait(st, "arrow", in.event) < 0 ||
-            bufferext_arrow_read(args[1], args[2], device, &in) < 0) {
-            goto error;
-        }
+         * producer's pending work is waited for here, without the GIL (the
+         * array is ours meanwhile: another import refuses it) */
+        goto give_back;
     }
     if (adapter_set_dims(self, device ? "arrow_device" : "arrow", 1) < 0 ||
         adapter_set_format(self, in.format) < 0) {
-        goto error;
+        goto give_back;
     }
     l = &self->layout;
     l->shape[0] = in.length;
@@ -690,27 +745,27 @@ bufferext_adapter_from_arrow(PyObject *module, PyObject *const *args,
     if (in.device_id != (int64_t)where.device_id && in.device_type != BX_kDLCPU) {
         PyErr_Format(PyExc_BufferError, "arrow: device_id = %lld is out of "
                      "range", (long long)in.device_id);
-        goto error;
+        goto give_back;
     }
     if (adapter_dl_device(self, &where, "arrow") < 0 ||
         adapter_finish_layout(self, "arrow") < 0) {
-        goto error;
+        goto give_back;
     }
     if (self->device != NULL) {
         /* the producer's event (alive until its release), not ours */
         if (bufferext_cuda_import(st, (uintptr_t)l->buf, 0,
                                   self->info.cuda.device,
                                   &self->info.cuda) < 0) {
-            goto error;
+            goto give_back;
         }
         self->info.cuda.event = in.event;
     }
 
     /* Taken: from here on the adapter releases the array. */
-    if ((self->arrow = bufferext_arrow_take(&in)) == NULL) {
-        goto error;
-    }
+    self->arrow = in.source;
     return (PyObject *)self;
+give_back:
+    bufferext_arrow_give_back(args[2], &in);
 error:
     Py_XDECREF(self);
     return NULL;

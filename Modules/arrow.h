@@ -42,7 +42,7 @@ PyObject *bufferext_producer_arrow_c_device_array(PyObject *op,
      "Export as Arrow C Device capsules (ArrowSchema, ArrowDeviceArray),\n" \
      "zero-copy; a CUDA export's sync_event is the buffer's event."}
 
-/* An imported fixed-width array, read and validated but not yet taken. */
+/* An imported fixed-width array, taken and validated. */
 typedef struct {
     const char *format;         /* struct-module format (static) */
     Py_ssize_t itemsize;
@@ -51,21 +51,24 @@ typedef struct {
     int32_t device_type;        /* Arrow = DLPack numbering */
     int64_t device_id;
     void *event;                /* CUDA: the CUevent to wait on, or NULL */
-    void *source;               /* the capsule's struct (internal) */
+    void *source;               /* the array moved out (internal) */
     int device;                 /* an ArrowDeviceArray (internal) */
 } bufferext_arrow_import;
 
-/* Read the capsules of __arrow_c_array__ (`device` 0) or
- * __arrow_c_device_array__ (1) into `out`; BufferError naming the field and
- * value for what bufferext cannot wrap.  Python code (the repr of what was
- * given) runs only when the capsule names are wrong, before anything is
- * read.  0 or -1. */
-int bufferext_arrow_read(PyObject *schema, PyObject *array, int device,
+/* Move the array of __arrow_c_array__'s capsules (`device` 0) or
+ * __arrow_c_device_array__'s (1) out of its capsule (marking the capsule's
+ * copy released) and read both into `out`; BufferError naming the field
+ * and value for what bufferext cannot wrap, and for an array already
+ * moved (imported), in which case nothing is taken.  The move is one step
+ * in the array capsule's critical section: of threads importing it at
+ * once, exactly one takes it.  What fails validation is given back before
+ * -1 returns.  Python code (the repr of what was given) runs only when the
+ * capsule names are wrong, before anything is read.  0 or -1. */
+int bufferext_arrow_take(PyObject *schema, PyObject *array, int device,
                          bufferext_arrow_import *out);
-/* Move the array read into `in` out of its capsule (marking the capsule's
- * copy released) into a new allocation, returned; NULL with MemoryError
- * (the capsule keeps it).  Runs no Python code. */
-void *bufferext_arrow_take(const bufferext_arrow_import *in);
+/* Put a taken array back into its capsule `array` (the producer's again:
+ * an import refused after bufferext_arrow_take).  Runs no Python code. */
+void bufferext_arrow_give_back(PyObject *array, bufferext_arrow_import *in);
 /* Call a taken array's release callback (once) and free it; the GIL is
  * held. */
 void bufferext_arrow_release(void *taken);

@@ -839,6 +839,45 @@ bufferext_dlpack_bridge_stream(PyObject *module, PyObject *arg)
                                         (int)ordinal);
 }
 
+/* Take a DLPack capsule: its tensor in *managed and the capsule renamed
+ * "used_...", 1 (versioned) or 0 (legacy); or -1 and its name in *name
+ * when it is not an unconsumed DLPack capsule.  No exception is left set
+ * and no Python code runs: the caller holds the capsule's critical section
+ * (free-threaded builds), which makes the check and the rename one step. */
+static int
+dl_take(PyObject *capsule, void **managed, const char **name)
+{
+    int versioned;
+
+    if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE_VERSIONED)) {
+        versioned = 1;
+    }
+    else if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE)) {
+        versioned = 0;
+    }
+    else {
+        *name = PyCapsule_GetName(capsule);
+        PyErr_Clear();
+        return -1;
+    }
+    /* valid: neither call fails (the pointer is not NULL) */
+    *managed = PyCapsule_GetPointer(capsule, versioned
+                                    ? BX_DLPACK_CAPSULE_VERSIONED
+                                    : BX_DLPACK_CAPSULE);
+    (void)PyCapsule_SetName(capsule, versioned ? "used_dltensor_versioned"
+                                               : "used_dltensor");
+    return versioned;
+}
+
+/* Undo dl_take (in the capsule's critical section): the capsule is its
+ * producer's again; the exception that refused it is kept. */
+static void
+dl_give_back(PyObject *capsule, int versioned)
+{
+    (void)PyCapsule_SetName(capsule, versioned ? BX_DLPACK_CAPSULE_VERSIONED
+                                               : BX_DLPACK_CAPSULE);
+}
+
 /* _adapter_from_dlpack(source, capsule, readonly[, stream[, device]]):
  * consume the capsule.  `stream` is the CUstream (an int) the producer was
  * asked to make CUDA data ready on; `device`, the (type, id) its
@@ -850,8 +889,9 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
 {
     bufferext_state *st = bufferext_get_state(module);
     PyObject *capsule;
-    void *managed;
+    void *managed = NULL;
     const BxDLTensor *tensor;
+    const char *name = NULL;
     AdapterObject *self;
     int versioned, readonly = 0, force, named_type = -1, named_id = -1;
     uintptr_t stream = 0;
@@ -891,25 +931,21 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
     if (self == NULL) {
         return NULL;
     }
-    if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE_VERSIONED)) {
-        versioned = 1;
-    }
-    else if (PyCapsule_IsValid(capsule, BX_DLPACK_CAPSULE)) {
-        versioned = 0;
-    }
-    else {
-        const char *name = PyCapsule_GetName(capsule);
-        PyErr_Clear();
+    /* Taken first, then read: the capsule is renamed (consumed) in its
+     * critical section, so of two threads importing it at once without the
+     * GIL exactly one gets the tensor, the other the error a second import
+     * gets; a tensor refused below is given back (renamed again).  Held
+     * across the checks, a critical section would not be enough: it is
+     * suspended whenever the thread waits (the CUDA mutex), and a second
+     * importer could then read, and take, the same tensor. */
+    BUFFEREXT_LOCKED_BEGIN(capsule);
+    versioned = dl_take(capsule, &managed, &name);
+    BUFFEREXT_LOCKED_END();
+    if (versioned < 0) {
         PyErr_Format(PyExc_BufferError,
                      "dlpack: capsule name is '%s', expected 'dltensor' or "
                      "'dltensor_versioned' (a consumed capsule cannot be "
                      "used twice)", name ? name : "(null)");
-        goto error;
-    }
-    managed = PyCapsule_GetPointer(capsule, versioned
-                                   ? BX_DLPACK_CAPSULE_VERSIONED
-                                   : BX_DLPACK_CAPSULE);
-    if (managed == NULL) {
         goto error;
     }
     if (versioned) {
@@ -920,7 +956,7 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
                          "major version %d is understood",
                          (unsigned)m->version.major,
                          (unsigned)m->version.minor, BX_DLPACK_MAJOR);
-            goto error;    /* not consumed: its destructor frees it */
+            goto error;    /* given back: its destructor frees it */
         }
         readonly = (m->flags & BX_DLPACK_FLAG_READ_ONLY) != 0;
         tensor = &m->dl_tensor;
@@ -950,9 +986,7 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
     if (adapter_set_dims(self, versioned ? "dlpack" : "dlpack-legacy",
                          (int)tensor->ndim) < 0 ||
         adapter_from_tensor(self, tensor, force == 1 || readonly) < 0 ||
-        (self->device != NULL && adapter_import_cuda(st, self, stream) < 0) ||
-        PyCapsule_SetName(capsule, versioned ? "used_dltensor_versioned"
-                                             : "used_dltensor") < 0) {
+        (self->device != NULL && adapter_import_cuda(st, self, stream) < 0)) {
         goto error;
     }
     /* Consumed: from here on the adapter owns the tensor. */
@@ -960,6 +994,11 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
     self->dl_versioned = versioned;
     return (PyObject *)self;
 error:
+    if (managed != NULL) {      /* refused: the producer's again */
+        BUFFEREXT_LOCKED_BEGIN(capsule);
+        dl_give_back(capsule, versioned);
+        BUFFEREXT_LOCKED_END();
+    }
     Py_DECREF(self);
     return NULL;
 }

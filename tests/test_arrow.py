@@ -809,11 +809,12 @@ b.close()
 
 
 def test_two_threads_importing_one_array_take_it_once(driver: str) -> None:
-    # The import waits for a CUDA host array's sync_event without the GIL;
-    # the other thread reads the same capsules meanwhile and waits too (the
-    # stand-in holds both inside cuEventSynchronize until both are there).
-    # Each reads the capsules again after its wait: one takes the array,
-    # the other finds it taken and is refused, and it is released once.
+    # The import waits for a CUDA host array's sync_event without the GIL
+    # (the stand-in holds it inside cuEventSynchronize), having moved the
+    # array out of its capsule first: a second import of the same capsules
+    # meanwhile is refused at once, never reaching the wait (it used to read
+    # the capsules too and wait beside the first, which left both a window
+    # to take the array without the GIL).  The array is released once.
     harness.check(driver, CUDA_HOST_ARRAY + """
 import threading
 once = capsules()
@@ -827,19 +828,24 @@ def run():
     except BufferError as exc:
         refused.append(str(exc))
     finally:
-        sd.standin_let_go()         # one that fails before the wait must
-                                    # not leave the main thread waiting
+        sd.standin_let_go()         # one that fails or is refused before
+                                    # the wait must not leave main waiting
 sd.standin_hold(b"cuEventSynchronize")
-threads = [threading.Thread(target=run) for _ in range(2)]
-for t in threads:
-    t.start()
+first = threading.Thread(target=run)
+second = threading.Thread(target=run)
+first.start()
 try:
-    assert sd.standin_wait_held(2) == 2, (got, refused)
-    assert got == [] and refused == []   # both read the capsules, none took
+    assert sd.standin_wait_held(1) == 1, (got, refused)
+    assert got == [] and refused == []  # the first holds the array, waiting
+    second.start()
+    # the second is refused without waiting (its let-go ends this wait and
+    # the first's); had it read the capsules, it would be held here too
+    assert sd.standin_wait_held(2) == 1, (got, refused)
 finally:
     sd.standin_let_go()
-    for t in threads:
-        t.join()
+    first.join()
+    if second.ident is not None:
+        second.join()
 assert len(got) == 1 and len(refused) == 1, (got, refused)
 assert "imported once" in refused[0], refused
 assert np.asarray(got[0]).tolist() == [7, 7, 7, 7]

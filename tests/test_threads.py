@@ -13,6 +13,7 @@ threads interleave as often as the GIL allows.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -426,6 +427,92 @@ def test_owner_exports_while_another_thread_resizes_and_closes() -> None:
             assert buf.closed and buf.exports == 0
     finally:
         sys.setswitchinterval(old)
+
+
+# A capsule is taken once: of N threads importing the same DLPack or Arrow
+# capsule at once (released together by _race's barrier), exactly one gets
+# the tensor or array, every other one the error a second import gets in
+# sequence, and the producer's deleter or release runs once.  With the GIL
+# an import is one step; without it (3.13t) the capsule's critical section
+# makes the check and the take one.  Every interleaving must give this, so
+# the rounds only add chances for a broken take to show.
+
+CAPSULE_ROUNDS = 150
+
+
+def _one_taker(results: List[Any], refusal: str) -> Any:
+    """The one adapter among the results; every other result is the
+    BufferError of an import of a consumed capsule."""
+    adapters = [r for r in results
+                if isinstance(r, bufferext.BufferAdapter)]
+    others = [r for r in results
+              if not isinstance(r, bufferext.BufferAdapter)]
+    assert len(adapters) == 1, results
+    for r in others:
+        assert isinstance(r, BufferError) and refusal in str(r), r
+    return adapters[0]
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_one_dlpack_capsule_imported_by_many_threads_is_taken_once(
+        versioned: bool) -> None:
+    from _dlpack_ctypes import Crafted, PyCapsule_GetName
+    take = bufferext._bufferext._adapter_from_dlpack
+    used = b"used_dltensor_versioned" if versioned else b"used_dltensor"
+    tensors = []
+    for _ in range(CAPSULE_ROUNDS):
+        crafted = Crafted(shape=(8,), nbytes=8, versioned=versioned)
+        tensors.append(crafted)
+        capsule = crafted.capsule()
+        results = _race(lambda i: take(None, capsule, None))
+        _one_taker(results, "a consumed capsule cannot be used twice")
+        assert PyCapsule_GetName(capsule) == used
+        assert crafted.deleted == 0
+    del results
+    gc.collect()                               # the adapters are gone
+    assert [t.deleted for t in tensors] == [1] * CAPSULE_ROUNDS
+
+
+def test_one_exported_dlpack_capsule_imported_by_many_threads() -> None:
+    """The same with a capsule of our own exporter: its export is given
+    back once (a second deleter call would free the holder twice)."""
+    take = bufferext._bufferext._adapter_from_dlpack
+    bufs = []
+    for _ in range(CAPSULE_ROUNDS):
+        buf = bufferext.CPUBuffer((4,), "i4")
+        bufs.append(buf)
+        capsule = buf.__dlpack__()
+        assert buf.exports == 1
+        results = _race(lambda i: take(buf, capsule, None))
+        _one_taker(results, "used_dltensor")
+        assert buf.exports == 1
+    del results, capsule
+    gc.collect()
+    assert [b.exports for b in bufs] == [0] * CAPSULE_ROUNDS
+
+
+@pytest.mark.parametrize("device", [False, True])
+def test_one_arrow_array_imported_by_many_threads_is_taken_once(
+        device: bool) -> None:
+    """Arrow capsules of our exporter (the array's release gives the
+    export back): one import moves the array, the others find it
+    released."""
+    take = bufferext._bufferext._adapter_from_arrow
+    bufs = []
+    for _ in range(CAPSULE_ROUNDS):
+        buf = bufferext.CPUBuffer((4,), "i4")
+        bufs.append(buf)
+        schema, array = (buf.__arrow_c_device_array__() if device
+                         else buf.__arrow_c_array__())
+        assert buf.exports == 1
+        results = _race(lambda i: take(buf, schema, array, device, None))
+        adapter = _one_taker(results, "released array (a capsule can be "
+                                      "imported once)")
+        assert buf.exports == 1
+        assert bytes(memoryview(adapter)) == bytes(16)
+    del adapter, results, schema, array
+    gc.collect()                               # each array released once
+    assert [b.exports for b in bufs] == [0] * CAPSULE_ROUNDS
 
 
 # ---- threads that change what the others read ------------------------------
