@@ -149,3 +149,35 @@ def test_a_device_buffer_unlike_the_plan_fails_on_every_rank(standins: None) -> 
         good.redistribute(dist="cn", out=other)
     assert len(set(COMM.allgather(str(info.value)))) == 1
     assert np.array_equal(good.redistribute(dist="cn", out=target).allgather(), g)
+
+
+def test_a_copy_back_failing_on_one_rank_fails_on_every_rank(
+        standins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A staged device buffer is written back (copy_from_host) after the
+    exchange; that copy failing on rank 1 alone raised there only, while
+    the other ranks returned as if the operation had succeeded (and went
+    on to their next collective without rank 1)."""
+    from bufferext.distarray import DistArray
+    g = np.arange(6 * SIZE * 3, dtype=np.float64).reshape(6 * SIZE, 3)
+    pads = [[(1, 1)] * SIZE, None]
+    d = DistArray.from_global(g, dist="bn", padding=pads, device="cuda", comm=COMM)
+    target = d.redistribute(dist="cn")
+    ops = {"update_halos": d.update_halos,
+           "redistribute": lambda: d.redistribute(dist="cn"),
+           "redistribute(out=)": lambda: d.redistribute(dist="cn", out=target),
+           "scatter": lambda: DistArray.scatter(g if RANK == 0 else None, dist="bn",
+                                                device="cuda", comm=COMM)}
+    for name, op in ops.items():
+        if RANK == 1:
+            monkeypatch.setenv("STANDIN_CUDA_FAIL", "cuMemcpyHtoDAsync_v2")
+        try:
+            with pytest.raises(RuntimeError, match=rf"^rank 1 of {SIZE}: "
+                               r"BufferView.copy_from_host: cuMemcpyHtoDAsync_v2"
+                               ) as info:
+                op()
+        finally:
+            monkeypatch.delenv("STANDIN_CUDA_FAIL", raising=False)
+        assert len(set(COMM.allgather(str(info.value)))) == 1, name
+    # and the array still works on every rank afterwards
+    d.update_halos()
+    assert np.array_equal(d.allgather(), g)

@@ -29,7 +29,7 @@ import numpy as np
 from .._bufferext import as_buffer, get_buffer
 from .._dtypes import _is_lowp, host_view, resolve, resolve_format, wire_dtype
 from .._flags import BufferFlags
-from ._comm import agree
+from ._comm import agree, agree_and_flag, size
 
 __all__ = ["Acquired", "Acquisitions", "Kind", "LowpArray", "as_kind", "held_dtype",
            "host_array", "host_result", "kind_of", "make_buffer", "new_buffer", "producer_class"]
@@ -285,14 +285,21 @@ class Acquisitions:
     ``take(fn)`` runs ``fn`` (which acquires through :meth:`add`) on every
     process and agrees on failure: a buffer refused on one process raises
     the same error on every process, and what the others had acquired is
-    released; nobody is left waiting in the operation.
+    released; nobody is left waiting in the operation.  The end is agreed
+    too where some process copies a staged buffer back (device memory
+    written through a host copy): a copy-back failing on one process
+    raises the same error on every process, not on that one alone while
+    the others go on as if the operation had succeeded.
     """
 
-    __slots__ = ("comm", "held")
+    __slots__ = ("comm", "held", "agreed_end")
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
         self.held: List[Acquired] = []
+        #: Whether some process writes a staged copy back at the end (known
+        #: on every process alike from ``take``'s reduction).
+        self.agreed_end = False
 
     def add(self, obj: Any, shape: Tuple[int, ...], dtype: np.dtype, *,
             write: bool, aware: bool, read: bool = True) -> Acquired:
@@ -301,7 +308,10 @@ class Acquisitions:
         return acquired
 
     def take(self, fn: Callable[[], T]) -> T:
-        return agree(self.comm, fn)
+        result, copies_back = agree_and_flag(
+            self.comm, fn, lambda: any(a.staged and a.write for a in self.held))
+        self.agreed_end = self.agreed_end or copies_back
+        return result
 
     def detach(self, acquired: Acquired) -> Acquired:
         """Keep ``acquired`` beyond this operation (the caller releases it)."""
@@ -311,13 +321,19 @@ class Acquisitions:
     def __enter__(self) -> "Acquisitions":
         return self
 
-    def __exit__(self, kind: Optional[Type[BaseException]], *rest: Any) -> None:
+    def _release(self, completed: bool) -> None:
         held, self.held = self.held, []
         error: Optional[BaseException] = None
         for acquired in held:
             try:
-                acquired.release(completed=kind is None)
+                acquired.release(completed=completed)
             except BaseException as exc:        # release the others first
                 error = error or exc
-        if error is not None and kind is None:
+        if error is not None and completed:
             raise error
+
+    def __exit__(self, kind: Optional[Type[BaseException]], *rest: Any) -> None:
+        if kind is None and self.agreed_end and size(self.comm) > 1:
+            agree(self.comm, lambda: self._release(True))
+        else:
+            self._release(kind is None)

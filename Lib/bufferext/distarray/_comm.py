@@ -20,7 +20,7 @@ import numpy as np
 from .._dtypes import name_of
 from ._protocol import ProtocolError
 
-__all__ = ["agree", "any_rank", "call_keys", "content_key", "cuda_aware", "digest",
+__all__ = ["agree", "agree_and_flag", "any_rank", "call_keys", "content_key", "cuda_aware", "digest",
            "device_to_mpi", "judge", "launched", "mpi", "rank", "resolve", "same_call", "size"]
 
 T = TypeVar("T")
@@ -232,10 +232,21 @@ def agree(comm: Any, fn: Callable[[], T]) -> T:
         >>> agree(None, lambda: 6 * 7)
         42
     """
+    return agree_and_flag(comm, fn)[0]
+
+
+def agree_and_flag(comm: Any, fn: Callable[[], T],
+                   flag: Optional[Callable[[], bool]] = None) -> Tuple[T, bool]:
+    """:func:`agree`, and whether ``flag()`` (asked after ``fn`` succeeded)
+    is true on some process, in the same reduction: ``(result, flag)``.
+    With one process ``flag`` is not asked (False)."""
     if comm is None:
         comm = resolve(None)
+    flagged = False
     try:
         result, info = fn(), None
+        if flag is not None and size(comm) > 1:
+            flagged = bool(flag())
     except Exception as exc:       # noqa: BLE001 - re-raised on every rank below
         result = None
         err: Optional[Exception] = exc
@@ -247,14 +258,17 @@ def agree(comm: Any, fn: Callable[[], T]) -> T:
     if size(comm) == 1:
         if err is not None:
             raise err
-        return result  # type: ignore[return-value]
-    if not any_rank(comm, info is not None):     # the usual case: one small reduction
-        return result  # type: ignore[return-value]
+        return result, False  # type: ignore[return-value]
+    mine = np.array([info is not None, flagged], np.int32)
+    anyone = np.empty(2, np.int32)
+    comm.Allreduce(mine, anyone, op=mpi().MAX)  # the usual case: one small reduction
+    if not anyone[0]:
+        return result, bool(anyone[1])  # type: ignore[return-value]
     infos = comm.allgather(info)
     for where, other in enumerate(infos):
         if other is not None:
             raise _rebuild(where, len(infos), other) from err
-    return result  # type: ignore[return-value]
+    raise AssertionError("agree: a process failed but sent no error")
 
 
 #: A content key: nested tuples of str, bytes, int, bool and None only,
