@@ -181,3 +181,25 @@ def test_a_copy_back_failing_on_one_rank_fails_on_every_rank(
     # and the array still works on every rank afterwards
     d.update_halos()
     assert np.array_equal(d.allgather(), g)
+
+
+@pytest.mark.parametrize("device", ["cuda", "ve"])
+def test_out_sharing_the_sources_device_memory_is_refused(standins: None,
+                                                          device: str) -> None:
+    """``redistribute(out=)`` refuses an ``out`` over the source's memory
+    (MPI would read and write the same memory in one call, as CUDA-aware
+    MPI does with device memory); that was checked for CPU memory only.
+    Here rank 1 alone passes a DistArray over the source's own device
+    buffer: every rank raises, and a separate buffer still works."""
+    from bufferext.distarray import DistArray
+    g = np.arange(8.0 * SIZE)
+    d = DistArray.from_global(g, dist="b", device=device, comm=COMM)
+    target = DistArray.from_global(g, dist="c", device=device, comm=COMM)
+    assert target.local_shape == d.local_shape
+    out = (DistArray(d.buffer, target.maps, device=device, dtype=g.dtype, comm=COMM)
+           if RANK == 1 else target)
+    with pytest.raises(ValueError, match=rf"^rank 1 of {SIZE}: out: shares memory "
+                       "with the source array") as info:
+        d.redistribute(dist="c", out=out)
+    assert len(set(COMM.allgather(str(info.value)))) == 1
+    assert np.array_equal(d.redistribute(dist="c", out=target).allgather(), g)

@@ -16,7 +16,8 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, TypeVar, Unio
 import numpy as np
 
 from .. import _dtypes
-from .._bufferext import as_buffer
+from .._bufferext import as_buffer, get_buffer
+from .._flags import BufferFlags
 from . import _halo, _redistribute
 from ._buffers import Kind, as_kind, held_dtype, host_array, kind_of, make_buffer
 from ._comm import agree, call_keys, digest, resolve, same_call, size
@@ -28,6 +29,9 @@ from ._redistribute import Out
 from ._state import MPIState
 
 __all__ = ["DistArray"]
+
+#: Any layout, read-only, any memory: where a buffer lies.
+_ANY_LAYOUT = int(BufferFlags.RECORDS_RO | BufferFlags.DEVICE)
 
 T = TypeVar("T")
 
@@ -41,6 +45,19 @@ def _bridged(buffer: Any) -> Any:
         return as_buffer(buffer)
     except TypeError:
         return buffer
+
+
+def _shares_memory(a: "DistArray", b: "DistArray") -> bool:
+    """Whether two arrays on the same device may share memory: numpy's
+    bounds test for CPU memory, else whether the address ranges of their
+    buffers' extended-buffer views on one device overlap (MPI may not read
+    and write the same memory in one call, which CUDA-aware MPI would do
+    for device memory)."""
+    if a.device == "cpu":
+        return bool(np.may_share_memory(a.local, b.local))
+    with get_buffer(a._buffer, _ANY_LAYOUT) as va, get_buffer(b._buffer, _ANY_LAYOUT) as vb:
+        return (va.device == vb.device and va.nbytes > 0 and vb.nbytes > 0
+                and va.ptr < vb.ptr + vb.nbytes and vb.ptr < va.ptr + va.nbytes)
 
 
 class DistArray:
@@ -434,8 +451,7 @@ class DistArray:
         try:
             if not isinstance(getattr(out, "_mpi", None), MPIState):
                 raise TypeError(f"out={type(out).__name__}: must be a DistArray")
-            if out is self or (device == "cpu" == out.device == self.device
-                               and np.may_share_memory(out.local, self.local)):
+            if out is self or (out.device == self.device and _shares_memory(out, self)):
                 raise ValueError("out: shares memory with the source array")
             if out.comm is not self.comm:
                 raise ValueError("out: its comm is not the source array's communicator")
