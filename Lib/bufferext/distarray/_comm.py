@@ -20,8 +20,9 @@ import numpy as np
 from .._dtypes import name_of
 from ._protocol import ProtocolError
 
-__all__ = ["agree", "agree_and_flag", "any_rank", "call_keys", "content_key", "cuda_aware", "digest",
-           "device_to_mpi", "judge", "launched", "mpi", "rank", "resolve", "same_call", "size"]
+__all__ = ["agree", "agree_and_flag", "any_rank", "call_keys", "content_key", "cuda_aware",
+           "device_to_mpi", "digest", "judge", "launched", "mpi", "rank", "resolve",
+           "same_call", "size"]
 
 T = TypeVar("T")
 
