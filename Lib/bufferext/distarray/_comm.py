@@ -20,7 +20,7 @@ import numpy as np
 from .._dtypes import name_of
 from ._protocol import ProtocolError
 
-__all__ = ["agree", "agree_and_flag", "any_rank", "call_keys", "content_key", "cuda_aware",
+__all__ = ["agree", "agree_and_flag", "call_keys", "content_key", "cuda_aware",
            "device_to_mpi", "digest", "judge", "launched", "mpi", "rank", "resolve",
            "same_call", "size"]
 
@@ -210,15 +210,6 @@ def _rebuild(where_rank: int, nprocs: int,
         from .. import DeviceUnavailableError
         return DeviceUnavailableError(f"{where}: {message}")
     return _ERRORS.get(name, RuntimeError)(f"{where}: {message}")
-
-
-def any_rank(comm: Any, flag: bool) -> bool:
-    """Whether ``flag`` is true on some process (collective; a buffer
-    reduction, a few times cheaper than mpi4py's pickled ``allreduce``)."""
-    mine = np.array([flag], np.int32)
-    anyone = np.empty(1, np.int32)
-    comm.Allreduce(mine, anyone, op=mpi().MAX)
-    return bool(anyone[0])
 
 
 def agree(comm: Any, fn: Callable[[], T]) -> T:
