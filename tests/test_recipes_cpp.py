@@ -26,6 +26,8 @@ import bufferext
 
 RECIPES = (Path(__file__).resolve().parent.parent / "docs" / "examples" /
            "recipes")
+# the test-only modules over the recipes
+TESTS = Path(__file__).resolve().parent / "recipes"
 
 
 def _cxx() -> str:
@@ -83,6 +85,27 @@ def test_pybind11_recipe_compiles_and_runs(tmp_path: Path) -> None:
                        RECIPES / "pybind11" / "matrix.cpp"],
                       [pybind11.get_include()], "-shared", "-Werror"))
     _check("bufferext_pybind11", tmp_path)
+
+
+def test_pybind11_matrix_handed_out_by_reference_exports(
+        tmp_path: Path) -> None:
+    """matrix.cpp as shipped, in a module (tests/recipes/
+    borrowed_pybind11.cpp) whose Owner.matrix returns its HostMatrix member
+    with reference_internal: pybind11 wraps it without constructing a
+    holder, and the recipe's export must still serve it (it used to refuse
+    it as "not initialized"), while still refusing Matrix.__new__(Matrix);
+    the export keeps the owner alive."""
+    pybind11 = pytest.importorskip("pybind11")
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    module = tmp_path / f"borrowed_pybind11{suffix}"
+    _run(_cxx_command(_cxx(), "c++11", module, [TESTS / "borrowed_pybind11.cpp"],
+                      [pybind11.get_include()], "-shared", "-Werror"))
+    done = subprocess.run(
+        [sys.executable, str(TESTS / "check_borrowed.py"), "borrowed_pybind11"],
+        capture_output=True, text=True, timeout=180,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "borrowed_pybind11: borrowed ok" in done.stdout
 
 
 def test_nanobind_recipe_compiles_and_runs(tmp_path: Path) -> None:
