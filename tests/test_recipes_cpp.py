@@ -98,10 +98,12 @@ def test_pybind11_matrix_handed_out_by_reference_exports(
     pybind11 = pytest.importorskip("pybind11")
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     module = tmp_path / f"borrowed_pybind11{suffix}"
-    _run(_cxx_command(_cxx(), "c++11", module, [TESTS / "borrowed_pybind11.cpp"],
+    _run(_cxx_command(_cxx(), "c++11", module,
+                      [TESTS / "borrowed_pybind11.cpp"],
                       [pybind11.get_include()], "-shared", "-Werror"))
     done = subprocess.run(
-        [sys.executable, str(TESTS / "check_borrowed.py"), "borrowed_pybind11"],
+        [sys.executable, str(TESTS / "check_borrowed.py"),
+         "borrowed_pybind11"],
         capture_output=True, text=True, timeout=180,
         env=dict(os.environ, PYTHONPATH=str(tmp_path)))
     assert done.returncode == 0, done.stdout + done.stderr
@@ -159,7 +161,8 @@ def test_pybind11_recipe_adapted_to_a_device_refuses_plain(
     memoryview._from_flags(DEVICE) get BufferError, nothing counted."""
     pybind11 = pytest.importorskip("pybind11")
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    _run(_cxx_command(_cxx(), "c++11", tmp_path / f"bufferext_pybind11{suffix}",
+    _run(_cxx_command(_cxx(), "c++11",
+                      tmp_path / f"bufferext_pybind11{suffix}",
                       [RECIPES / "pybind11" / "describe.cpp",
                        RECIPES / "pybind11" / "matrix.cpp"],
                       [pybind11.get_include()], "-shared", "-Werror",
