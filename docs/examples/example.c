@@ -35,8 +35,12 @@ hostarray_export(PyObject *self, Py_buffer *view, int flags,
     /* CPU memory answers a PyBUF_DEVICE request explicitly (flags gets
      * PyBUF_DEVICE, device stays NULL).  Without it, or through the plain
      * getbuffer, it does nothing, so plain consumers are served as
-     * before. */
-    (void)BufferExt_SetDevice(ext, self, flags, NULL, NULL);
+     * before; it never fails.  With a device name instead of NULL it
+     * refuses a plain request (BufferError) before anything is counted:
+     * keep the check. */
+    if (BufferExt_SetDevice(ext, self, flags, NULL, NULL) < 0) {
+        return -1;
+    }
     /* Fill the PEP 3118 fields (BufferError for PyBUF_WRITABLE on
      * read-only memory); the reference to self is stored last. */
     if (PyBuffer_FillInfo(view, NULL, a->data, sizeof(a->data), 0,

@@ -20,10 +20,15 @@ using namespace nb::literals;
 static int matrix_export(PyObject *self, Py_buffer *view, int flags,
                          Py_buffer_extended *ext) noexcept {
     view->obj = nullptr;
-    // CPU memory answers a PyBUF_DEVICE request of the typed entry
-    // explicitly (flags gets PyBUF_DEVICE, device stays NULL); otherwise it
-    // does nothing.  Never fails for CPU memory.
-    (void)BufferExt_SetDevice(ext, self, flags, nullptr, nullptr);
+    // Where the memory is, first.  CPU memory (NULL) answers a PyBUF_DEVICE
+    // request of the typed entry explicitly (flags gets PyBUF_DEVICE,
+    // device stays NULL) and never fails.  A device exporter passes its
+    // device name instead, and then this refuses every plain request
+    // (BufferError), before anything is counted or referenced: keep the
+    // check.
+    if (BufferExt_SetDevice(ext, self, flags, nullptr, nullptr) < 0) {
+        return -1;
+    }
     // Matrix.__new__(Matrix) makes an instance __init__ never constructed
     if (!nb::inst_ready(self)) {
         PyErr_Format(PyExc_BufferError, "%.200s: not initialized",

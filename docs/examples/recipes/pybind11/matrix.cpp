@@ -20,21 +20,30 @@ namespace py = pybind11;
 static int matrix_export(PyObject *self, Py_buffer *view, int flags,
                          Py_buffer_extended *ext) noexcept {
     view->obj = nullptr;
-    // CPU memory answers a PyBUF_DEVICE request of the typed entry
-    // explicitly (flags gets PyBUF_DEVICE, device stays NULL); otherwise it
-    // does nothing.  Never fails for CPU memory.
-    (void)BufferExt_SetDevice(ext, self, flags, nullptr, nullptr);
-    // pybind11 allocates the C++ object before __init__ constructs it, and
-    // Matrix.__new__(Matrix) skips __init__: read it only once constructed
-    // (the test of pybind11's custom_type_setup example).  Neither call
-    // throws; a Python subclass may have other pybind11 bases, hence the
-    // lookup by type.  py::detail is pybind11's internal namespace (no
-    // public API gives an instance's holder state); check it again when
-    // pybind11 changes its major version.
+    // Where the memory is, first.  CPU memory (NULL) answers a PyBUF_DEVICE
+    // request of the typed entry explicitly (flags gets PyBUF_DEVICE,
+    // device stays NULL) and never fails.  A device exporter passes its
+    // device name instead, and then this refuses every plain request
+    // (BufferError), before anything is counted or referenced: keep the
+    // check.
+    if (BufferExt_SetDevice(ext, self, flags, nullptr, nullptr) < 0) {
+        return -1;
+    }
+    // Matrix.__new__(Matrix) makes an instance whose __init__ never ran:
+    // no C++ object (a null value pointer).  One that __init__ made (or
+    // that C++ returned by value) owns its object through a holder; one
+    // that C++ returned by reference (return_value_policy::reference,
+    // reference_internal) has an object and no holder (it does not own
+    // it), and exports like the others.  Neither call throws; a Python
+    // subclass may have other pybind11 bases, hence the lookup by type.
+    // py::detail is pybind11's internal namespace (no public API gives an
+    // instance's state); check it again when pybind11 changes its major
+    // version.
     auto *inst = reinterpret_cast<py::detail::instance *>(self);
     py::detail::value_and_holder held = inst->get_value_and_holder(
         py::detail::get_type_info(typeid(HostMatrix)), false);
-    if (held.inst == nullptr || !held.holder_constructed()) {
+    if (held.inst == nullptr || held.value_ptr() == nullptr ||
+        (inst->owned && !held.holder_constructed())) {
         PyErr_Format(PyExc_BufferError, "%.200s: not initialized",
                      Py_TYPE(self)->tp_name);
         return -1;
