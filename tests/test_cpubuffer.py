@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import array
+import ast
+import os
 import re
 import gc
 import sys
@@ -735,6 +737,7 @@ def test_constructor_zero_fills_a_reused_block():
     assert not np.asarray(fresh).any()
 
 
+@pytest.mark.thread_unsafe(reason="it watches the process-wide CPU block cache")
 @linux_only
 def test_small_blocks_are_not_kept():
     CPUBuffer.clear_cache()
@@ -753,12 +756,38 @@ def test_clear_cache_returns_the_bytes_it_unmapped():
     assert CPUBuffer.clear_cache() == 0
 
 
+@pytest.mark.thread_unsafe(reason="it watches the process-wide CPU block cache")
 @linux_only
 def test_resize_gives_the_old_block_back():
     CPUBuffer.clear_cache()
     buf = CPUBuffer(BIG, "u1")
     buf.resize(8)
     assert CPUBuffer.clear_cache() == 4 << 20
+
+
+def test_every_test_that_watches_the_block_cache_runs_alone():
+    # The block cache is the process's: a test that empties it and counts
+    # what it held, run by pytest-run-parallel in several threads at once
+    # (CI's 3.13t step), counts another thread's blocks too.  Every test
+    # that calls clear_cache() in this process is marked thread_unsafe.
+    here = os.path.dirname(os.path.abspath(__file__))
+    unmarked = []
+    for name in sorted(os.listdir(here)):
+        if not (name.startswith("test_") and name.endswith(".py")):
+            continue
+        with open(os.path.join(here, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.FunctionDef) and
+                    node.name.startswith("test_")):
+                continue
+            calls = any(isinstance(n, ast.Attribute) and
+                        n.attr == "clear_cache" for n in ast.walk(node))
+            marked = any("thread_unsafe" in ast.dump(d)
+                         for d in node.decorator_list)
+            if calls and not marked:
+                unmarked.append(f"{name}::{node.name}")
+    assert not unmarked, unmarked
 
 
 _CACHE_PROBE = """
