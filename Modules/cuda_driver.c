@@ -68,19 +68,6 @@ bufferext_cuda_forked(void)
 #endif
 }
 
-int
-bufferext_cuda_fork_error(bufferext_state *st, const char *who)
-{
-    PyErr_Format(st != NULL ? st->DeviceUnavailableError
-                            : PyExc_RuntimeError,
-                 "%s: this process was forked after the CUDA driver was "
-                 "initialised, and CUDA cannot be used in such a child (its "
-                 "contexts, streams and memory belong to the parent); start "
-                 "it with multiprocessing's 'spawn' or 'forkserver' method, "
-                 "or use CUDA only after the fork", who);
-    return -1;
-}
-
 /* ---- errors ------------------------------------------------------------ */
 
 static void
@@ -171,7 +158,7 @@ bufferext_cuda_ready(bufferext_state *st)
         return -1;
     }
     if (bufferext_cuda_forked()) {
-        return bufferext_cuda_fork_error(st, "CUDA");
+        return bufferext_fork_error(st, "CUDA", "CUDA");
     }
     return 0;
 }
@@ -290,7 +277,7 @@ bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
     }
     if (bufferext_cuda_forked()) {
         /* the parent's memory: nothing a consumer here may touch */
-        return bufferext_cuda_fork_error(st, who);
+        return bufferext_fork_error(st, who, "CUDA");
     }
     /* read once: another thread's synchronize() may clear it meanwhile */
     event = info == NULL ? NULL : (CUevent)BUFFEREXT_LOAD_PTR(info->event);

@@ -77,9 +77,6 @@ int bufferext_cuda_ready(bufferext_state *st);
  * and so does every operation of an inherited CUDABuffer; teardown gives
  * nothing back, the parent owns it). */
 int bufferext_cuda_forked(void);
-/* Raise DeviceUnavailableError (of `st`; RuntimeError when NULL) saying
- * so, naming `who`.  Returns -1. */
-int bufferext_cuda_fork_error(bufferext_state *st, const char *who);
 /* Number of devices (valid after bufferext_cuda_ready succeeded). */
 int bufferext_cuda_device_count(void);
 /* A list of "ordinal: name" strings, one per device. */

@@ -7,6 +7,7 @@
 #include "cuda_driver.h"
 #include "arrow.h"
 #include "dlpack.h"
+#include "loader.h"
 #include "producer.h"
 #include "state.h"
 
@@ -75,8 +76,8 @@ static int
 ctx_push(CUDABufferObject *self, const char *who)
 {
     if (bufferext_cuda_forked()) {
-        return bufferext_cuda_fork_error(
-            bufferext_state_from_type(Py_TYPE(self)), who);
+        return bufferext_fork_error(
+            bufferext_state_from_type(Py_TYPE(self)), who, "CUDA");
     }
     return CU_CHECK(who, cuCtxPushCurrent_v2, (self->context));
 }

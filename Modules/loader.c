@@ -171,3 +171,17 @@ bufferext_library_status(const bufferext_library_spec *spec,
                          "path", state == 1 ? lib->path : NULL,
                          "error", state == 1 ? NULL : lib->message);
 }
+
+int
+bufferext_fork_error(bufferext_state *st, const char *who,
+                     const char *runtime)
+{
+    PyErr_Format(st != NULL ? st->DeviceUnavailableError
+                            : PyExc_RuntimeError,
+                 "%s: this process was forked after %s was started, and %s "
+                 "cannot be used in such a child (its contexts and memory "
+                 "belong to the parent); start it with multiprocessing's "
+                 "'spawn' or 'forkserver' method, or start %s only after "
+                 "the fork", who, runtime, runtime, runtime);
+    return -1;
+}

@@ -27,5 +27,12 @@ int bufferext_library_load(bufferext_state *st,
 /* A dict describing the library for bufferext.devices() (tries to load). */
 PyObject *bufferext_library_status(const bufferext_library_spec *spec,
                                    bufferext_library *lib);
+/* In a child forked after `runtime` ("CUDA", "VEO") was started in the
+ * parent: raise DeviceUnavailableError (of `st`; RuntimeError when NULL)
+ * naming `who` and saying why the runtime cannot be used there.  Each
+ * driver keeps its own flag, set by its own pthread_atfork handler when
+ * that runtime starts.  Returns -1. */
+int bufferext_fork_error(bufferext_state *st, const char *who,
+                         const char *runtime);
 
 #endif

@@ -89,18 +89,6 @@ ve_atfork_child(void)
 #  define VE_FORKED() 0
 #endif
 
-static int
-ve_fork_error(bufferext_state *st, const char *who)
-{
-    PyErr_Format(st != NULL ? st->DeviceUnavailableError
-                            : PyExc_RuntimeError,
-                 "%s: this process was forked after it started VEO "
-                 "processes, which belong to the parent: VE memory cannot "
-                 "be used in such a child; start it with multiprocessing's "
-                 "'spawn' or 'forkserver' method", who);
-    return -1;
-}
-
 static void
 node_teardown(bufferext_ve_node *node)
 {
@@ -141,7 +129,7 @@ node_acquire_locked(bufferext_state *st, int number)
 
     if (VE_FORKED()) {
         PyOS_snprintf(who, sizeof(who), "VE node %d", number);
-        ve_fork_error(st, who);
+        bufferext_fork_error(st, who, "VEO");
         return NULL;
     }
     if (node->proc == NULL) {
@@ -220,7 +208,7 @@ bufferext_ve_copy(bufferext_state *st, const char *who, void *dst,
     int rc;
 
     if (VE_FORKED()) {
-        return ve_fork_error(st, who);
+        return bufferext_fork_error(st, who, "VEO");
     }
     if (size == 0) {
         return 0;
