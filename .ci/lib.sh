@@ -35,7 +35,11 @@ CI_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The named selections: one name, one set of tests, wherever it runs.
 ci_selection() {     # NAME -> the pytest arguments, one per line
     case $1 in
-        all) echo tests ;;
+        # test_recipes_cpp.py compiles the C++ recipes with g++ (four
+        # pybind11 and nanobind modules, a minute or two): a recipe's source
+        # does not change with the interpreter, so the recipes step runs it,
+        # with both libraries installed, instead of every suite run
+        all) printf '%s\n' --ignore=tests/test_recipes_cpp.py tests ;;
         # what an installation route proves beyond "the code works" (the
         # whole suite proved that on the same interpreter): the package as
         # installed (layout, headers, entry points), the C API and Cython
@@ -43,7 +47,7 @@ ci_selection() {     # NAME -> the pytest arguments, one per line
         packaging) printf '%s\n' tests/test_package.py tests/test_capi_build.py \
             tests/test_capi_consumer.py tests/test_cli.py tests/test_demo.py \
             tests/test_cython.py ;;
-        nompi) printf '%s\n' -m "not mpi" tests ;;
+        nompi) printf '%s\n' -m "not mpi" --ignore=tests/test_recipes_cpp.py tests ;;
         # the tests that need several processes, wherever they live (the
         # rest is deselected on each rank); tests/conftest.py loads the MPI
         # guard under --with-mpi
@@ -53,7 +57,8 @@ ci_selection() {     # NAME -> the pytest arguments, one per line
             tests/test_mpi_local.py tests/test_guard_mpi.py tests/test_lowp.py \
             tests/test_launcher.py ;;
         threads) echo tests/test_threads.py ;;
-        recipes) printf '%s\n' --durations=0 tests/test_recipes.py ;;
+        recipes) printf '%s\n' --durations=0 tests/test_recipes.py \
+            tests/test_recipes_cpp.py ;;
         # the C-level tests, for valgrind and the debug CPython's refleak run
         capi) printf '%s\n' tests/test_capi_*.py ;;
         hostile) printf '%s\n' tests/test_hostile.py tests/test_property_exporters.py \

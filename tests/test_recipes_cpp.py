@@ -7,7 +7,8 @@ installed headers, with no build system and no package index, with
 -Wall -Wextra -Werror, and run through check_describe.py and
 check_producer.py.  pybind11 is a test requirement; nanobind (Python 3.10+)
 is not, so its test runs where nanobind is installed.  tests/test_recipes.py
-builds both projects with pip from a fresh virtual environment.
+builds both projects with pip from a fresh virtual environment.  CI runs
+this file in its recipes step, with both libraries installed (.ci/lib.sh).
 """
 
 from __future__ import annotations
