@@ -11,6 +11,8 @@ needed):
   output) and must print what the page shows; it starts from nothing, as
   a pasted one does, so it makes its own imports;
 * a ``python`` code block without prompts runs whole and must not raise;
+* a ``cython`` code block is compiled by Cython and the C compiler against
+  the installed package's declarations, and imported;
 * a ``console`` block's ``$ python -m bufferext ...`` command must exit 0
   and print what the page shows under it (``...`` elides);
 * the ``>>>`` examples of the docstrings the API pages render (the public
@@ -31,10 +33,13 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
+import sysconfig
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Dict, Iterator, List, Tuple
 
 import pytest
@@ -62,9 +67,6 @@ NOT_RUN: Dict[Tuple[str, str], str] = {
         "tests/test_cuda_example.py runs it where nvcc is",
     ("docs/index.rst", "python -m pip install ."):
         "installs: CI's newcomer step runs the README's commands",
-    ("docs/index.rst", "python -m bufferext demo"):
-        "the README's main command: CI's newcomer step and tests/test_demo.py "
-        "run it",
     ("docs/tutorial.rst", "python -m pip install "):
         "installs: CI installs bufferext with its [mpi] extra for its MPI steps",
     ("docs/tutorial.rst", "python docs/examples/tutorial/distribute.py"):
@@ -79,14 +81,16 @@ NOT_RUN: Dict[Tuple[str, str], str] = {
         "mpiexec -n 2",
 }
 
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+
 PAGES = sorted([ROOT / "README.md", ROOT / "headers" / "README.md",
                 *DOCS.rglob("*.rst")])
 
 
 @dataclass
 class Example:
-    """One example: ``kind`` is ``session``, ``python``, ``console`` or
-    ``docstring``; ``page:line`` is where its first line is (for a
+    """One example: ``kind`` is ``session``, ``python``, ``cython``,
+    ``console`` or ``docstring``; ``page:line`` is where its first line is (for a
     docstring, its file in the package and ``name`` its object)."""
     kind: str
     page: str
@@ -164,8 +168,8 @@ def _classify(page: str, line: int, language: str,
         return
     if body[0].startswith(">>>"):
         yield Example("session", page, line, "\n".join(body))
-    elif language == "python":
-        yield Example("python", page, line, "\n".join(body))
+    elif language in ("python", "cython"):
+        yield Example(language, page, line, "\n".join(body))
     elif language == "console":
         for n, text in enumerate(body):
             if text.startswith("$ "):
@@ -260,9 +264,39 @@ sys.exit(1 if runner.failures else 0)
 """
 
 
+def build_cython(example: Example, capi_build: ModuleType, outdir: Path) -> None:
+    """``example`` as the module ``docs_example`` in ``outdir``: Cython (its
+    messages give the page's line numbers), then the C compiler."""
+    pyx = outdir / "docs_example.pyx"
+    pyx.write_text("\n" * (example.line - 1) + example.text + "\n")
+    done = subprocess.run([sys.executable, "-m", "cython", "-3", str(pyx)],
+                          capture_output=True, text=True, cwd=outdir, timeout=120)
+    if done.returncode != 0:
+        pytest.fail(f"{example.where}: Cython refuses the example\n"
+                    f"{done.stdout}{done.stderr}", pytrace=False)
+    result = capi_build.BuildResult(
+        "docs_example", "c11", str(outdir / f"docs_example{EXT_SUFFIX}"),
+        capi_build.compilers()["c"] + [
+            "-std=c11", "-fPIC", "-shared", "-Wno-unused-function",
+            *("-I" + d for d in capi_build.include_dirs()),
+            str(outdir / "docs_example.c"), "-o",
+            str(outdir / f"docs_example{EXT_SUFFIX}")], -1, "")
+    [built] = capi_build.build([result])
+    if not built.ok:
+        pytest.fail(f"{example.where}: the C compiler refuses Cython's C\n"
+                    f"{built.output}", pytrace=False)
+
+
 def run_example(example: Example, env: Dict[str, str]) -> None:
     """Run ``example`` in a fresh interpreter with ``env`` set; fail naming
-    its page and line unless it runs and prints what the page shows."""
+    its page and line unless it runs and prints what the page shows.  A
+    ``cython`` example is imported, from the ``PYTHONPATH`` in ``env``."""
+    if example.kind == "cython":
+        done = run_installed("-c", "import docs_example", **env)
+        if done.returncode != 0:
+            pytest.fail(f"{example.where}: the built example fails to import\n"
+                        f"{done.stdout}{done.stderr}", pytrace=False)
+        return
     if example.kind != "console":
         done = run_installed("-c", CHILD, json.dumps(example.__dict__), **env)
         if done.returncode != 0:
@@ -290,11 +324,24 @@ def run_example(example: Example, env: Dict[str, str]) -> None:
 @pytest.mark.parametrize("example", EXAMPLES + DOCSTRINGS,
                          ids=lambda e: e.where)
 def test_the_example_runs_as_the_page_shows(example: Example,
-                                            standins: Dict[str, str]) -> None:
+                                            standins: Dict[str, str],
+                                            request: pytest.FixtureRequest,
+                                            tmp_path: Path) -> None:
     why = _listed(example)
     if why:
         pytest.skip(f"{example.where} is not run here: {why}")
-    run_example(example, standins)
+    env = dict(standins)
+    if example.kind == "cython":
+        pytest.importorskip("Cython", reason="Cython is not installed (the "
+                            "'test' extra brings it)")
+        capi_build = request.getfixturevalue("capi_build")
+        try:
+            capi_build.compilers()
+        except capi_build.CompilerNotFound as exc:
+            pytest.skip(f"a Cython example needs a C compiler: {exc}")
+        build_cython(example, capi_build, tmp_path)
+        env["PYTHONPATH"] = str(tmp_path)
+    run_example(example, env)
 
 
 def test_every_listed_example_is_on_its_page() -> None:
@@ -311,7 +358,7 @@ def test_the_pages_examples_are_found() -> None:
     """The parser sees the kinds of example the pages hold (a parser that
     found nothing would pass every page)."""
     kinds = {e.kind for e in EXAMPLES}
-    assert kinds == {"session", "python", "console"}, kinds
+    assert kinds == {"session", "python", "cython", "console"}, kinds
     assert DOCSTRINGS
 
 
