@@ -13,8 +13,10 @@ needed):
 * a ``python`` code block without prompts runs whole and must not raise;
 * a ``cython`` code block is compiled by Cython and the C compiler against
   the installed package's declarations, and imported;
-* a ``console`` block's ``$ python -m bufferext ...`` command must exit 0
-  and print what the page shows under it (``...`` elides);
+* a ``console`` block's command, ``$ python -m bufferext ...`` or a script
+  of ``docs/`` (under ``mpiexec -n N`` as the page says, where mpi4py is
+  installed: the processes' lines in any order), must exit 0 and print
+  what the page shows under it (``...`` elides);
 * the ``>>>`` examples of the docstrings the API pages render (the public
   names of ``bufferext`` and ``bufferext.distarray``) run in the namespace
   of their public module, with numpy as ``np``.
@@ -46,7 +48,7 @@ import pytest
 
 import bufferext
 import bufferext.distarray
-from _helpers import run_installed
+from _helpers import mpiexec, run_installed
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -69,16 +71,6 @@ NOT_RUN: Dict[Tuple[str, str], str] = {
         "installs: CI's newcomer step runs the README's commands",
     ("docs/tutorial.rst", "python -m pip install "):
         "installs: CI installs bufferext with its [mpi] extra for its MPI steps",
-    ("docs/tutorial.rst", "python docs/examples/tutorial/distribute.py"):
-        "tests/test_tutorial.py runs it and compares its lines with the page",
-    ("docs/tutorial.rst", "mpiexec -n 3 python docs/examples/tutorial/distribute.py"):
-        "several processes: tests/test_tutorial.py runs it under mpiexec "
-        "and compares its lines with the page",
-    ("docs/mpi.rst", "python docs/examples/heat_mpi.py"):
-        "tests/test_demo.py runs it and finds its line on the page",
-    ("docs/mpi.rst", "mpiexec -n 4 python docs/examples/heat_mpi.py"):
-        "several processes: tests/test_demo.py runs the script under "
-        "mpiexec -n 2",
 }
 
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
@@ -250,7 +242,7 @@ import doctest, importlib, json, sys
 example = json.loads(sys.argv[1])
 page, line, text = example["page"], example["line"], example["text"]
 if example["kind"] == "python":
-    exec(compile(text, f"{page}:{line}", "exec"), {"__name__": "__main__"})
+    exec(compile("\n" * (line - 1) + text, page, "exec"), {"__name__": "__main__"})
     sys.exit(0)
 globs = {"__name__": "__main__"}
 if example["kind"] == "docstring":
@@ -304,23 +296,51 @@ def run_example(example: Example, env: Dict[str, str]) -> None:
                         f"{done.stdout}{done.stderr}", pytrace=False)
         return
     command, *shown = example.text.splitlines()
-    argv = shlex.split(command)
-    if argv[:3] != ["python", "-m", "bufferext"]:
-        pytest.fail(f"{example.where}: `{command}` is not a bufferext command: "
-                    "list it in NOT_RUN with the reason", pytrace=False)
-    done = run_installed(*argv[1:], **env)
+    done = _run_command(example, shlex.split(command), env)
     if done.returncode != 0:
         pytest.fail(f"{example.where}: `{command}` exits {done.returncode}\n"
                     f"{done.stdout}{done.stderr}", pytrace=False)
     expected = "\n".join(shown) + "\n" if shown else done.stdout
+    got = done.stdout
+    if command.startswith("mpiexec "):      # the processes' lines interleave
+        expected, got = ("".join(sorted(t.splitlines(True))) for t in (expected, got))
     checker = doctest.OutputChecker()
-    if not checker.check_output(expected, done.stdout, doctest.ELLIPSIS):
+    if not checker.check_output(expected, got, doctest.ELLIPSIS):
         pytest.fail(f"{example.where}: `{command}` prints something else:\n" +
                     checker.output_difference(doctest.Example(command, expected),
-                                              done.stdout, doctest.ELLIPSIS),
+                                              got, doctest.ELLIPSIS),
                     pytrace=False)
 
 
+def _run_command(example: Example, argv: List[str],
+                 env: Dict[str, str]) -> subprocess.CompletedProcess:
+    """A console command as the page gives it: ``python -m bufferext ...``
+    (outside the source tree), or ``[mpiexec -n N] python docs/...`` from
+    the checkout's root, without a launcher's variables (this test may run
+    under one) and with Python's output buffered, so that each line a
+    process prints is one write that mpiexec does not cut."""
+    if argv[:3] == ["python", "-m", "bufferext"]:
+        return run_installed(*argv[1:], **env)
+    launcher: List[str] = []
+    if argv[:2] == ["mpiexec", "-n"]:
+        pytest.importorskip("mpi4py", reason="several processes: mpiexec "
+                            "comes with mpi4py and mpich (the 'mpi' extra)")
+        launcher, argv = [mpiexec(), "-n", argv[2]], argv[3:]
+    if argv[0] != "python" or not argv[1].startswith("docs/"):
+        pytest.fail(f"{example.where}: `{shlex.join(argv)}` is neither a "
+                    "bufferext command nor a script of docs/: list it in "
+                    "NOT_RUN with the reason", pytrace=False)
+    child_env = {k: v for k, v in os.environ.items()
+                 if k not in ("PYTHONPATH", "PYTHONUNBUFFERED") and
+                 not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_"))}
+    return subprocess.run(launcher + [sys.executable, *argv[1:]], cwd=ROOT,
+                          env=dict(child_env, **env), capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.thread_unsafe(reason="a Cython example is built into the "
+                           "test's one tmp_path, and capi_build is asked for "
+                           "from the test's body")
 @pytest.mark.parametrize("example", EXAMPLES + DOCSTRINGS,
                          ids=lambda e: e.where)
 def test_the_example_runs_as_the_page_shows(example: Example,
