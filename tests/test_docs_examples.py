@@ -374,12 +374,71 @@ def test_every_listed_example_is_on_its_page() -> None:
         assert len(matches) == 1, f"NOT_RUN's {page!r} {head!r}: {matches}"
 
 
-def test_the_pages_examples_are_found() -> None:
-    """The parser sees the kinds of example the pages hold (a parser that
-    found nothing would pass every page)."""
-    kinds = {e.kind for e in EXAMPLES}
-    assert kinds == {"session", "python", "cython", "console"}, kinds
-    assert DOCSTRINGS
+PLANTED_RST = """\
+Title
+=====
+
+.. automethod:: f
+
+   A session in a directive::
+
+      >>> 1 + 1
+      2
+
+.. code-block:: python
+   :caption: a script
+
+   x = 1
+   print(x)
+
+.. code-block:: console
+
+   $ python -m bufferext --version
+   bufferext ...
+   $ python -m bufferext --cflags
+
+.. code-block:: cython
+
+   cdef int n = 1
+
+::
+
+   #include <Python.h>
+
+>>> 'a doctest block'
+'a doctest block'
+"""
+
+PLANTED_MD = """\
+# Title
+
+```python
+import bufferext
+```
+
+```sh
+python -m pip install .
+```
+"""
+
+
+def test_the_parser_finds_each_kind_at_its_line() -> None:
+    """Every kind of example, at the line a failure would name; a C literal
+    block and a shell block are none (a parser that found nothing would
+    pass every page)."""
+    found = [(e.kind, e.where, e.text) for e in
+             _rst_examples("p.rst", PLANTED_RST)]
+    assert found == [
+        ("session", "p.rst:8", ">>> 1 + 1\n2"),
+        ("python", "p.rst:14", "x = 1\nprint(x)"),
+        ("console", "p.rst:19", "python -m bufferext --version\nbufferext ..."),
+        ("console", "p.rst:21", "python -m bufferext --cflags"),
+        ("cython", "p.rst:25", "cdef int n = 1"),
+        ("session", "p.rst:31", ">>> 'a doctest block'\n'a doctest block'"),
+    ]
+    assert [(e.kind, e.where, e.text) for e in _md_examples("p.md", PLANTED_MD)] \
+        == [("python", "p.md:4", "import bufferext")]
+    assert EXAMPLES and DOCSTRINGS
 
 
 def test_a_broken_example_fails_naming_its_page_and_line(
