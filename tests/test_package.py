@@ -113,7 +113,8 @@ def test_public_api():
 def test_every_public_name_has_an_api_entry():
     """Each name of ``bufferext.__all__`` and ``bufferext.distarray.__all__``
     is described by an autodoc (or ``data``) directive of docs/*.rst under
-    its module, so the API reference lists it with its signature."""
+    its module, so the API reference lists it with its signature; api.rst's
+    list of ``bufferext``'s names is ``__all__``, no more, no less."""
     import re
 
     import bufferext.distarray
@@ -139,6 +140,8 @@ def test_every_public_name_has_an_api_entry():
         listed = set(re.findall(r"`~bufferext\.(\w+)`", f.read()))
     unlisted = sorted(set(bufferext.__all__) - listed)
     assert not unlisted, f"docs/api.rst's list of bufferext's names lacks {unlisted}"
+    unknown = sorted(listed - set(bufferext.__all__))
+    assert not unknown, f"docs/api.rst lists {unknown}, not in bufferext.__all__"
 
 
 # ---- devices() ---------------------------------------------------------------

@@ -129,8 +129,8 @@ class DistArray:
         (no launcher, or a communicator of one process such as
         ``MPI.COMM_SELF``) ``rank`` picks the section of a grid of any size.
 
-            >>> DistArray.from_global(np.arange(6), dist="b", grid_shape=(2,), rank=1).local
-            array([3, 4, 5])
+            >>> DistArray.from_global(np.arange(6), dist="b", grid_shape=(2,), rank=1).local.tolist()
+            [3, 4, 5]
         """
         comm = resolve(comm)
         if size(comm) == 1:
