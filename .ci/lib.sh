@@ -35,11 +35,15 @@ CI_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The named selections: one name, one set of tests, wherever it runs.
 ci_selection() {     # NAME -> the pytest arguments, one per line
     case $1 in
+        # The suite, less two files whose subject does not change with the
+        # interpreter, which the newcomer step runs with the rest (the
+        # README's command) instead of every suite run of every step:
         # test_recipes_cpp.py compiles the C++ recipes with g++ (four
-        # pybind11 and nanobind modules, a minute or two): a recipe's source
-        # does not change with the interpreter, so the recipes step runs it,
-        # with both libraries installed, instead of every suite run
-        all) printf '%s\n' --ignore=tests/test_recipes_cpp.py tests ;;
+        # pybind11 and nanobind modules, a minute or two; the recipes step
+        # runs it too, with both libraries installed) and
+        # test_docs_examples.py runs the pages' examples.
+        all) printf '%s\n' --ignore=tests/test_recipes_cpp.py \
+            --ignore=tests/test_docs_examples.py tests ;;
         # what an installation route proves beyond "the code works" (the
         # whole suite proved that on the same interpreter): the package as
         # installed (layout, headers, entry points), the C API and Cython
@@ -47,7 +51,8 @@ ci_selection() {     # NAME -> the pytest arguments, one per line
         packaging) printf '%s\n' tests/test_package.py tests/test_capi_build.py \
             tests/test_capi_consumer.py tests/test_cli.py tests/test_demo.py \
             tests/test_cython.py ;;
-        nompi) printf '%s\n' -m "not mpi" --ignore=tests/test_recipes_cpp.py tests ;;
+        nompi) printf '%s\n' -m "not mpi" --ignore=tests/test_recipes_cpp.py \
+            --ignore=tests/test_docs_examples.py tests ;;
         # the tests that need several processes, wherever they live (the
         # rest is deselected on each rank); tests/conftest.py loads the MPI
         # guard under --with-mpi
