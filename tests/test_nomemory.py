@@ -134,7 +134,8 @@ def test_failed_lookup_is_not_cached() -> None:
     """The header's lookup of a type's declaration allocates (the attribute
     name); when that fails, check_buffer_supports answers False for that
     one query but must not remember the answer.  Before the fix the
-    type's info was cached as if it declared nothing: a CPUBuffer subclass
+    type's info was cached as if it declared nothing (from 3.12, where the
+    version tag is assigned before the lookup): a CPUBuffer subclass
     supported no DEVICE request until the class changed."""
     run_child('''
         import _testcapi
