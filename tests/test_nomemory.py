@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import pytest
 
-from _helpers import run_child
+from _helpers import ATTRIBUTE_DECLARES, NEEDS_ATTRIBUTE, run_child
 
 pytest.importorskip("_testcapi", reason="the sweeps inject allocation "
                     "failures with _testcapi.set_nomemory (CPython's test "
@@ -29,6 +29,10 @@ pytest.importorskip("_testcapi", reason="the sweeps inject allocation "
 
 pytestmark = pytest.mark.thread_unsafe(
     reason="_testcapi.set_nomemory makes every thread's allocations fail")
+
+#: the header's lookup of the type attribute (backport mode)
+needs_attribute = pytest.mark.skipif(not ATTRIBUTE_DECLARES,
+                                     reason=NEEDS_ATTRIBUTE)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "cuda_standin"))
 import standin_harness  # noqa: E402
@@ -130,6 +134,7 @@ def test_cpu_entry_points_fail_cleanly() -> None:
     assert swept == "new export resize exports adapter query"
 
 
+@needs_attribute
 def test_failed_lookup_is_not_cached() -> None:
     """The header's lookup of a type's declaration allocates (the attribute
     name); when that fails, check_buffer_supports answers False for that
@@ -162,6 +167,47 @@ def test_failed_lookup_is_not_cached() -> None:
         ''')
 
 
+def test_header_get_buffer_fails_cleanly(capi_builds: Dict[str, Any]
+                                        ) -> None:
+    """BufferExt_GetBuffer, the header's inline path, compiled into the
+    C11 test extension: on a type the accelerator knows and on a new one
+    (its lookup), each allocation failing in turn leaves no export and no
+    wrong answer cached for the type."""
+    build = capi_builds["c11"]
+    out = run_sweeps(f"""
+        import importlib.util
+        from bufferext import CPUBuffer
+
+        spec = importlib.util.spec_from_file_location(
+            {build.module_name!r}, {build.path!r})
+        tc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tc)
+        buf = CPUBuffer((2, 3), "float32")
+
+        def new_types():
+            fail, clear = _testcapi.set_nomemory, _testcapi.remove_mem_hooks
+            for i in range(25):
+                class Sub(CPUBuffer):
+                    pass
+                sub = Sub(4)
+                fail(i, i + 1)
+                try:
+                    tc.get_buffer(sub, 0x1011C)
+                except MemoryError:
+                    pass
+                finally:
+                    clear()
+                assert sub.exports == 0, i
+                assert tc.check_supports(sub, 0x10000), i
+            print("SWEPT new_types")
+
+        sweep("known", lambda: tc.get_buffer(buf, 0x1011C), 30, [buf])
+        new_types()
+        """)
+    assert out == "known new_types"
+
+
+@needs_attribute
 def test_invalid_declaration_under_failure() -> None:
     """supported_flags of an instance whose class declares a bad value
     reads the declaration again for its message; when that lookup failed
