@@ -41,7 +41,7 @@ import standin_harness  # noqa: E402
 # remove_mem_hooks is bound first: a failed lookup there would leave the
 # hooks in place.
 SWEEP = '''
-import gc, os, sys
+import gc, os
 import _testcapi
 
 def sweep(name, op, stop, counted=(), allowed=(Exception,)):
