@@ -72,6 +72,27 @@ def sweep(name, op, stop, counted=(), allowed=(Exception,)):
                            "export(s) left")
     assert not bad, "\\n".join(bad)
     print(f"SWEPT {name}")
+
+def sweep_new_types(name, query, holds, stop):
+    """query(obj) with allocation i failing, obj an instance of a class
+    the header's accelerator has not seen (its declaration is looked up),
+    for i in range(stop); then holds(obj) must be true: a failed lookup
+    is not the class's answer."""
+    from bufferext import CPUBuffer
+    fail, clear = _testcapi.set_nomemory, _testcapi.remove_mem_hooks
+    for i in range(stop):
+        class Sub(CPUBuffer):
+            pass
+        obj = Sub(4)
+        fail(i, i + 1)
+        try:
+            query(obj)
+        except MemoryError:
+            pass
+        finally:
+            clear()
+        assert holds(obj), f"{name} i={i}"
+    print(f"SWEPT {name}")
 '''
 
 
@@ -142,29 +163,15 @@ def test_failed_lookup_is_not_cached() -> None:
     type's info was cached as if it declared nothing (from 3.12, where the
     version tag is assigned before the lookup): a CPUBuffer subclass
     supported no DEVICE request until the class changed."""
-    run_child('''
-        import _testcapi
+    out = run_sweeps('''
         import bufferext
-        from bufferext import BufferFlags, CPUBuffer
 
-        def main():
-            fail, clear = _testcapi.set_nomemory, _testcapi.remove_mem_hooks
-            check, device = bufferext.check_buffer_supports, 0x10000
-            assert device == BufferFlags.DEVICE
-            for i in range(8):
-                class Sub(CPUBuffer):
-                    pass
-                sub = Sub(4)
-                fail(i, i + 1)
-                try:
-                    check(sub, device)
-                except MemoryError:
-                    pass            # the call, not the check (3.9-3.11)
-                finally:
-                    clear()
-                assert check(sub, device), i
-        main()
+        def check(obj):
+            return bufferext.check_buffer_supports(obj, 0x10000)  # DEVICE
+
+        sweep_new_types("check", check, check, 8)
         ''')
+    assert out == "check"
 
 
 def test_header_get_buffer_fails_cleanly(capi_builds: Dict[str, Any]
@@ -184,25 +191,11 @@ def test_header_get_buffer_fails_cleanly(capi_builds: Dict[str, Any]
         spec.loader.exec_module(tc)
         buf = CPUBuffer((2, 3), "float32")
 
-        def new_types():
-            fail, clear = _testcapi.set_nomemory, _testcapi.remove_mem_hooks
-            for i in range(25):
-                class Sub(CPUBuffer):
-                    pass
-                sub = Sub(4)
-                fail(i, i + 1)
-                try:
-                    tc.get_buffer(sub, 0x1011C)
-                except MemoryError:
-                    pass
-                finally:
-                    clear()
-                assert sub.exports == 0, i
-                assert tc.check_supports(sub, 0x10000), i
-            print("SWEPT new_types")
-
         sweep("known", lambda: tc.get_buffer(buf, 0x1011C), 30, [buf])
-        new_types()
+        sweep_new_types(
+            "new_types", lambda obj: tc.get_buffer(obj, 0x1011C),
+            lambda obj: obj.exports == 0 and tc.check_supports(obj, 0x10000),
+            25)
         """)
     assert out == "known new_types"
 
