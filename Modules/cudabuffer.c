@@ -487,10 +487,12 @@ kind_fits(PyObject *from, PyObject *to, int lowp)
         {"b", "biufc"}, {"i", "iufc"}, {"u", "iufc"}, {"f", "fc"},
         {"c", "c"},
     };
+    /* each call only once the one before it succeeded (none may run with
+     * an exception set) */
     PyObject *a = PyObject_GetAttrString(from, "kind");
-    PyObject *b = PyObject_GetAttrString(to, "kind");
-    const char *ka = a == NULL ? NULL : PyUnicode_AsUTF8(a);
-    const char *kb = lowp ? "f" : b == NULL ? NULL : PyUnicode_AsUTF8(b);
+    PyObject *b = a == NULL ? NULL : PyObject_GetAttrString(to, "kind");
+    const char *ka = b == NULL ? NULL : PyUnicode_AsUTF8(a);
+    const char *kb = ka == NULL ? NULL : lowp ? "f" : PyUnicode_AsUTF8(b);
     size_t i;
     int result = ka == NULL || kb == NULL ? -1 : 0;
 
@@ -518,7 +520,7 @@ fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
     }
     array = PyObject_CallMethod(numpy, "asarray", "O", value);
     ndim = array == NULL ? NULL : PyObject_GetAttrString(array, "ndim");
-    kind = array == NULL ? NULL : PyObject_GetAttrString(array, "dtype");
+    kind = ndim == NULL ? NULL : PyObject_GetAttrString(array, "dtype");
     if (ndim == NULL || kind == NULL) {
         goto done;
     }

@@ -341,9 +341,9 @@ bufferext_fastmethods(PyObject *module, PyTypeObject *type,
     if (st->FastMethod_Type == NULL) {
         st->FastMethod_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
             module, &fastmethod_spec, NULL);
-        st->FastBound_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
-            module, &bound_spec, NULL);
-        if (st->FastMethod_Type == NULL || st->FastBound_Type == NULL) {
+        if (st->FastMethod_Type == NULL ||
+            (st->FastBound_Type = (PyTypeObject *)PyType_FromModuleAndSpec(
+                 module, &bound_spec, NULL)) == NULL) {
             return -1;
         }
         bufferext_disallow_instantiation(st->FastMethod_Type);
@@ -353,10 +353,18 @@ bufferext_fastmethods(PyObject *module, PyTypeObject *type,
 #endif
     }
     for (; *names != NULL; names++) {
-        PyObject *method = PyDict_GetItemString(type->tp_dict, *names);
+        /* not PyDict_GetItemString, which hides a failure (no memory for
+         * the key) as a missing method */
+        PyObject *key = PyUnicode_FromString(*names), *method;
         FastMethodObject *fast;
         int rc;
 
+        method = key == NULL ? NULL
+                             : PyDict_GetItemWithError(type->tp_dict, key);
+        Py_XDECREF(key);
+        if (PyErr_Occurred()) {
+            return -1;
+        }
         if (method == NULL ||
             !PyObject_TypeCheck(method, &PyMethodDescr_Type)) {
             PyErr_Format(PyExc_SystemError, "%s.%s is not a method",

@@ -84,7 +84,9 @@ typed_entry(PyTypeObject *type)
 #ifdef BUFFEREXT_NATIVE
     return BufferExtNative_Entry(type);
 #else
-    return BufferExtAccel_ReadEntry(type);
+    int failed = 0;
+
+    return BufferExtAccel_ReadEntry(type, &failed);
 #endif
 }
 

@@ -410,16 +410,25 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
 #else
     info = BufferExtAccel_Info(Py_TYPE(obj));
     if (info.declared == BUFFEREXT_ACCEL_INVALID_DECLARATION) {
+        char name[BUFFEREXT_INTERNAL_NAME_SIZE];
+        /* read again for the message: a lookup that fails (no memory)
+         * gives none, and the refusal goes without the value */
         PyObject *value = BufferExtAccel_LookupMRO(
             Py_TYPE(obj), BUFFEREXT_SUPPORTED_FLAGS_ATTR);
+        const char *type_name = BufferExtInternal_TypeName(
+            Py_TYPE(obj), name, sizeof(name));
         if (value != NULL) {
-            char name[BUFFEREXT_INTERNAL_NAME_SIZE];
             PyErr_Format(PyExc_TypeError,
                          "%.200s." BUFFEREXT_SUPPORTED_FLAGS_ATTR " = %R is "
                          "invalid: expected an int, -1 or a flag mask >= 0",
-                         BufferExtInternal_TypeName(Py_TYPE(obj), name,
-                                                    sizeof(name)), value);
+                         type_name, value);
             Py_DECREF(value);
+        }
+        else {
+            PyErr_Format(PyExc_TypeError,
+                         "%.200s." BUFFEREXT_SUPPORTED_FLAGS_ATTR " is "
+                         "invalid: expected an int, -1 or a flag mask >= 0",
+                         type_name);
         }
         return -1;
     }

@@ -256,12 +256,14 @@ BufferExtAccel_CallRelease(Py_buffer *view)
 
 /* The value of `name` in the dict of the first class of type's MRO that
  * has it, as a slot lookup finds it (never through the metaclass): a new
- * reference, or NULL (never raises).  Mirrors: find_name_in_mro
+ * reference, or NULL (never raises); *failed is set when NULL means that
+ * the lookup failed (no memory for the key, a dict key's __eq__ raised)
+ * rather than that nothing was found.  Mirrors: find_name_in_mro
  * (Objects/typeobject.c, 3.12-3.15: tp_mro walked, each type's dict) and,
  * 3.9-3.11, calls _PyType_Lookup itself (private, unchanged 3.9-3.11).
  * Re-check at 3.16. */
 static inline PyObject *
-BufferExtAccel_LookupMRO(PyTypeObject *type, const char *name)
+BufferExtAccel_FindInMRO(PyTypeObject *type, const char *name, int *failed)
 {
     PyObject *key = PyUnicode_InternFromString(name), *found = NULL;
 #if PY_VERSION_HEX >= 0x030C0000
@@ -297,8 +299,20 @@ BufferExtAccel_LookupMRO(PyTypeObject *type, const char *name)
     }
 #endif
     Py_XDECREF(key);
-    PyErr_Clear();
+    if (PyErr_Occurred()) {
+        *failed = 1;
+        PyErr_Clear();
+    }
     return found;
+}
+
+/* The same, for a caller that cannot tell failure from absence. */
+static inline PyObject *
+BufferExtAccel_LookupMRO(PyTypeObject *type, const char *name)
+{
+    int failed = 0;
+
+    return BufferExtAccel_FindInMRO(type, name, &failed);
 }
 
 /* Read the declaration of `type`: the attribute found in its MRO.  Returns
@@ -307,13 +321,15 @@ BufferExtAccel_LookupMRO(PyTypeObject *type, const char *name)
  * missing attribute reads as 0 (the legacy default).  Like a slot, the
  * declaration belongs to the class: the metaclass is not consulted, and no
  * descriptor is called (so no Python code runs). */
-static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type)
+static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type,
+                                              int *failed)
 {
     PyObject *value;
     long declared;
     int overflow;
 
-    value = BufferExtAccel_LookupMRO(type, BUFFEREXT_SUPPORTED_FLAGS_ATTR);
+    value = BufferExtAccel_FindInMRO(type, BUFFEREXT_SUPPORTED_FLAGS_ATTR,
+                                     failed);
     if (value == NULL) {
         return BUFFEREXT_SUPPORTS_LEGACY;
     }
@@ -341,9 +357,10 @@ static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type)
  * Python code only as the declaration's lookup does (a dict key's
  * __eq__). */
 static inline BufferExt_GetBufferExProc
-BufferExtAccel_ReadEntry(PyTypeObject *type)
+BufferExtAccel_ReadEntry(PyTypeObject *type, int *failed)
 {
-    PyObject *found = BufferExtAccel_LookupMRO(type, BUFFEREXT_ENTRY_ATTR);
+    PyObject *found = BufferExtAccel_FindInMRO(type, BUFFEREXT_ENTRY_ATTR,
+                                               failed);
     const BufferExt_GetBufferEntry *entry = NULL;
     PyTypeObject *owner;
 
@@ -366,18 +383,20 @@ BufferExtAccel_ReadEntry(PyTypeObject *type)
     return entry != NULL ? entry->getbuffer_ex : NULL;
 }
 
-/* Everything the header needs to know of `type`, read afresh. */
+/* Everything the header needs to know of `type`, read afresh; *failed is
+ * set when a lookup failed (the info is then the legacy default's, for
+ * this query only: never cached). */
 static inline BufferExtAccel_TypeInfo
-BufferExtAccel_ReadInfo(PyTypeObject *type)
+BufferExtAccel_ReadInfo(PyTypeObject *type, int *failed)
 {
     BufferExtAccel_TypeInfo info;
 
-    info.declared = BufferExtAccel_ReadDeclared(type);
+    info.declared = BufferExtAccel_ReadDeclared(type, failed);
     /* 0 is the legacy default; -1 and invalid values, PyBUF_SIMPLE only */
     info.mask = info.declared == BUFFEREXT_SUPPORTS_LEGACY
                     ? BUFFEREXT_LEGACY_FLAGS
                     : (info.declared < 0 ? 0 : info.declared);
-    info.entry = BufferExtAccel_ReadEntry(type);
+    info.entry = BufferExtAccel_ReadEntry(type, failed);
     if (info.entry == NULL) {
         /* only a typed entry serves an extended flag */
         info.mask &= ~BUFFEREXT_EXTENDED_FLAGS;
@@ -469,6 +488,7 @@ BufferExtAccel_InfoMiss(PyTypeObject *type)
     BufferExtAccel_CacheEntry *entry;
     BufferExtAccel_TypeInfo info;
     unsigned int before, tag;
+    int failed = 0;
 
     BUFFEREXT_ACCEL_COUNT(1);
     /* Mirrors: PyUnstable_Type_AssignVersionTag (3.12-3.15; before,
@@ -477,20 +497,22 @@ BufferExtAccel_InfoMiss(PyTypeObject *type)
     PyUnstable_Type_AssignVersionTag(type);
 #  endif
     before = BufferExtAccel_TypeTag(type);
-    info = BufferExtAccel_ReadInfo(type);
+    info = BufferExtAccel_ReadInfo(type, &failed);
     /* On 3.9-3.11 the lookup itself may assign the tag. */
     tag = BufferExtAccel_TypeTag(type);
     /* Should the type change meanwhile (another thread, a dict key's
      * __eq__), a value is cached only under a tag that was valid for the
      * whole of one lookup. */
-    if (tag != 0 && tag != before) {
-        BufferExtAccel_TypeInfo again = BufferExtAccel_ReadInfo(type);
+    if (tag != 0 && tag != before && !failed) {
+        BufferExtAccel_TypeInfo again = BufferExtAccel_ReadInfo(type,
+                                                                &failed);
         if (!BufferExtAccel_SameInfo(again, info) ||
             BufferExtAccel_TypeTag(type) != tag) {
             return again;
         }
     }
-    if (tag != 0 && BufferExtAccel_CacheOwner()) {
+    /* a failed lookup (no memory) is not the type's answer */
+    if (tag != 0 && !failed && BufferExtAccel_CacheOwner()) {
         entry = &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE];
         BufferExtAccel_CacheStore(entry, type, tag, info);
     }
@@ -566,8 +588,10 @@ static inline int BufferExtAccel_Mask(PyTypeObject *type)
     }
     return BufferExtAccel_InfoMiss(type).mask;
 #else
+    int failed = 0;
+
     BUFFEREXT_ACCEL_COUNT(1);
-    return BufferExtAccel_ReadInfo(type).mask;
+    return BufferExtAccel_ReadInfo(type, &failed).mask;
 #endif
 }
 
@@ -583,8 +607,10 @@ BufferExtAccel_Info(PyTypeObject *type)
     }
     return BufferExtAccel_InfoMiss(type);
 #else
+    int failed = 0;
+
     BUFFEREXT_ACCEL_COUNT(1);
-    return BufferExtAccel_ReadInfo(type);
+    return BufferExtAccel_ReadInfo(type, &failed);
 #endif
 }
 
