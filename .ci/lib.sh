@@ -86,6 +86,14 @@ ci_selection() {     # NAME -> the pytest arguments, one per line
     esac
 }
 
+# apt-get on the host, one at a time: .ci/run's two streams both install
+# (valgrind and python3.11-dbg, chromium), and apt-get fails at once on a
+# lock another holds
+ci_apt_get() {       # APT-GET-ARGS...
+    flock -w 1800 /var/lock/bufferext-ci-apt \
+        env DEBIAN_FRONTEND=noninteractive apt-get "$@"
+}
+
 # pip, minus this machine's notes about absent extra-index directories
 ci_pip() {           # PYTHON PIP-ARGS...
     local py=$1

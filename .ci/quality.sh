@@ -71,8 +71,8 @@ need_apt() {   # install Debian packages that are missing
     done
     (( ${#missing[@]} == 0 )) && return 0
     echo "apt-get install ${missing[*]}"
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    ci_apt_get update -qq >/dev/null
+    ci_apt_get install -y -qq "${missing[@]}" >/dev/null
 }
 
 hooks_report() {   # stats-file label: what the re-entrancy harness ran
