@@ -51,8 +51,7 @@ ci_selection() {     # NAME -> the pytest arguments, one per line
         packaging) printf '%s\n' tests/test_package.py tests/test_capi_build.py \
             tests/test_capi_consumer.py tests/test_cli.py tests/test_demo.py \
             tests/test_cython.py ;;
-        nompi) printf '%s\n' -m "not mpi" --ignore=tests/test_recipes_cpp.py \
-            --ignore=tests/test_docs_examples.py tests ;;
+        nompi) printf '%s\n' -m "not mpi"; ci_selection all ;;
         # the tests that need several processes, wherever they live (the
         # rest is deselected on each rank); tests/conftest.py loads the MPI
         # guard under --with-mpi
