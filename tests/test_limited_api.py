@@ -24,7 +24,8 @@ import pytest
 
 import bufferext
 from _helpers import (ATTRIBUTE_DECLARES, NATIVE_DOOR_REFUSAL,
-                      NATIVE_INTERPRETER, build_native)
+                      NATIVE_INTERPRETER, NEEDS_ATTRIBUTE, build_native,
+                      run_child)
 from bufferext import BufferFlags
 
 pytestmark = [
@@ -315,6 +316,60 @@ def test_cache_sees_a_changed_declaration(lim) -> None:
     del Sub.__buffer_supported_flags__
     assert lim.supported_flags(obj) == bufferext.supported_flags(obj)
     assert lim.check_supports(obj, FULL_RO | DEVICE)
+
+
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
+@pytest.mark.thread_unsafe(
+    reason="_testcapi.set_nomemory makes every thread's allocations fail")
+def test_a_failed_lookup_is_not_cached_for_an_immutable_type(
+        builds, capi_builds, tmp_path) -> None:
+    """An immutable type's cache entry is trusted for good, so it must hold
+    what the type declares.  The lookups of the declaration allocate; with
+    allocation i failing during a fresh consumer's first query of an
+    immutable exporter that declares DEVICE, and every one after it (memory
+    stays short), the query may fail, but the next one must answer True.
+    Each i loads a fresh copy of each consumer's .so (a fresh cache): this
+    limited build (internal/limited.h) and testcapi (internal/accel.h).
+    Before the fix the limited build read a failed lookup as "nothing
+    declared" and cached it: the type then supported no DEVICE request in
+    that extension until the process ended."""
+    pytest.importorskip("_testcapi", reason="set_nomemory is CPython's "
+                        "test module's, absent from some builds")
+    lim, tc = builds["c11"], capi_builds["c11"]
+    out = run_child(f"""
+        import importlib.util, os, shutil
+        import _testcapi
+
+        def load(build, i):
+            copy = os.path.join({str(tmp_path)!r}, build[0] + str(i))
+            os.mkdir(copy)
+            spec = importlib.util.spec_from_file_location(
+                build[0], shutil.copy(build[1], copy))
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+
+        builds = [{(lim.module_name, lim.path)!r},
+                  {(tc.module_name, tc.path)!r}]
+        obj = load(builds[1], "exporter").ExporterFullImmutable()
+        fail, clear = _testcapi.set_nomemory, _testcapi.remove_mem_hooks
+        failed = {{name: 0 for name, _ in builds}}
+        for i in range(40):
+            for build in builds:
+                consumer = load(build, i)
+                fail(i)
+                try:
+                    first = consumer.check_supports(obj, {DEVICE})
+                except MemoryError:
+                    first = False
+                finally:
+                    clear()
+                failed[build[0]] += not first
+                assert consumer.check_supports(obj, {DEVICE}), (build, i)
+        print(*failed.values())
+        """)
+    # the sweep reached the lookups of both: some first queries did fail
+    assert all(int(n) > 0 for n in out.split()), out
 
 
 @pytest.mark.skipif(not PEP688, reason="PEP 688 is 3.12+")

@@ -442,6 +442,22 @@ EXPORTER_SPEC(spec_full, "ExporterFull");
 EXPORTER_SPEC(spec_nodevice, "ExporterNoDevice");
 EXPORTER_SPEC(spec_noentry, "ExporterNoEntry");
 
+/* Py_TPFLAGS_IMMUTABLETYPE is 3.10's; on 3.9 the types below are mutable
+ * (the tests that need them run on 3.11+). */
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+#  define TC_IMMUTABLE Py_TPFLAGS_IMMUTABLETYPE
+#else
+#  define TC_IMMUTABLE 0
+#endif
+
+/* ExporterFull as an immutable type (Py_TPFLAGS_IMMUTABLETYPE, as modern
+ * extensions make theirs): a consumer may cache what it read of it for
+ * good, so what it read must be the declaration. */
+static PyType_Spec spec_full_immutable = {
+    TC_MODNAME ".ExporterFullImmutable", sizeof(ExporterObject), 0,
+    Py_TPFLAGS_DEFAULT | TC_IMMUTABLE, exporter_slots,
+};
+
 /* ExporterNoDevice honours FORMAT, ND and STRIDES only (no WRITABLE, no
  * contiguity, no DEVICE); ExporterFull every legacy flag and DEVICE;
  * ExporterNoEntry declares what ExporterFull does but publishes no typed
@@ -1307,6 +1323,8 @@ tc_exec(PyObject *module)
         add_exporter_type(module, &spec_nodevice, MASK_NODEVICE,
                           exporter_getbuffer_ex) < 0 ||
         add_exporter_type(module, &spec_noentry, MASK_FULL, NULL) < 0 ||
+        add_exporter_type(module, &spec_full_immutable, MASK_FULL,
+                          exporter_getbuffer_ex) < 0 ||
         add_exporter_type(module, &conf_spec,
                           BUFFEREXT_LEGACY_FLAGS | PyBUF_DEVICE,
                           conf_getbuffer_ex) < 0) {

@@ -22,7 +22,8 @@
  *                bytes, numpy.ndarray, ...; its attributes cannot change)
  *                is used as it is; a mutable type's is used while the two
  *                attribute lookups give the same objects and its getbuffer
- *                slot is the same.  Main interpreter
+ *                slot is the same.  A lookup that failed (no memory) is
+ *                not cached: it answers its own query only.  Main interpreter
  *                only, so one thread at a time touches it (a GIL build: the
  *                limited API has no free-threaded variant before 3.15).
  *                The references are never released: an embedder that runs
@@ -93,47 +94,62 @@ BufferExtAccel_ReleaseSlot(PyTypeObject *type)
     return BufferExtInternal_TypeFunc(type, Py_bf_releasebuffer);
 }
 
-/* The attribute `key` (a str) of `obj`, or NULL; never raises.
- * Mirrors: PyObject_GetOptionalAttr, in the limited API from 3.13 (before,
- * PyObject_GetAttr and the AttributeError cleared).  Re-check at 3.16. */
+/* Clear a pending exception; *failed is set unless it is an instance of
+ * `absent` (the lookup's "not there", or NULL), i.e. when a lookup failed
+ * (no memory, Python code that raised) rather than found nothing. */
+static inline void BufferExtAccel_ClearFailure(PyObject *absent, int *failed)
+{
+    if (PyErr_Occurred()) {
+        if (absent == NULL || !PyErr_ExceptionMatches(absent)) {
+            *failed = 1;
+        }
+        PyErr_Clear();
+    }
+}
+
+/* The attribute `key` (a str) of `obj`, or NULL; never raises (*failed as
+ * above).  Mirrors: PyObject_GetOptionalAttr, in the limited API from 3.13
+ * (before, PyObject_GetAttr and its AttributeError).  Re-check at 3.16. */
 static inline PyObject *
-BufferExtAccel_GetAttrKey(PyObject *obj, PyObject *key)
+BufferExtAccel_GetAttrKey(PyObject *obj, PyObject *key, int *failed)
 {
     PyObject *found = NULL;
 
 #if Py_LIMITED_API + 0 >= 0x030D0000
     (void)PyObject_GetOptionalAttr(obj, key, &found);
+    BufferExtAccel_ClearFailure(NULL, failed);
 #else
     found = PyObject_GetAttr(obj, key);
+    BufferExtAccel_ClearFailure(PyExc_AttributeError, failed);
 #endif
-    PyErr_Clear();
     return found;
 }
 
 /* The attribute `name` of `obj`, or NULL; never raises. */
 static inline PyObject *
-BufferExtAccel_GetAttr(PyObject *obj, const char *name)
+BufferExtAccel_GetAttr(PyObject *obj, const char *name, int *failed)
 {
     PyObject *key = PyUnicode_InternFromString(name), *found = NULL;
 
     if (key != NULL) {
-        found = BufferExtAccel_GetAttrKey(obj, key);
+        found = BufferExtAccel_GetAttrKey(obj, key, failed);
         Py_DECREF(key);
     }
-    PyErr_Clear();
+    BufferExtAccel_ClearFailure(NULL, failed);
     return found;
 }
 
 /* What `cls` (a type) itself holds as `name` (its __mro__, its __dict__):
  * type.__dict__[name].__get__(cls), which no metaclass can override, as
  * PyObject_GetAttr lets a metaclass's property do.  A new reference, or
- * NULL (never raises). */
+ * NULL (never raises; *failed as above). */
 static inline PyObject *
-BufferExtAccel_TypeAttr(PyObject *cls, const char *name)
+BufferExtAccel_TypeAttr(PyObject *cls, const char *name, int *failed)
 {
     PyObject *dict, *descr = NULL, *found = NULL;
 
-    dict = BufferExtAccel_GetAttr((PyObject *)&PyType_Type, "__dict__");
+    dict = BufferExtAccel_GetAttr((PyObject *)&PyType_Type, "__dict__",
+                                  failed);
     if (dict != NULL) {
         descr = PyMapping_GetItemString(dict, name);
         Py_DECREF(dict);
@@ -143,50 +159,61 @@ BufferExtAccel_TypeAttr(PyObject *cls, const char *name)
                                     (PyObject *)Py_TYPE(cls));
         Py_DECREF(descr);
     }
-    PyErr_Clear();
+    BufferExtAccel_ClearFailure(NULL, failed);
     return found;
 }
 
-/* The value of `name` as the dicts of type's MRO hold it: a new reference,
- * or NULL (never raises).  With the metaclass `type`, PyObject_GetAttr
- * finds exactly that (through CPython's own lookup cache); with another
- * metaclass the dicts are read one by one, the MRO and each dict as the
- * type holds them (the metaclass is not consulted). */
+/* The value of `key` as the dicts of type's MRO hold it: a new reference,
+ * or NULL (never raises); *failed is set when NULL means that the lookup
+ * failed rather than that nothing was found.  With the metaclass `type`,
+ * PyObject_GetAttr finds exactly that (through CPython's own lookup
+ * cache); with another metaclass the dicts are read one by one, the MRO
+ * and each dict as the type holds them (the metaclass is not consulted). */
 static inline PyObject *
-BufferExtAccel_LookupMROKey(PyTypeObject *type, PyObject *key)
+BufferExtAccel_FindKeyInMRO(PyTypeObject *type, PyObject *key, int *failed)
 {
     PyObject *mro, *found = NULL;
     Py_ssize_t i, n;
 
     if (Py_IS_TYPE((PyObject *)type, &PyType_Type)) {
-        return BufferExtAccel_GetAttrKey((PyObject *)type, key);
+        return BufferExtAccel_GetAttrKey((PyObject *)type, key, failed);
     }
-    mro = BufferExtAccel_TypeAttr((PyObject *)type, "__mro__");
+    mro = BufferExtAccel_TypeAttr((PyObject *)type, "__mro__", failed);
     n = mro != NULL && PyTuple_Check(mro) ? PyTuple_Size(mro) : 0;
     for (i = 0; i < n && found == NULL; i++) {
         PyObject *dict = BufferExtAccel_TypeAttr(PyTuple_GetItem(mro, i),
-                                                 "__dict__");
+                                                 "__dict__", failed);
         if (dict != NULL) {
             found = PyObject_GetItem(dict, key);
             Py_DECREF(dict);
         }
-        PyErr_Clear();
+        BufferExtAccel_ClearFailure(PyExc_KeyError, failed);
     }
     Py_XDECREF(mro);
     return found;
 }
 
+/* The same for the attribute name `name`. */
 static inline PyObject *
-BufferExtAccel_LookupMRO(PyTypeObject *type, const char *name)
+BufferExtAccel_FindInMRO(PyTypeObject *type, const char *name, int *failed)
 {
     PyObject *key = PyUnicode_InternFromString(name), *found = NULL;
 
     if (key != NULL) {
-        found = BufferExtAccel_LookupMROKey(type, key);
+        found = BufferExtAccel_FindKeyInMRO(type, key, failed);
         Py_DECREF(key);
     }
-    PyErr_Clear();
+    BufferExtAccel_ClearFailure(NULL, failed);
     return found;
+}
+
+/* The same, for a caller that cannot tell failure from absence. */
+static inline PyObject *
+BufferExtAccel_LookupMRO(PyTypeObject *type, const char *name)
+{
+    int failed = 0;
+
+    return BufferExtAccel_FindInMRO(type, name, &failed);
 }
 
 /* As in accel.h: the declared value `value` (the attribute found, or NULL)
@@ -240,6 +267,7 @@ BufferExtAccel_EntryFrom(PyTypeObject *type, PyObject *found,
 typedef struct {
     PyObject *declared;
     PyObject *entry;
+    int failed;     /* a lookup failed: these are not the type's keys */
 } BufferExtAccel_Keys;
 
 static inline BufferExtAccel_Keys
@@ -247,14 +275,18 @@ BufferExtAccel_ReadKeys(PyTypeObject *type, PyObject *const *names)
 {
     BufferExtAccel_Keys keys;
 
+    keys.failed = 0;
     if (names == NULL) {
-        keys.declared = BufferExtAccel_LookupMRO(
-            type, BUFFEREXT_SUPPORTED_FLAGS_ATTR);
-        keys.entry = BufferExtAccel_LookupMRO(type, BUFFEREXT_ENTRY_ATTR);
+        keys.declared = BufferExtAccel_FindInMRO(
+            type, BUFFEREXT_SUPPORTED_FLAGS_ATTR, &keys.failed);
+        keys.entry = BufferExtAccel_FindInMRO(type, BUFFEREXT_ENTRY_ATTR,
+                                              &keys.failed);
     }
     else {
-        keys.declared = BufferExtAccel_LookupMROKey(type, names[0]);
-        keys.entry = BufferExtAccel_LookupMROKey(type, names[1]);
+        keys.declared = BufferExtAccel_FindKeyInMRO(type, names[0],
+                                                    &keys.failed);
+        keys.entry = BufferExtAccel_FindKeyInMRO(type, names[1],
+                                                 &keys.failed);
     }
     return keys;
 }
@@ -380,6 +412,16 @@ BufferExtAccel_Info(PyTypeObject *type)
             return entry->info;
         }
         keys = BufferExtAccel_ReadKeys(type, BufferExtAccel_Names());
+        if (keys.failed) {
+            /* a failed lookup (no memory) answers this query only: it is
+             * not the type's answer, and an immutable type's entry would
+             * be trusted for good */
+            BufferExtAccel_TypeInfo info = BufferExtAccel_InfoFrom(type,
+                                                                   &keys);
+            BufferExtAccel_ClearKeys(&keys);
+            BUFFEREXT_ACCEL_COUNT(1);
+            return info;
+        }
         if (entry->type == type && keys.declared == entry->keys.declared &&
             keys.entry == entry->keys.entry &&
             BufferExtAccel_TypeSlot(type) == entry->info.slot &&
