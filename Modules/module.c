@@ -275,8 +275,8 @@ module_exec(PyObject *module)
         "A device library (CUDA driver, VEO) or the device itself is not "
         "available.", PyExc_RuntimeError, NULL);
     if (st->DeviceUnavailableError == NULL ||
-        PyModule_AddObject(module, "DeviceUnavailableError",
-                           Py_NewRef(st->DeviceUnavailableError)) < 0) {
+        bufferext_add_object(module, "DeviceUnavailableError",
+                             st->DeviceUnavailableError) < 0) {
         return -1;
     }
     if (add_int(module, "PyBUF_DEVICE", PyBUF_DEVICE) < 0 ||

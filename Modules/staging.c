@@ -35,8 +35,9 @@ check_c_contiguous(const bufferext_export_layout *l, int c_contiguous,
         return 0;
     }
     shape = bufferext_tuple_from_ssize(l->ndim, l->shape);
-    strides = bufferext_tuple_from_ssize(l->ndim, l->strides);
-    if (shape != NULL && strides != NULL) {
+    strides = shape != NULL ? bufferext_tuple_from_ssize(l->ndim, l->strides)
+                            : NULL;
+    if (strides != NULL) {
         PyErr_Format(PyExc_BufferError,
                      "%s: the view is not C-contiguous (shape=%R, "
                      "strides=%R%s)", who, shape, strides,

@@ -161,8 +161,18 @@ bufferext_add_type(PyObject *module, PyType_Spec *spec, int supported_flags,
     }
     bufferext_own_register((*slot)->tp_as_buffer->bf_getbuffer, getbuffer_ex,
                            layout);
-    return PyModule_AddObject(module, name != NULL ? name + 1 : spec->name,
-                              Py_NewRef(*slot));
+    return bufferext_add_object(module, name != NULL ? name + 1 : spec->name,
+                                (PyObject *)*slot);
+}
+
+int
+bufferext_add_object(PyObject *module, const char *name, PyObject *value)
+{
+    if (PyModule_AddObject(module, name, Py_NewRef(value)) < 0) {
+        Py_DECREF(value);   /* not stolen on failure */
+        return -1;
+    }
+    return 0;
 }
 
 /* flags: a Python int that fits a C int (BufferFlags members included). */

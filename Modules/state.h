@@ -40,6 +40,10 @@ bufferext_state *bufferext_get_state(PyObject *module);
  * TypeError for a type that is not ours. */
 bufferext_state *bufferext_state_from_type(PyTypeObject *type);
 
+/* Add `value` to `module` as `name`; the caller keeps its reference
+ * (PyModule_AddObjectRef, which 3.9 lacks).  0 or -1 with an exception. */
+int bufferext_add_object(PyObject *module, const char *name, PyObject *value);
+
 /* Make a heap type of `module` from `spec`, store it in *slot, declare its
  * supported request flags and publish its typed entry `getbuffer_ex`,
  * register the entry (with `layout`, the offset of the layout its exports

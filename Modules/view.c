@@ -968,8 +968,8 @@ bufferext_init_view(PyObject *module)
                                        view_getbuffer_ex) < 0 ||
         bufferext_fastmethods(module, st->BufferView_Type,
                               context_methods) < 0 ||
-        PyModule_AddObject(module, "BufferView",
-                           Py_NewRef(st->BufferView_Type)) < 0) {
+        bufferext_add_object(module, "BufferView",
+                             (PyObject *)st->BufferView_Type) < 0) {
         return -1;
     }
 #if BUFFEREXT_FREELIST > 0
@@ -980,12 +980,12 @@ bufferext_init_view(PyObject *module)
     st->OpaqueDeviceInfo_Type = PyStructSequence_NewType(&opaque_desc);
     if (st->CUDADeviceInfo_Type == NULL || st->VEDeviceInfo_Type == NULL ||
         st->OpaqueDeviceInfo_Type == NULL ||
-        PyModule_AddObject(module, "CUDADeviceInfo",
-                           Py_NewRef(st->CUDADeviceInfo_Type)) < 0 ||
-        PyModule_AddObject(module, "VEDeviceInfo",
-                           Py_NewRef(st->VEDeviceInfo_Type)) < 0 ||
-        PyModule_AddObject(module, "OpaqueDeviceInfo",
-                           Py_NewRef(st->OpaqueDeviceInfo_Type)) < 0) {
+        bufferext_add_object(module, "CUDADeviceInfo",
+                             (PyObject *)st->CUDADeviceInfo_Type) < 0 ||
+        bufferext_add_object(module, "VEDeviceInfo",
+                             (PyObject *)st->VEDeviceInfo_Type) < 0 ||
+        bufferext_add_object(module, "OpaqueDeviceInfo",
+                             (PyObject *)st->OpaqueDeviceInfo_Type) < 0) {
         return -1;
     }
     return 0;

@@ -119,9 +119,12 @@ static inline const char *
 BufferExtInternal_TypeName(PyTypeObject *type, char *buf, size_t size)
 {
 #ifdef Py_LIMITED_API
+    /* each call only while no exception is pending (no memory) */
     PyObject *qualname = PyType_GetQualName(type);
-    PyObject *module = PyObject_GetAttrString((PyObject *)type, "__module__");
     const char *q = qualname ? PyUnicode_AsUTF8AndSize(qualname, NULL) : NULL;
+    PyObject *module = q ? PyObject_GetAttrString((PyObject *)type,
+                                                  "__module__")
+                         : NULL;
     const char *m = module && PyUnicode_Check(module)
                         ? PyUnicode_AsUTF8AndSize(module, NULL) : NULL;
 
