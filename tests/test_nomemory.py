@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import textwrap
 from typing import Any, Dict, Optional
 
@@ -44,16 +45,18 @@ SWEEP = '''
 import gc, os
 import _testcapi
 
-def sweep(name, op, stop, counted=(), allowed=(Exception,)):
-    """op() with allocation i failing, for i in range(stop): it succeeds
-    or raises one of `allowed`, never SystemError."""
+def sweep(name, op, stop, counted=(), allowed=(Exception,),
+          persistent=False):
+    """op() with allocation i failing (persistent: and every one after
+    it), for i in range(stop): it succeeds or raises one of `allowed`,
+    never SystemError."""
     fail, clear, bad = _testcapi.set_nomemory, _testcapi.remove_mem_hooks, []
     for _ in range(3):
         op()                        # caches, freelists, imports: warm
     for i in range(stop):
         os.write(2, f"{name} i={i}\\n".encode())
         error = None
-        fail(i, i + 1)
+        fail(i, 0 if persistent else i + 1)
         try:
             op()
         except BaseException as exc:
@@ -198,6 +201,61 @@ def test_header_get_buffer_fails_cleanly(capi_builds: Dict[str, Any]
             25)
         """)
     assert out == "known new_types"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the limited API "
+                    "has Py_buffer from 3.11")
+@pytest.mark.skipif(bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+                    reason="a free-threaded CPython before 3.15 has no "
+                    "limited API")
+def test_limited_build_fails_cleanly(capi_build: Any, tmp_path: Any) -> None:
+    """BufferExt_GetBuffer and the queries built with Py_LIMITED_API
+    (internal/limited.h, its own lookups through attribute access), each
+    allocation failing in turn and, memory staying short, every one after
+    it: no export left, no SystemError, and a bad declaration never
+    accepted."""
+    from test_limited_api import limited_build
+    build = capi_build.build([limited_build(capi_build, "c11",
+                                            str(tmp_path))])[0]
+    out = run_sweeps(f"""
+        import importlib.util
+        from bufferext import CPUBuffer
+
+        spec = importlib.util.spec_from_file_location(
+            {build.module_name!r}, {build.path!r})
+        lim = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(lim)
+
+        class Sub(CPUBuffer):
+            pass
+
+        class Bad(CPUBuffer):
+            __buffer_supported_flags__ = "x"
+
+        buf, sub, bad = CPUBuffer((2, 3), "float32"), Sub(4), Bad(4)
+        ours = lim.LimitedExporter(b"abcd")
+
+        def get():
+            lim.get_release(buf, 0x1011C, 2)
+            lim.get(sub, 0x1011C)
+            lim.get(ours, 0x1011C)
+            lim.get(b"abc", 0x11C)
+            lim.check_supports(sub, 0x10000)
+
+        def refuse():
+            try:
+                lim.supported_flags(bad)
+            except TypeError:
+                pass
+            else:
+                raise AssertionError("a bad declaration was accepted")
+
+        for persistent in (False, True):
+            sweep("get", get, 40, [buf, sub], persistent=persistent)
+            sweep("refuse", refuse, 20, allowed=(MemoryError, TypeError),
+                  persistent=persistent)
+        """)
+    assert out == "get refuse get refuse"
 
 
 @needs_attribute
