@@ -109,7 +109,8 @@ def run_sweeps(body: str, env: Optional[dict] = None) -> str:
 def test_cpu_entry_points_fail_cleanly() -> None:
     """The CPU producer, get_buffer and BufferView, the consumers' doors
     (memoryview, check_buffer_supports) and the exports (DLPack, Arrow,
-    as_buffer's adapter), each swept past its last allocation."""
+    as_buffer's adapter), each swept past its last allocation: one
+    allocation failing, then every one from the i-th on."""
     swept = run_sweeps('''
         import numpy as np
         import bufferext
@@ -147,15 +148,16 @@ def test_cpu_entry_points_fail_cleanly() -> None:
             bufferext.check_buffer_supports(buf, BufferFlags.DEVICE)
             bufferext._bufferext.supported_flags(buf)
 
-        sweep("new", new, 20)
-        sweep("export", export, 40, [buf])
-        sweep("resize", resize, 20)
-        sweep("exports", exports, 30, [buf, flat])
-        sweep("adapter", adapter, 30)
-        sweep("query", query, 20, [buf])
+        for short in (False, True):
+            sweep("new", new, 20, persistent=short)
+            sweep("export", export, 40, [buf], persistent=short)
+            sweep("resize", resize, 20, persistent=short)
+            sweep("exports", exports, 30, [buf, flat], persistent=short)
+            sweep("adapter", adapter, 30, persistent=short)
+            sweep("query", query, 20, [buf], persistent=short)
         view.release()
         ''')
-    assert swept == "new export resize exports adapter query"
+    assert swept.split() == "new export resize exports adapter query".split() * 2
 
 
 @needs_attribute
