@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import warnings
 from types import ModuleType
 from typing import Dict
 
@@ -408,6 +409,72 @@ def test_a_metaclass_does_not_decide_the_declaration(lim) -> None:
     with pytest.raises(BufferError, match="PyBUF_SIMPLE only"):
         lim.get(obj, int(BufferFlags.ND))
     assert not ran
+
+
+def agree(lim, capi, obj, flags):
+    """The limited consumer's, testcapi's and bufferext's answers to
+    check_supports(obj, flags), all three."""
+    return (bool(lim.check_supports(obj, flags)),
+            bool(capi.check_supports(obj, flags)),
+            bufferext.check_buffer_supports(obj, flags))
+
+
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
+def test_a_descriptor_is_no_declaration_or_entry(lim, c99) -> None:
+    # the declaration's lookup (PyObject_GetAttr) calls a descriptor's
+    # __get__: the limited build read what it returned as the declaration
+    # (or as the typed entry) and served DEVICE where the full API, which
+    # reads what the class holds, finds an invalid declaration (or none)
+    class Declares(bufferext.CPUBuffer):
+        __buffer_supported_flags__ = staticmethod(FULL_RO | DEVICE)
+
+    class Entry(bufferext.CPUBuffer):
+        __buffer_extended__ = staticmethod(
+            bufferext.CPUBuffer.__dict__["__buffer_extended__"])
+
+    for cls in (Declares, Entry):
+        obj = cls((2,), "uint8")
+        for flags in (FULL_RO | DEVICE, DEVICE, FULL_RO, 0):
+            assert len(set(agree(lim, c99, obj, flags))) == 1, (cls, flags)
+        assert not lim.check_supports(obj, DEVICE)
+    with pytest.raises(TypeError, match=r"= <staticmethod.* is invalid"):
+        lim.supported_flags(Declares((2,), "uint8"))
+    with pytest.raises(BufferError):
+        lim.get(Declares((2,), "uint8"), FULL_RO)
+    assert lim.get(Entry((2,), "uint8"), DEVICE)[:2] == (0, None)
+
+
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
+def test_an_immutable_type_with_a_mutable_base_is_read_again(lim, c99
+                                                              ) -> None:
+    # an immutable type's cache entry was trusted for good, but one made
+    # of a mutable (Python) class inherits that class's attributes, which
+    # change: the limited build kept serving DEVICE after the base
+    # declared "PyBUF_SIMPLE only"
+    class Base(c99.ExporterFull):
+        pass
+
+    with warnings.catch_warnings():
+        # deprecated from 3.12 on (gh-95388), to be refused
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            Imm = c99.make_immutable_subclass(Base)
+        except TypeError as exc:
+            pytest.skip(f"this CPython refuses it: {exc}")
+    assert Imm.__flags__ & (1 << 8)          # Py_TPFLAGS_IMMUTABLETYPE
+    obj = Imm(4)
+    assert agree(lim, c99, obj, FULL_RO | DEVICE) == (True,) * 3
+    Base.__buffer_supported_flags__ = -1
+    assert agree(lim, c99, obj, FULL_RO | DEVICE) == (False,) * 3
+    assert agree(lim, c99, obj, 0) == (True,) * 3
+    del Base.__buffer_supported_flags__
+    assert agree(lim, c99, obj, FULL_RO | DEVICE) == (True,) * 3
+    # an immutable type whose whole MRO is immutable is still a plain hit
+    exporter = c99.ExporterFullImmutable()
+    lim.check_supports(exporter, DEVICE)
+    hits, misses = lim.cache_stats()
+    assert lim.check_supports(exporter, DEVICE)
+    assert lim.cache_stats() == (hits + 1, misses)
 
 
 def test_set_supported_flags_refuses_an_immutable_type(lim) -> None:

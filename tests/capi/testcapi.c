@@ -1230,6 +1230,32 @@ tc_make_exporter_type(PyObject *module, PyObject *args)
     return type;
 }
 
+/* make_immutable_subclass(base) -> a new subclass of `base` that is
+ * immutable (Py_TPFLAGS_IMMUTABLETYPE), as an extension may make one of a
+ * mutable (Python) class: its own attributes cannot change, but what it
+ * inherits from `base` can. */
+static PyType_Slot immutable_subclass_slots[] = {
+    {0, NULL},
+};
+
+static PyType_Spec spec_immutable_subclass = {
+    TC_MODNAME ".ImmutableSubclass", 0, 0,
+    Py_TPFLAGS_DEFAULT | TC_IMMUTABLE, immutable_subclass_slots,
+};
+
+static PyObject *
+tc_make_immutable_subclass(PyObject *module, PyObject *args)
+{
+    PyObject *base;
+
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!:make_immutable_subclass", &PyType_Type,
+                          &base)) {
+        return NULL;
+    }
+    return PyType_FromSpecWithBases(&spec_immutable_subclass, base);
+}
+
 #define VARARGS(name) \
     {#name, (PyCFunction)(void (*)(void))tc_##name, METH_VARARGS, NULL}
 
@@ -1250,6 +1276,7 @@ static PyMethodDef tc_methods[] = {
     {"reset_cache_stats", tc_reset_cache_stats, METH_NOARGS, NULL},
     VARARGS(set_device),
     VARARGS(make_exporter_type),
+    VARARGS(make_immutable_subclass),
     {NULL, NULL, 0, NULL},
 };
 

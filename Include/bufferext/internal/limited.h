@@ -12,20 +12,35 @@
  *                lookup CPython itself caches; for a type whose metaclass is
  *                not `type`, the dicts of its __mro__ one by one, so the
  *                metaclass is not consulted.  (A descriptor stored as the
- *                declaration, which is invalid anyway, has its __get__
- *                called; the full API never calls it.)
+ *                declaration or the entry, which is invalid anyway, has its
+ *                __get__ called by that lookup; the full API never calls
+ *                it.)  What the info is made of is what the dicts hold,
+ *                read one by one on each miss: a descriptor is invalid, as
+ *                in the full API, whatever its __get__ returns.  (One put
+ *                in place of a declaration whose __get__ returns the very
+ *                object it replaces is not seen by a cache hit.)
  *   cache        per translation unit, keyed by the type object; an entry
  *                holds strong references to the type and to the objects
  *                its info derives from (the declaration and the entry's
  *                capsule), so no key can be freed and its address reused.
  *                An immutable type's entry (Py_TPFLAGS_IMMUTABLETYPE:
- *                bytes, numpy.ndarray, ...; its attributes cannot change)
- *                is used as it is; a mutable type's is used while the two
- *                attribute lookups give the same objects and its getbuffer
- *                slot is the same.  A lookup that failed (no memory) is
- *                not cached: it answers its own query only.  Main interpreter
- *                only, so one thread at a time touches it (a GIL build: the
- *                limited API has no free-threaded variant before 3.15).
+ *                bytes, numpy.ndarray, ...; its attributes cannot change),
+ *                where every class of its __mro__ is immutable too (a
+ *                mutable base's attributes can change, and the type
+ *                inherits them), is used as it is; another type's is used
+ *                while the two attribute lookups give the same objects and
+ *                its getbuffer slot is the same.  (Not seen: a __bases__
+ *                assignment that keeps both objects and both slots -- an
+ *                entry's capsule copied into a class's dict, and its owner
+ *                then swapped out of the MRO for a layout-compatible class
+ *                with the owner's getbuffer and releasebuffer.  The full
+ *                API then refuses the entry; this cache keeps it until its
+ *                keys change.  Checking the owner on a hit would cost every
+ *                hit a call.)  A lookup that failed (no
+ *                memory) is not cached: it answers its own query only.
+ *                Main interpreter only, so one thread at a time touches it
+ *                (a GIL build: the limited API has no free-threaded variant
+ *                before 3.15).
  *                The references are never released: an embedder that runs
  *                Py_Finalize and Py_Initialize again in one process keeps
  *                this extension's cache (and its statics) from the first
@@ -165,19 +180,15 @@ BufferExtAccel_TypeAttr(PyObject *cls, const char *name, int *failed)
 
 /* The value of `key` as the dicts of type's MRO hold it: a new reference,
  * or NULL (never raises); *failed is set when NULL means that the lookup
- * failed rather than that nothing was found.  With the metaclass `type`,
- * PyObject_GetAttr finds exactly that (through CPython's own lookup
- * cache); with another metaclass the dicts are read one by one, the MRO
- * and each dict as the type holds them (the metaclass is not consulted). */
+ * failed rather than that nothing was found.  The dicts are read one by
+ * one, the MRO and each dict as the type holds them (the metaclass is not
+ * consulted, no descriptor is called). */
 static inline PyObject *
-BufferExtAccel_FindKeyInMRO(PyTypeObject *type, PyObject *key, int *failed)
+BufferExtAccel_HeldInMRO(PyTypeObject *type, PyObject *key, int *failed)
 {
     PyObject *mro, *found = NULL;
     Py_ssize_t i, n;
 
-    if (Py_IS_TYPE((PyObject *)type, &PyType_Type)) {
-        return BufferExtAccel_GetAttrKey((PyObject *)type, key, failed);
-    }
     mro = BufferExtAccel_TypeAttr((PyObject *)type, "__mro__", failed);
     n = mro != NULL && PyTuple_Check(mro) ? PyTuple_Size(mro) : 0;
     for (i = 0; i < n && found == NULL; i++) {
@@ -193,14 +204,27 @@ BufferExtAccel_FindKeyInMRO(PyTypeObject *type, PyObject *key, int *failed)
     return found;
 }
 
-/* The same for the attribute name `name`. */
+/* The same, the way a cache hit reads it: with the metaclass `type`,
+ * PyObject_GetAttr, which finds the same object through CPython's own
+ * lookup cache (but gives what a descriptor's __get__ returns); with
+ * another, HeldInMRO. */
+static inline PyObject *
+BufferExtAccel_FindKeyInMRO(PyTypeObject *type, PyObject *key, int *failed)
+{
+    if (Py_IS_TYPE((PyObject *)type, &PyType_Type)) {
+        return BufferExtAccel_GetAttrKey((PyObject *)type, key, failed);
+    }
+    return BufferExtAccel_HeldInMRO(type, key, failed);
+}
+
+/* HeldInMRO for the attribute name `name` (what the info is made of). */
 static inline PyObject *
 BufferExtAccel_FindInMRO(PyTypeObject *type, const char *name, int *failed)
 {
     PyObject *key = PyUnicode_InternFromString(name), *found = NULL;
 
     if (key != NULL) {
-        found = BufferExtAccel_FindKeyInMRO(type, key, failed);
+        found = BufferExtAccel_HeldInMRO(type, key, failed);
         Py_DECREF(key);
     }
     BufferExtAccel_ClearFailure(NULL, failed);
@@ -263,7 +287,9 @@ BufferExtAccel_EntryFrom(PyTypeObject *type, PyObject *found,
 /* The objects a type's info derives from, as new references (or NULL):
  * its declaration and its entry's capsule.  As long as both lookups give
  * the same objects (and the type's getbuffer is the same), the info is
- * unchanged. */
+ * unchanged.  Read by name (`names` NULL), they are what the dicts hold
+ * (HeldInMRO), which the info is made of; by the cached names, as a cache
+ * hit compares them (FindKeyInMRO). */
 typedef struct {
     PyObject *declared;
     PyObject *entry;
@@ -331,6 +357,7 @@ BufferExtAccel_ReadInfo(PyTypeObject *type)
  * none of them can be freed and another object take its address. */
 typedef struct {
     PyTypeObject *type;
+    int frozen;     /* FrozenType(type): the entry is used as it is */
     BufferExtAccel_Keys keys;
     BufferExtAccel_TypeInfo info;
 } BufferExtAccel_CacheEntry;
@@ -371,19 +398,65 @@ BufferExtAccel_CacheSlot(PyTypeObject *type)
                                    BUFFEREXT_ACCEL_CACHE_SIZE];
 }
 
-/* Cache miss (or stale keys): compute from `keys` (which it takes over) and
- * remember. */
+/* Whether nothing `type` inherits can change: it and every class of its
+ * __mro__ are immutable (Py_TPFLAGS_IMMUTABLETYPE; such a type's bases and
+ * MRO cannot be reassigned either).  A mutable base's attributes can
+ * change, and the type inherits them.  0 when the MRO cannot be read.
+ * Mirrors: PyType_FromSpecWithBases, which makes an immutable type of a
+ * mutable base (3.11; deprecated from 3.12 on, gh-95388, to be refused);
+ * a static type may still have one.  Re-check at 3.16. */
+static inline int BufferExtAccel_FrozenType(PyTypeObject *type)
+{
+    int failed = 0, frozen;
+    PyObject *mro;
+    Py_ssize_t i, n;
+
+    if (!(PyType_GetFlags(type) & Py_TPFLAGS_IMMUTABLETYPE)) {
+        return 0;
+    }
+    mro = BufferExtAccel_TypeAttr((PyObject *)type, "__mro__", &failed);
+    n = mro != NULL && PyTuple_Check(mro) ? PyTuple_Size(mro) : 0;
+    frozen = n > 0;
+    for (i = 0; i < n; i++) {
+        PyObject *base = PyTuple_GetItem(mro, i);
+        if (base == NULL || !PyType_Check(base) ||
+            !(PyType_GetFlags((PyTypeObject *)base) &
+              Py_TPFLAGS_IMMUTABLETYPE)) {
+            frozen = 0;
+        }
+    }
+    Py_XDECREF(mro);
+    return frozen;
+}
+
+/* Cache miss (or stale keys): compute from what the type's dicts hold and
+ * remember it under `keys` (which it takes over), unless a lookup failed
+ * (no memory): that answers this query only, for it is not the type's
+ * answer (and a frozen type's entry would be trusted for good). */
 BUFFEREXT_INTERNAL_COLD BufferExtAccel_TypeInfo
 BufferExtAccel_InfoMiss(PyTypeObject *type, BufferExtAccel_CacheEntry *entry,
                         BufferExtAccel_Keys keys)
 {
-    BufferExtAccel_TypeInfo info = BufferExtAccel_InfoFrom(type, &keys);
-    PyTypeObject *old = entry->type;
-    BufferExtAccel_Keys old_keys = entry->keys;
+    BufferExtAccel_Keys held = BufferExtAccel_ReadKeys(type, NULL), old_keys;
+    BufferExtAccel_TypeInfo info = BufferExtAccel_InfoFrom(type, &held);
+    PyTypeObject *old;
+    int frozen;
 
     BUFFEREXT_ACCEL_COUNT(1);
+    if (keys.failed || held.failed) {
+        BufferExtAccel_ClearKeys(&keys);
+        BufferExtAccel_ClearKeys(&held);
+        return info;
+    }
+    BufferExtAccel_ClearKeys(&held);
+    frozen = BufferExtAccel_FrozenType(type);
+    /* read now: the lookups may have run Python code (a dict key's
+     * __eq__) that used the entry */
+    old = entry->type;
+    old_keys = entry->keys;
     Py_INCREF((PyObject *)type);
     entry->type = type;
+    entry->frozen = frozen;
     entry->keys = keys;
     entry->info = info;
     Py_XDECREF((PyObject *)old);
@@ -392,11 +465,11 @@ BufferExtAccel_InfoMiss(PyTypeObject *type, BufferExtAccel_CacheEntry *entry,
 }
 #endif
 
-/* What the header knows of `type`.  Never raises.  An immutable type's
- * entry is trusted as it is; a mutable type's only while the lookups of its
- * keys give the same objects (two attribute lookups, served by CPython's
- * own type cache) and its getbuffer is the same (a __buffer__ assigned to
- * the class changes it). */
+/* What the header knows of `type`.  Never raises.  A frozen type's entry
+ * (FrozenType) is trusted as it is; another type's only while the lookups
+ * of its keys give the same objects (two attribute lookups, served by
+ * CPython's own type cache) and its getbuffer is the same (a __buffer__
+ * assigned to the class changes it). */
 static inline BufferExtAccel_TypeInfo
 BufferExtAccel_Info(PyTypeObject *type)
 {
@@ -406,23 +479,13 @@ BufferExtAccel_Info(PyTypeObject *type)
         BufferExtAccel_CacheEntry *entry = BufferExtAccel_CacheSlot(type);
         BufferExtAccel_Keys keys;
 
-        if (entry->type == type &&
-            (PyType_GetFlags(type) & Py_TPFLAGS_IMMUTABLETYPE)) {
+        if (entry->type == type && entry->frozen) {
             BUFFEREXT_ACCEL_COUNT(0);
             return entry->info;
         }
         keys = BufferExtAccel_ReadKeys(type, BufferExtAccel_Names());
-        if (keys.failed) {
-            /* a failed lookup (no memory) answers this query only: it is
-             * not the type's answer, and an immutable type's entry would
-             * be trusted for good */
-            BufferExtAccel_TypeInfo info = BufferExtAccel_InfoFrom(type,
-                                                                   &keys);
-            BufferExtAccel_ClearKeys(&keys);
-            BUFFEREXT_ACCEL_COUNT(1);
-            return info;
-        }
-        if (entry->type == type && keys.declared == entry->keys.declared &&
+        if (!keys.failed && entry->type == type &&
+            keys.declared == entry->keys.declared &&
             keys.entry == entry->keys.entry &&
             BufferExtAccel_TypeSlot(type) == entry->info.slot &&
             BufferExtAccel_ReleaseSlot(type) == entry->info.release) {
