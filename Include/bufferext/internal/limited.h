@@ -8,17 +8,16 @@
  * tp_name): a type's slots through PyType_GetSlot, its flags through
  * PyType_GetFlags, the declaration and the typed entry through attribute
  * lookups.
- *   declaration  PyObject_GetAttr(type, "__buffer_supported_flags__"), whose
- *                lookup CPython itself caches; for a type whose metaclass is
- *                not `type`, the dicts of its __mro__ one by one, so the
- *                metaclass is not consulted.  (A descriptor stored as the
- *                declaration or the entry, which is invalid anyway, has its
- *                __get__ called by that lookup; the full API never calls
- *                it.)  What the info is made of is what the dicts hold,
- *                read one by one on each miss: a descriptor is invalid, as
- *                in the full API, whatever its __get__ returns.  (One put
- *                in place of a declaration whose __get__ returns the very
- *                object it replaces is not seen by a cache hit.)
+ *   declaration  what the dicts of the type's __mro__ hold, read one by
+ *                one on a cache miss (the metaclass is not consulted, no
+ *                descriptor is called: a descriptor is an invalid
+ *                declaration, as in the full API).  A cache hit compares
+ *                PyObject_GetAttr(type, "__buffer_supported_flags__"),
+ *                which CPython's own lookup cache serves, with what the
+ *                miss looked up (with a metaclass other than `type`, the
+ *                dicts again).  Not seen by a hit: a descriptor put in
+ *                place of a declaration whose __get__ returns the very
+ *                object it replaced.
  *   cache        per translation unit, keyed by the type object; an entry
  *                holds strong references to the type and to the objects
  *                its info derives from (the declaration and the entry's
@@ -287,28 +286,38 @@ BufferExtAccel_EntryFrom(PyTypeObject *type, PyObject *found,
 /* The objects a type's info derives from, as new references (or NULL):
  * its declaration and its entry's capsule.  As long as both lookups give
  * the same objects (and the type's getbuffer is the same), the info is
- * unchanged.  Read by name (`names` NULL), they are what the dicts hold
- * (HeldInMRO), which the info is made of; by the cached names, as a cache
- * hit compares them (FindKeyInMRO). */
+ * unchanged. */
 typedef struct {
     PyObject *declared;
     PyObject *entry;
     int failed;     /* a lookup failed: these are not the type's keys */
 } BufferExtAccel_Keys;
 
-static inline BufferExtAccel_Keys
-BufferExtAccel_ReadKeys(PyTypeObject *type, PyObject *const *names)
+/* The keys as the dicts of type's MRO hold them (HeldInMRO): what the info
+ * is made of. */
+static inline BufferExtAccel_Keys BufferExtAccel_HeldKeys(PyTypeObject *type)
 {
     BufferExtAccel_Keys keys;
 
     keys.failed = 0;
-    if (names == NULL) {
-        keys.declared = BufferExtAccel_FindInMRO(
-            type, BUFFEREXT_SUPPORTED_FLAGS_ATTR, &keys.failed);
-        keys.entry = BufferExtAccel_FindInMRO(type, BUFFEREXT_ENTRY_ATTR,
-                                              &keys.failed);
-    }
-    else {
+    keys.declared = BufferExtAccel_FindInMRO(
+        type, BUFFEREXT_SUPPORTED_FLAGS_ATTR, &keys.failed);
+    keys.entry = BufferExtAccel_FindInMRO(type, BUFFEREXT_ENTRY_ATTR,
+                                          &keys.failed);
+    return keys;
+}
+
+/* The keys as a cache hit compares them (FindKeyInMRO), looked up under
+ * `names`, the attribute names as str objects (NULL: they could not be
+ * made, and the lookup failed). */
+static inline BufferExtAccel_Keys
+BufferExtAccel_LookedUpKeys(PyTypeObject *type, PyObject *const *names)
+{
+    BufferExtAccel_Keys keys;
+
+    keys.failed = names == NULL;
+    keys.declared = keys.entry = NULL;
+    if (names != NULL) {
         keys.declared = BufferExtAccel_FindKeyInMRO(type, names[0],
                                                     &keys.failed);
         keys.entry = BufferExtAccel_FindKeyInMRO(type, names[1],
@@ -345,7 +354,7 @@ BufferExtAccel_InfoFrom(PyTypeObject *type, const BufferExtAccel_Keys *keys)
 static inline BufferExtAccel_TypeInfo
 BufferExtAccel_ReadInfo(PyTypeObject *type)
 {
-    BufferExtAccel_Keys keys = BufferExtAccel_ReadKeys(type, NULL);
+    BufferExtAccel_Keys keys = BufferExtAccel_HeldKeys(type);
     BufferExtAccel_TypeInfo info = BufferExtAccel_InfoFrom(type, &keys);
 
     BufferExtAccel_ClearKeys(&keys);
@@ -437,7 +446,7 @@ BUFFEREXT_INTERNAL_COLD BufferExtAccel_TypeInfo
 BufferExtAccel_InfoMiss(PyTypeObject *type, BufferExtAccel_CacheEntry *entry,
                         BufferExtAccel_Keys keys)
 {
-    BufferExtAccel_Keys held = BufferExtAccel_ReadKeys(type, NULL), old_keys;
+    BufferExtAccel_Keys held = BufferExtAccel_HeldKeys(type), old_keys;
     BufferExtAccel_TypeInfo info = BufferExtAccel_InfoFrom(type, &held);
     PyTypeObject *old;
     int frozen;
@@ -483,7 +492,7 @@ BufferExtAccel_Info(PyTypeObject *type)
             BUFFEREXT_ACCEL_COUNT(0);
             return entry->info;
         }
-        keys = BufferExtAccel_ReadKeys(type, BufferExtAccel_Names());
+        keys = BufferExtAccel_LookedUpKeys(type, BufferExtAccel_Names());
         if (!keys.failed && entry->type == type &&
             keys.declared == entry->keys.declared &&
             keys.entry == entry->keys.entry &&
