@@ -46,7 +46,7 @@ FLAVOURS=(ft tsan)
 # builds usually are: on 2 idle cores it builds in 111 s (the -O3 default
 # took 895 s beside the other stream's builds), and its reports keep their
 # stacks (-g); it runs one test file, in a venv the 3.13t's pip fills (pip
-# runs there under the TSan interpreter itself, over TLS), so it goes
+# and the extension's build run on the 3.13t, not under TSan), so it goes
 # without the modules neither needs (decimal's C half, sqlite).
 declare -A CONFIGURE=(
     [ft]="--disable-gil --disable-test-modules"

@@ -35,15 +35,19 @@ CI_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The named selections: one name, one set of tests, wherever it runs.
 ci_selection() {     # NAME -> the pytest arguments, one per line
     case $1 in
-        # The suite, less two files whose subject does not change with the
+        # The suite, less four files whose subject does not change with the
         # interpreter, which the newcomer step runs with the rest (the
         # README's command) instead of every suite run of every step:
         # test_recipes_cpp.py compiles the C++ recipes with g++ (four
         # pybind11 and nanobind modules, a minute or two; the recipes step
-        # runs it too, with both libraries installed) and
-        # test_docs_examples.py runs the pages' examples.
+        # runs it too, with both libraries installed),
+        # test_docs_examples.py runs the pages' examples, and
+        # test_launcher.py and test_guard_mpi.py start MPICH's launcher
+        # (25 s a run; the clients step runs them too, with Open MPI's).
         all) printf '%s\n' --ignore=tests/test_recipes_cpp.py \
-            --ignore=tests/test_docs_examples.py tests ;;
+            --ignore=tests/test_docs_examples.py \
+            --ignore=tests/test_launcher.py \
+            --ignore=tests/test_guard_mpi.py tests ;;
         # what an installation route proves beyond "the code works" (the
         # whole suite proved that on the same interpreter): the package as
         # installed (layout, headers, entry points), the C API and Cython
