@@ -24,6 +24,7 @@ exporter's type.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -284,6 +285,9 @@ NO_FOREIGN_DOORS = {"shape_null_2d", "unasked_extension",
                     "fails_after_writing"}
 
 
+# Memoized: a child costs half a second, and the gate's test reads the first
+# entry of the logs the cases' tests made.
+@functools.lru_cache(maxsize=None)
 def run_case(capi_module: ModuleType, name: str, code: str) -> list:
     prelude = textwrap.dedent(f"""
         import ctypes, importlib.util, sys
