@@ -68,8 +68,8 @@ tsan() {             # bufferext built with -fsanitize=thread, raced
     # pip and setuptools run on the 3.13t, whose ABI the TSan twin shares
     # (cp313t): under ThreadSanitizer they took 400 s of this job's 600.
     # What they install goes into the TSan venv (--target); the extension
-    # gets the TSan interpreter's flags, -fsanitize=thread at -O1 (the
-    # environment's CFLAGS come after the 3.13t's -O3).
+    # gets what the TSan twin adds to the 3.13t's flags: -fsanitize=thread,
+    # -g and -O1 (the environment's CFLAGS come after the 3.13t's -O3).
     "$V/bin/python" -m pip install -q --target "$site" -c "$CONSTRAINTS" \
         --only-binary=:all: numpy pytest hypothesis "setuptools>=77"
     rm -rf "$site/bin"   # their scripts (--target puts them there): unused
