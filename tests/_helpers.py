@@ -14,6 +14,8 @@
   tests/_hooks.py; its stdout, or an AssertionError with all it printed
   (for cases that crashed the interpreter before their fix).
 * ``PARSES_PYTHON``: the mark of a test that calls ``ast.parse``.
+* ``COLLECTING_EXAMPLES``: how many times a test that calls ``gc.collect``
+  per example runs its example.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
@@ -41,6 +44,12 @@ F = bufferext.BufferFlags
 #: PyAST_mod2obj; gh-106905 is its neighbour).  Re-check when 3.11 goes.
 PARSES_PYTHON = pytest.mark.thread_unsafe(
     reason="ast.parse from two threads at once fails on CPython 3.11")
+
+#: Examples of a test that calls gc.collect(1) per example: a fifth on a
+#: free-threaded build, which has no generations, so that each call walks
+#: the whole heap (300 of them took 25 s per test under pytest-run-parallel);
+#: its CI job is about threads, and every other interpreter runs them all.
+COLLECTING_EXAMPLES = 60 if sysconfig.get_config_var("Py_GIL_DISABLED") else 300
 
 # ---- which implementation of the draft runs ------------------------------------
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sysconfig
 from typing import Any, Dict
 
 import pytest
@@ -20,14 +19,11 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 import bufferext  # noqa: E402
 
 from _dlpack_ctypes import Crafted  # noqa: E402
+from _helpers import COLLECTING_EXAMPLES  # noqa: E402
 
-#: Examples per test: small for the everyday suite, raised for long runs
-#: (BUFFEREXT_FUZZ_EXAMPLES=100000); a fifth on a free-threaded build, which
-#: collects the whole heap on every gc.collect(1) (no generations) and whose
-#: CI job is about threads, not parsing (every other interpreter runs 300).
-EXAMPLES = int(os.environ.get(
-    "BUFFEREXT_FUZZ_EXAMPLES",
-    "60" if sysconfig.get_config_var("Py_GIL_DISABLED") else "300"))
+#: Examples per test: small for the everyday suite (each collects garbage),
+#: raised for long runs (BUFFEREXT_FUZZ_EXAMPLES=100000).
+EXAMPLES = int(os.environ.get("BUFFEREXT_FUZZ_EXAMPLES", COLLECTING_EXAMPLES))
 # derandomize: the same examples on every run (a seed from the test's
 # name), so the verdict does not change from one CI run to the next
 

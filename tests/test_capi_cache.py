@@ -8,9 +8,10 @@ the header keeps no cache: these tests are the backport's."""
 from __future__ import annotations
 
 import gc
-import sysconfig
 
 import pytest
+
+from _helpers import COLLECTING_EXAMPLES
 
 
 ND = 0x8
@@ -122,16 +123,10 @@ def test_other_modules_caches_are_independent(capi_modules):
         assert module.check_supports(x, ND) == 1
 
 
-# Types made and freed by the test below.  A free-threaded build collects
-# the whole heap on every gc.collect(1) (it has no generations), which made
-# 300 of them take 25 s per build under pytest-run-parallel.
-SHORT_LIVED = 60 if sysconfig.get_config_var("Py_GIL_DISABLED") else 300
-
-
 def test_no_stale_answer_for_a_new_type_after_an_old_one_is_freed(capi):
     seen_ids = set()
     reused = 0
-    for i in range(SHORT_LIVED):
+    for i in range(COLLECTING_EXAMPLES):
         declared = -1 if i % 2 else FULL
         tp = capi.make_exporter_type(f"Short{i}", declared)
         reused += id(tp) in seen_ids
@@ -143,4 +138,4 @@ def test_no_stale_answer_for_a_new_type_after_an_old_one_is_freed(capi):
         gc.collect(1)          # young generations: the type just made
     # the allocator hands freed type memory back: the check above covered
     # types at the address of a freed one (informative, not required)
-    print(f"type addresses reused: {reused} of {SHORT_LIVED}")
+    print(f"type addresses reused: {reused} of {COLLECTING_EXAMPLES}")
