@@ -629,7 +629,7 @@ with bufferext.get_buffer(ad) as view:
     assert view.device_info.event == event     # the producer's, not ours
     assert view.device_info.device == 0
 assert b.exports == 1                          # the adapter holds it
-with pytest.raises(BufferError, match="__arrow_c_array__ is for CPU"):
+with raises(BufferError, match="__arrow_c_array__ is for CPU"):
     ad.__arrow_c_array__()
 del ad
 gc.collect()

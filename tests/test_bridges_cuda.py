@@ -62,7 +62,7 @@ with bufferext.get_buffer(b) as own, bufferext.get_buffer(adapter) as v:
     assert info.event != 0 and info.event != own.device_info.event
     assert sd.standin_event_records(info.event) == 1
 assert sd.standin_live_events() == events + 1
-with pytest.raises(BufferError, match="PyBUF_DEVICE"):
+with raises(BufferError, match="PyBUF_DEVICE"):
     memoryview(adapter)
 del adapter
 gc.collect()
@@ -130,11 +130,11 @@ class SaysOtherCard(DLPackOnly):
         return (2, 0)
 b = CUDABuffer(16, "float32", device=1)
 b.fill(1.0)
-with pytest.raises(BufferError, match=r"SaysCPU.__dlpack_device__\\(\\) said "
+with raises(BufferError, match=r"SaysCPU.__dlpack_device__\\(\\) said "
                    r"\\(1, 0\\), but the tensor __dlpack__\\(\\) returned is "
                    r"on \\(2, 1\\)"):
     bufferext.as_buffer(SaysCPU(b))
-with pytest.raises(BufferError, match=r"said \\(2, 0\\), but .* on \\(2, 1\\)"):
+with raises(BufferError, match=r"said \\(2, 0\\), but .* on \\(2, 1\\)"):
     bufferext.as_buffer(SaysOtherCard(b))
 b.synchronize()
 gc.collect()
@@ -147,7 +147,7 @@ def test_cai_of_host_memory_is_refused(driver: str) -> None:
 host = np.zeros(4)
 cai = {"shape": (4,), "typestr": "<f8", "version": 3,
        "data": (host.ctypes.data, False), "stream": None}
-with pytest.raises(BufferError, match="not CUDA device memory"):
+with raises(BufferError, match="not CUDA device memory"):
     bufferext.as_buffer(Interface("__cuda_array_interface__", cai, host))
 """)
 
@@ -215,7 +215,7 @@ def test_dlpack_import_of_a_missing_device(driver: str) -> None:
 class Claims(DLPackOnly):
     def __dlpack_device__(self):
         return (2, 5)
-with pytest.raises(BufferError, match="CUDA device 5 does not exist"):
+with raises(BufferError, match="CUDA device 5 does not exist"):
     bufferext.as_buffer(Claims(None))
 """)
 

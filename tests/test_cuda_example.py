@@ -73,13 +73,13 @@ def test_example_on_the_standin(built: str, tmp_path: Path) -> None:
             "bufferext_cuda_scale", {built!r})
         m = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(m)
-        with pytest.raises(TypeError, match="needs float32 items .* got "
+        with raises(TypeError, match="needs float32 items .* got "
                            "format 'd'"):
             m.scale(CUDABuffer((4,), "float64"), 2.0)
-        with pytest.raises(BufferError):
+        with raises(BufferError):
             m.scale(CUDABuffer((4,), "float32", readonly=True), 2.0)
         b = CUDABuffer((4,), "float32")
-        with pytest.raises(RuntimeError, match="scale: "
+        with raises(RuntimeError, match="scale: "
                            "cudaGetDriverEntryPointByVersion failed: "
                            "cudaErrorInsufficientDriver"):
             m.scale(b, 2.0)

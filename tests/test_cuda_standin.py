@@ -69,10 +69,10 @@ def test_library_without_the_entry_points(driver: str) -> None:
 
 def test_init_failure_is_device_unavailable(driver: str) -> None:
     harness.check(driver, """
-        with pytest.raises(DeviceUnavailableError,
+        with raises(DeviceUnavailableError,
                            match=r"cuInit: CUDA_ERROR_UNKNOWN \\(999\\)"):
             CUDABuffer(4)
-        with pytest.raises(DeviceUnavailableError):   # cuInit runs once
+        with raises(DeviceUnavailableError):   # cuInit runs once
             CUDABuffer(4)
         assert calls("cuInit") == 1
         status = bufferext.devices()[0]
@@ -84,7 +84,7 @@ def test_init_failure_is_device_unavailable(driver: str) -> None:
 def test_device_count_failure_names_cuDeviceGetCount(driver: str) -> None:
     # cuInit succeeded; the message named cuInit for cuDeviceGetCount's code
     harness.check(driver, """
-        with pytest.raises(DeviceUnavailableError,
+        with raises(DeviceUnavailableError,
                            match=r"failed to start: cuDeviceGetCount: "
                                  r"CUDA_ERROR_UNKNOWN \\(999\\)"):
             CUDABuffer(4)
@@ -94,7 +94,7 @@ def test_device_count_failure_names_cuDeviceGetCount(driver: str) -> None:
 
 def test_zero_devices(driver: str) -> None:
     harness.check(driver, """
-        with pytest.raises(DeviceUnavailableError, match="reports no CUDA device"):
+        with raises(DeviceUnavailableError, match="reports no CUDA device"):
             CUDABuffer(4)
         assert bufferext.devices()[0]["devices"] == []
     """, env={"STANDIN_CUDA_DEVICES": "0"})
@@ -112,11 +112,11 @@ def test_devices_lists_count_and_names(driver: str) -> None:
 def test_device_ordinal_out_of_range_lists_devices(driver: str) -> None:
     harness.check(driver, """
         for bad in (3, -1, 2**70):
-            with pytest.raises(ValueError, match="3 CUDA device") as info:
+            with raises(ValueError, match="3 CUDA device") as info:
                 CUDABuffer(4, device=bad)
             assert "2: bufferext stand-in CUDA device 2" in str(info.value)
         for bad in ("0", True, 1.0):
-            with pytest.raises(TypeError, match="device must be an int"):
+            with raises(TypeError, match="device must be an int"):
                 CUDABuffer(4, device=bad)
         b = CUDABuffer(4, device=2)
         assert b.device == 2 and b.__dlpack_device__() == (2, 2)
@@ -141,9 +141,9 @@ def test_construction_attributes_and_zero_fill(driver: str) -> None:
         assert repr(b) == "CUDABuffer((2, 3), dtype='float32', device=0)"
         d = CUDABuffer(5)
         assert d.dtype == np.dtype("float64") and d.shape == (5,)
-        with pytest.raises(TypeError):
+        with raises(TypeError):
             CUDABuffer((2, 3), "U4")
-        with pytest.raises(ValueError, match="negative"):
+        with raises(ValueError, match="negative"):
             CUDABuffer((-1,))
     """)
 
@@ -161,14 +161,14 @@ def test_plain_requests_are_refused(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer(4)
         for consumer in (memoryview, bytes, bytearray):
-            with pytest.raises(BufferError, match="request PyBUF_DEVICE"):
+            with raises(BufferError, match="request PyBUF_DEVICE"):
                 consumer(b)
         # numpy would wrap the refused object in an object array: __array__
         # refuses explicitly
         for convert in (np.asarray, np.array):
-            with pytest.raises(BufferError, match="use to_host"):
+            with raises(BufferError, match="use to_host"):
                 convert(b)
-        with pytest.raises(BufferError, match="request PyBUF_DEVICE"):
+        with raises(BufferError, match="request PyBUF_DEVICE"):
             bufferext.get_buffer(b, BufferFlags.FULL_RO)
         assert b.exports == 0
     """)
@@ -190,7 +190,7 @@ def test_get_buffer_shows_device_and_typed_info(driver: str) -> None:
             assert info.event != 0
             assert sd.standin_event_records(info.event) == 1
             assert b.exports == 1
-            with pytest.raises(BufferError, match="not CPU-accessible"):
+            with raises(BufferError, match="not CPU-accessible"):
                 view.tobytes()
         assert b.exports == 0
         b.synchronize()
@@ -213,7 +213,7 @@ def test_request_flags_are_honoured(driver: str) -> None:
                       F.ANY_CONTIGUOUS, F.FULL, F.RECORDS_RO):
             with bufferext.get_buffer(b, flags | F.DEVICE) as view:
                 assert view.device == "bufferext.cuda"
-        with pytest.raises(BufferError, match="not Fortran contiguous"):
+        with raises(BufferError, match="not Fortran contiguous"):
             bufferext.get_buffer(b, F.F_CONTIGUOUS | F.DEVICE)
         assert b.exports == 0
     """)
@@ -223,14 +223,14 @@ def test_readonly_is_honoured(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer(4, "float32", readonly=True)
         assert b.readonly
-        with pytest.raises(BufferError, match="read-only"):
+        with raises(BufferError, match="read-only"):
             bufferext.get_buffer(b, BufferFlags.FULL | BufferFlags.DEVICE)
         b.copy_from_host(np.ones(4, "float32"))       # not exported: allowed
         view = bufferext.get_buffer(b)
         assert view.readonly
-        with pytest.raises(BufferError, match="read-only"):
+        with raises(BufferError, match="read-only"):
             b.copy_from_host(np.ones(4, "float32"))
-        with pytest.raises(BufferError, match="read-only"):
+        with raises(BufferError, match="read-only"):
             b.fill(2.0)
         view.release()
         assert b.__cuda_array_interface__["data"][1] is True
@@ -268,14 +268,14 @@ def test_copy_from_host_sources(driver: str) -> None:
 def test_copy_from_host_mismatches(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer(4, "float64")
-        with pytest.raises(ValueError, match="source has 24 bytes, the buffer 32"):
+        with raises(ValueError, match="source has 24 bytes, the buffer 32"):
             b.copy_from_host(np.zeros(3))
-        with pytest.raises(ValueError, match="format 'f' with 4-byte items does not match"):
+        with raises(ValueError, match="format 'f' with 4-byte items does not match"):
             b.copy_from_host(np.zeros(8, "float32"))     # same size
-        with pytest.raises(TypeError):
+        with raises(TypeError):
             b.copy_from_host(42)
         c = CUDABuffer(4, "float64")
-        with pytest.raises(BufferError, match="PyBUF_DEVICE"):
+        with raises(BufferError, match="PyBUF_DEVICE"):
             b.copy_from_host(c)                          # device memory
     """)
 
@@ -300,14 +300,14 @@ def test_copy_from_device_orders_the_streams(driver: str) -> None:
         b.copy_from(a)                                   # a is ready
         assert calls("cuStreamWaitEvent") == 1
         b.copy_from(b)                                   # no-op
-        with pytest.raises(ValueError, match="source has 40 bytes"):
+        with raises(ValueError, match="source has 40 bytes"):
             b.copy_from(CUDABuffer(5, "int64"))
-        with pytest.raises(ValueError, match="dtype"):
+        with raises(ValueError, match="dtype"):
             b.copy_from(CUDABuffer(6, "float64"))
-        with pytest.raises(TypeError, match="must be a CUDABuffer"):
+        with raises(TypeError, match="must be a CUDABuffer"):
             b.copy_from(np.zeros(6))
         c = CUDABuffer(6, "int64"); c.close()
-        with pytest.raises(ValueError, match="closed"):
+        with raises(ValueError, match="closed"):
             b.copy_from(c)
     """)
 
@@ -335,13 +335,13 @@ def test_fill_uses_memsets_where_possible(driver: str) -> None:
 def test_fill_rejects_bad_values(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer(5, "int32")
-        with pytest.raises(ValueError, match="is not a int32 scalar"):
+        with raises(ValueError, match="is not a int32 scalar"):
             b.fill(1.5)
-        with pytest.raises(ValueError, match="must be a scalar"):
+        with raises(ValueError, match="must be a scalar"):
             b.fill([1, 2])
-        with pytest.raises(ValueError, match="not a int32 scalar"):
+        with raises(ValueError, match="not a int32 scalar"):
             b.fill("x")
-        with pytest.raises((OverflowError, ValueError)):
+        with raises((OverflowError, ValueError)):
             CUDABuffer(2, "int8").fill(300)
         assert (b.to_host() == 0).all()
     """)
@@ -357,7 +357,7 @@ def test_fill_value_that_closes_the_buffer(driver: str) -> None:
             def __array__(self, dtype=None, copy=None):
                 b.close()
                 return np.array(7, np.int32)
-        with pytest.raises(ValueError, match="closed CUDABuffer"):
+        with raises(ValueError, match="closed CUDABuffer"):
             b.fill(Value())
         assert calls("cuMemsetD32Async") == 0
     """)
@@ -412,11 +412,11 @@ def test_close_refused_while_exported_and_use_after_close(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer(4)
         view = bufferext.get_buffer(b)
-        with pytest.raises(BufferError, match="1 export"):
+        with raises(BufferError, match="1 export"):
             b.close()
         cap = b.__dlpack__(max_version=(1, 0))
         view.release()
-        with pytest.raises(BufferError, match="export"):
+        with raises(BufferError, match="export"):
             b.close()
         del cap
         b.close()
@@ -428,9 +428,9 @@ def test_close_refused_while_exported_and_use_after_close(driver: str) -> None:
                     # it answered (2, 0) once closed (review of the exports)
                     b.__dlpack_device__,
                     lambda: CUDABuffer(4).copy_from(b)):
-            with pytest.raises(ValueError, match="closed CUDABuffer"):
+            with raises(ValueError, match="closed CUDABuffer"):
                 use()
-        with pytest.raises(BufferError, match="closed"):
+        with raises(BufferError, match="closed"):
             bufferext.get_buffer(b)
         assert "(closed)" in repr(b)
         with CUDABuffer(3) as c:
@@ -442,7 +442,7 @@ def test_close_refused_while_exported_and_use_after_close(driver: str) -> None:
 def test_out_of_memory_is_memory_error_without_leaks(driver: str) -> None:
     harness.check(driver, """
         keep = CUDABuffer(100, "uint8")
-        with pytest.raises(MemoryError, match="cannot allocate 1600 bytes on CUDA device 0"):
+        with raises(MemoryError, match="cannot allocate 1600 bytes on CUDA device 0"):
             CUDABuffer(200, "float64")
         assert live()["allocations"] == 1 and live()["streams"] == 1
         assert live()["pushed"] == 0
@@ -455,7 +455,7 @@ def test_out_of_memory_is_memory_error_without_leaks(driver: str) -> None:
     "cuEventRecord"])
 def test_construction_failures_leak_nothing(driver: str, entry: str) -> None:
     harness.check(driver, f"""
-        with pytest.raises(RuntimeError,
+        with raises(RuntimeError,
                            match=r"CUDABuffer: {entry} failed: CUDA_ERROR_UNKNOWN \\(999\\): unknown error"):
             CUDABuffer(8)
     """, env={"STANDIN_CUDA_FAIL": entry})
@@ -477,7 +477,7 @@ def test_failed_operations_raise_and_leak_nothing(driver: str, entry: str,
     harness.check(driver, f"""
         b = CUDABuffer(8)
         os.environ["STANDIN_CUDA_FAIL"] = "{entry}=719"
-        with pytest.raises(RuntimeError, match="{entry} failed: .*719"):
+        with raises(RuntimeError, match="{entry} failed: .*719"):
             {action}
         del os.environ["STANDIN_CUDA_FAIL"]
         assert b.exports == 0 and live()["pushed"] == 0
@@ -490,7 +490,7 @@ def test_failed_close_still_releases_the_rest(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer(8)
         os.environ["STANDIN_CUDA_FAIL"] = "cuMemFree_v2"
-        with pytest.raises(RuntimeError, match="CUDABuffer.close: cuMemFree_v2 failed"):
+        with raises(RuntimeError, match="CUDABuffer.close: cuMemFree_v2 failed"):
             b.close()
         del os.environ["STANDIN_CUDA_FAIL"]
         assert b.closed
@@ -575,12 +575,12 @@ def test_dlpack_capsule_fields(driver: str) -> None:
         m = read_versioned(cap)
         assert m.flags & 1 == 1 and (m.version.major, m.version.minor) == (1, 2)
         del m, cap
-        with pytest.raises(BufferError, match="versioned"):
+        with raises(BufferError, match="versioned"):
             r.__dlpack__()
-        with pytest.raises(BufferError, match="dl_device"):
+        with raises(BufferError, match="dl_device"):
             b.__dlpack__(dl_device=(1, 0))
         b.__dlpack__(dl_device=(2, 1), max_version=(1, 0))
-        with pytest.raises(BufferError, match="copy=True"):
+        with raises(BufferError, match="copy=True"):
             b.__dlpack__(copy=True)
         with bufferext.get_buffer(b) as view:
             assert view.__dlpack_device__() == (2, 1)
@@ -610,16 +610,16 @@ def test_dlpack_stream_rule(driver: str) -> None:
         cap = b.__dlpack__(stream=-1)
         assert calls("cuStreamWaitEvent") == 0          # -1: no sync
         del cap
-        with pytest.raises(ValueError, match="0 is ambiguous"):
+        with raises(ValueError, match="0 is ambiguous"):
             b.__dlpack__(stream=0)
-        with pytest.raises(ValueError, match="stream=-2"):
+        with raises(ValueError, match="stream=-2"):
             b.__dlpack__(stream=-2)
         # wider than a pointer: it was PyLong_AsVoidPtr's raw OverflowError
         for wide in (2**64, -2**64):
-            with pytest.raises(ValueError, match=f"stream={wide} is not valid"):
+            with raises(ValueError, match=f"stream={wide} is not valid"):
                 b.__dlpack__(stream=wide)
         for bad in ("1", 1.0, True):
-            with pytest.raises(TypeError, match="stream must be None or an int"):
+            with raises(TypeError, match="stream must be None or an int"):
                 b.__dlpack__(stream=bad)
         assert b.exports == 0
         b.synchronize()                                  # event NULL
@@ -628,7 +628,7 @@ def test_dlpack_stream_rule(driver: str) -> None:
         assert calls("cuStreamWaitEvent") == 0
         del cap
         cpu = bufferext.CPUBuffer(2)
-        with pytest.raises(BufferError, match="stream must be None"):
+        with raises(BufferError, match="stream must be None"):
             cpu.__dlpack__(stream=1)
     """)
 
@@ -649,7 +649,7 @@ def test_refused_dlpack_leaves_the_consumer_stream_alone(driver: str) -> None:
                 ("cannot export to dl_device",
                  lambda: b.__dlpack__(stream=consumer, dl_device=(1, 0)))]:
             sd.standin_reset_calls()
-            with pytest.raises(BufferError, match=match):
+            with raises(BufferError, match=match):
                 call()
             assert calls("cuStreamWaitEvent") == 0, match
         assert ro.exports == 0 and b.exports == 0
@@ -668,7 +668,7 @@ def test_failed_bridge_stream_gives_its_context_back(driver: str,
         m = bufferext._bufferext
         os.environ["STANDIN_CUDA_FAIL"] = "{entry}"
         for _ in range(3):
-            with pytest.raises(RuntimeError, match="as_buffer: {entry} failed"):
+            with raises(RuntimeError, match="as_buffer: {entry} failed"):
                 m._cuda_bridge_stream(0)
             assert live() == NOTHING, live()
         del os.environ["STANDIN_CUDA_FAIL"]
@@ -687,12 +687,12 @@ def test_pointer_query_failure_is_not_called_host_memory(driver: str) -> None:
         class Interface:
             __cuda_array_interface__ = cai
         os.environ["STANDIN_CUDA_FAIL"] = "cuPointerGetAttribute=719"
-        with pytest.raises(RuntimeError,
+        with raises(RuntimeError,
                            match=r"as_buffer: cuPointerGetAttribute failed: "
                                  r"unknown CUresult \\(719\\)"):
             bufferext.as_buffer(Interface())
         os.environ["STANDIN_CUDA_FAIL"] = "cuPointerGetAttribute=1"
-        with pytest.raises(BufferError, match="is not CUDA device memory"):
+        with raises(BufferError, match="is not CUDA device memory"):
             bufferext.as_buffer(Interface())
         del os.environ["STANDIN_CUDA_FAIL"]
         assert bufferext.as_buffer(Interface()).ptr == b.ptr
@@ -815,3 +815,23 @@ def test_copy_source_cannot_close_a_device_target(driver: str) -> None:
         assert target.exports == 0
         target.close()
     """)
+
+
+def test_the_childs_raises_fails_where_pytest_raises_would() -> None:
+    """The children's `raises` (the harness's RAISES, in place of pytest)
+    passes a matching exception and fails every way pytest.raises does."""
+    ns: dict = {}
+    exec(harness.RAISES, ns)
+    raises = ns["raises"]
+    with raises((KeyError, ValueError), match=r"bad \d") as info:
+        raise ValueError("a bad 3 here")
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(AssertionError, match="DID NOT RAISE"):
+        with raises(ValueError):
+            pass
+    with pytest.raises(AssertionError, match="does not match"):
+        with raises(ValueError, match="other"):
+            raise ValueError("this")
+    with pytest.raises(TypeError, match="not a ValueError"):
+        with raises(ValueError):
+            raise TypeError("not a ValueError")

@@ -391,7 +391,7 @@ def test_our_device_producers_refuse_the_foreign_doors(driver: str) -> None:
         v = bufferext.get_buffer(buf)
         for obj in (buf, a, v):
             for flags in ({DEVICE | FULL_RO}, {DEVICE}, {DEVICE | 0x1c}):
-                with pytest.raises(BufferError, match={DOOR_REFUSAL!r}):
+                with raises(BufferError, match={DOOR_REFUSAL!r}):
                     memoryview._from_flags(obj, flags)
         v.release()
         del a

@@ -40,7 +40,7 @@ KNOWN = ("(bufferext waits for and copies CPU memory, 'bufferext.cuda' and "
 
 
 def exact(message: str) -> str:
-    """A pytest.raises pattern matching ``message`` whole."""
+    """A raises pattern matching ``message`` whole."""
     return "^" + __import__("re").escape(message) + "$"
 
 
@@ -295,21 +295,21 @@ def test_cuda_errors(driver: str) -> None:
     cuda(driver, """
         b = CUDABuffer(4, "float64")
         view = bufferext.get_buffer(b)
-        with pytest.raises(ValueError, match="^BufferView.copy_to_host: "
+        with raises(ValueError, match="^BufferView.copy_to_host: "
                            "target has 24 bytes, the view 32$"):
             view.copy_to_host(np.zeros(3))
         other = CUDABuffer(4, "float64")
-        with pytest.raises(BufferError, match="^BufferView.copy_to_host: "
+        with raises(BufferError, match="^BufferView.copy_to_host: "
                            "target is memory on device 'bufferext.cuda', not "
                            "host memory$"):
             view.copy_to_host(other)
         assert other.exports == 0
         view.release()
-        with pytest.raises(ValueError, match="released BufferView"):
+        with raises(ValueError, match="released BufferView"):
             view.copy_to_host(np.zeros(4))
         r = CUDABuffer(4, "float64", readonly=True)
         with bufferext.get_buffer(r) as view:
-            with pytest.raises(BufferError, match="^BufferView.copy_from_host: "
+            with raises(BufferError, match="^BufferView.copy_from_host: "
                                "the view is read-only$"):
                 view.copy_from_host(np.zeros(4))
     """)
@@ -331,7 +331,7 @@ def test_cuda_driver_failures_raise(driver: str, entry: str,
         b = CUDABuffer(8)
         with bufferext.get_buffer(b, FULL) as view:
             os.environ["STANDIN_CUDA_FAIL"] = "{entry}=719"
-            with pytest.raises(RuntimeError,
+            with raises(RuntimeError,
                                match="^{who}: {entry} failed: .*719"):
                 {action}
             del os.environ["STANDIN_CUDA_FAIL"]
@@ -446,7 +446,7 @@ def test_release_during_a_copy_is_refused(driver: str, entry: str,
         thread.start()
         try:
             assert sd.standin_wait_held(1) == 1, outcome
-            with pytest.raises(BufferError,
+            with raises(BufferError,
                                match="^" + re.escape({IN_USE!r})):
                 view.release()
             assert not view.released
@@ -615,10 +615,9 @@ def veo(tmp_path_factory: pytest.TempPathFactory) -> str:
     return standin.build(str(tmp_path_factory.mktemp("standin_veo")))
 
 
-VE_PRELUDE = f"""
+VE_PRELUDE = harness.RAISES + f"""
 import ctypes, os, sys
 import numpy as np
-import pytest
 import bufferext
 from bufferext import BufferFlags
 sys.path.insert(0, {os.path.join(HERE, "ve_standin")!r})
@@ -665,17 +664,17 @@ def test_ve_round_trip(veo: str) -> None:
             view.copy_to_host(out)
             assert out.tolist() == list(range(6))
             assert counters.calls("veo_hmemcpy") == copies + 3
-            with pytest.raises(ValueError, match="^BufferView.copy_to_host: "
+            with raises(ValueError, match="^BufferView.copy_to_host: "
                                "target has 40 bytes, the view 48$"):
                 view.copy_to_host(np.zeros(5, "int64"))
             os.environ["STANDIN_VEO_FAIL_COPY"] = "1"
-            with pytest.raises(RuntimeError, match="^BufferView.copy_to_host: "
+            with raises(RuntimeError, match="^BufferView.copy_to_host: "
                                "veo_hmemcpy of 48 bytes failed"):
                 view.copy_to_host(out)
             del os.environ["STANDIN_VEO_FAIL_COPY"]
         r = bufferext.VEBuffer(2, readonly=True)
         with bufferext.get_buffer(r) as view:
-            with pytest.raises(BufferError, match="^BufferView.copy_from_host: "
+            with raises(BufferError, match="^BufferView.copy_from_host: "
                                "the view is read-only$"):
                 view.copy_from_host(np.zeros(2))
         b.close(); r.close()
