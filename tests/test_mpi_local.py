@@ -137,7 +137,8 @@ def test_repeated_redistribution_reuses_the_freed_block() -> None:
 def test_cells_no_source_owns_stay_zero() -> None:
     # Unstructured indices covering half of axis 0: the target's other rows
     # are written by nobody, so they start zeroed even when a dirty block of
-    # the same size is waiting in the cache.
+    # the same size is waiting in the cache (a redistribution's target) or
+    # was just freed (a gathered array's memory).
     d = DistArray.from_global(BIG, dist="un", indices=[[np.arange(0, 512, 2)], None])
     from bufferext import CPUBuffer
     dirty = CPUBuffer.empty(BIG.shape)
@@ -146,6 +147,11 @@ def test_cells_no_source_owns_stay_zero() -> None:
     e = d.redistribute(dist="bn")
     assert np.array_equal(e.local[::2], BIG[::2])
     assert not e.local[1::2].any()
+    for collect in (d.gather, d.allgather) * 2:     # planned, then cached
+        dirty = np.full(BIG.shape, -1.0)
+        del dirty
+        g = collect()
+        assert np.array_equal(g[::2], BIG[::2]) and not g[1::2].any()
 
 
 def test_plans_are_keyed_on_index_contents() -> None:

@@ -157,10 +157,11 @@ class LowpArray(np.ndarray):
         return as_buffer(self).__dlpack__(**kwargs)
 
 
-def host_result(shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An uninitialised global result: a :class:`LowpArray` for a
-    low-precision float, else numpy's array."""
-    out = np.empty(shape, dtype)
+def host_result(shape: Tuple[int, ...], dtype: np.dtype, zeroed: bool) -> np.ndarray:
+    """A global result, uninitialised or ``zeroed`` (where the exchange
+    leaves cells unwritten: no process owns them): a :class:`LowpArray` for
+    a low-precision float, else numpy's array."""
+    out = (np.zeros if zeroed else np.empty)(shape, dtype)
     return out.view(LowpArray) if _is_lowp(dtype) else out
 
 

@@ -385,12 +385,14 @@ def _collect(state: MPIState, maps: Sequence[DimMap], buffer: Any,
              local_shape: Tuple[int, ...], dtype: np.dtype,
              root: Optional[int]) -> Optional[np.ndarray]:
     comm = state.comm
+    if size(comm) > 1:
+        # allgather is root=None: a gather on one process and an allgather
+        # on another differ in it, as two roots do
+        args = (("root", root),)
+        call, unkeyable = call_keys(comm, "gather", args)
+        same_call(comm, "gather", args, 0 if call is None else digest(call),
+                  error=unkeyable)
     if root is not None:
-        if size(comm) > 1:
-            args = (("root", root),)
-            call, unkeyable = call_keys(comm, "gather", args)
-            same_call(comm, "gather", args, 0 if call is None else digest(call),
-                      error=unkeyable)
         root = agree(comm, lambda: _check_root(comm, root))
     me = rank(comm)
     src_layout = state.layout_of(maps, dtype)   # raises alike on every rank
@@ -401,7 +403,7 @@ def _collect(state: MPIState, maps: Sequence[DimMap], buffer: Any,
         plan = state.plans[key] = Plan(src_layout, root_layout(shape, root), me,
                                        size(comm), state.options)
     out = host_result(shape if root is None or me == root else (0,) * len(shape),
-                      dtype)
+                      dtype, zeroed=not plan.fills_target)
     aware = device_to_mpi(comm)
     with Acquisitions(comm) as held:
         src = held.take(lambda: held.add(buffer, local_shape, dtype, write=False,
