@@ -73,6 +73,8 @@ def test_rejects_major_version_2_and_bad_versions():
     rejects(_exp(np.zeros(4), B(), version="0.8.0"), "unsupported")
     rejects(_exp(np.zeros(4), B(), version="0.10"), "major.minor.patch")
     rejects(_exp(np.zeros(4), B(), version=(0, 10, 0)), "major.minor.patch")
+    for tail in ("\n", " ", "\n\n"):               # `$` would match before a last \n
+        rejects(_exp(np.zeros(4), B(), version="0.10.1" + tail), "major.minor.patch")
     validate(_exp(np.zeros(4), B(), version="0.10.3"))
     validate(_exp(np.zeros(4), B(), version="0.9.1"))
 

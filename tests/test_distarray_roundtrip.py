@@ -115,6 +115,41 @@ def test_from_global_argument_errors():
             DistArray.from_global(a, **kwargs)
 
 
+def test_from_global_arguments_read_as_documented():
+    """numpy scalars stand for the numbers they hold; a 1-D shorthand of
+    indices may start with a rank that holds nothing; anything else is a
+    ValueError naming the argument."""
+    a = np.arange(10.0)
+    for first in ([], np.array([], np.int64)):
+        d = DistArray.from_global(a, dist="u", grid_shape=(2,), rank=1,
+                                  indices=[first, list(range(10))])
+        np.testing.assert_array_equal(d.local, a)
+        assert DistArray.from_global(a, dist="u", grid_shape=(2,), rank=0,
+                                     indices=[first, list(range(10))]).local.size == 0
+    assert DistArray.from_global(np.zeros(0), dist="u", indices=[[]]).local.shape == (0,)
+    cyclic = DistArray.from_global(a, dist="c", grid_shape=(2,), rank=0,
+                                   block_size=np.int64(2))
+    np.testing.assert_array_equal(cyclic.local, [0, 1, 4, 5, 8, 9])
+    periodic = DistArray.from_global(a, dist="b", grid_shape=(1,), padding=(1, 1),
+                                     periodic=np.bool_(True))
+    assert periodic.__distarray__()["dim_data"][0]["periodic"] is True
+    with pytest.raises(ValueError, match=r"^indices\[0\]\[0\]: must be a 1-D "
+                       "sequence of integers"):
+        DistArray.from_global(a, dist="u", grid_shape=(2,), indices=[[0.0, 1.0], [2.0]])
+    for name, value in (("block_size", 2.0), ("periodic", 2.5)):
+        with pytest.raises(ValueError, match=rf"^{name}={value}: need one value"):
+            DistArray.from_global(a, dist="c", grid_shape=(2,), **{name: value})
+
+
+def test_huge_indices_are_out_of_range():
+    d = DistArray.from_global(np.arange(10.0), dist="b", grid_shape=(1,))
+    for index in (2**70, 2**63, -2**63 - 1, np.uint64(2**64 - 1)):
+        with pytest.raises(IndexError, match=f"^global index {int(index)} is out of range"):
+            d.global_to_local(index)
+        with pytest.raises(IndexError, match="out of range"):
+            d.owner(index)
+
+
 def test_device_producers_are_looked_up_lazily():
     a = np.arange(6.0)
     for device, name in (("cuda", "CUDABuffer"), ("ve", "VEBuffer")):

@@ -24,6 +24,7 @@ process's ``dim_data`` (``bounds=`` / ``all_indices=``).
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -68,7 +69,10 @@ def _as_index(value: Any, what: str) -> Tuple[np.ndarray, bool]:
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{what} {value!r}: must be an integer, not bool")
     if isinstance(value, (int, np.integer)):
-        return np.array([value], dtype=np.int64), True
+        number = operator.index(value)
+        if not -2**63 <= number < 2**63:
+            raise IndexError(f"{what} {number} is out of range")
+        return np.array([number], dtype=np.int64), True
     arr = np.asarray(value)
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
         raise TypeError(f"{what} {value!r}: must be an integer or an integer "

@@ -35,7 +35,7 @@ __all__ = ["ProtocolError", "validate", "EXPORT_VERSION", "owned_count"]
 #: The protocol version this package exports.
 EXPORT_VERSION = "0.10.0"
 
-_VERSION = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+_VERSION = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
 _TOP_KEYS = frozenset(("__version__", "buffer", "dim_data"))
 _COMMON = ("dist_type", "size", "proc_grid_size", "proc_grid_rank")
 _KEYS = {
@@ -339,7 +339,7 @@ def _frozen(arr: np.ndarray) -> np.ndarray:
 def _version(value: Any) -> Tuple[int, int, int]:
     if type(value) is str and value == EXPORT_VERSION:
         return (0, 10, 0)
-    if type(value) is not str or _VERSION.match(value) is None:
+    if type(value) is not str or _VERSION.fullmatch(value) is None:
         raise ProtocolError([f"'__version__' = {value!r}: must be a "
                              "'major.minor.patch' string"])
     major, minor, patch = (int(p) for p in value.split("."))

@@ -4,6 +4,7 @@ process-grid rule (``dims_create``).  Process-local; no MPI."""
 
 from __future__ import annotations
 
+import numbers
 import operator
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -19,27 +20,36 @@ Pair = Tuple[int, int]
 
 # -- argument normalisation for from_global --------------------------------
 
+_SCALARS = (bool, int, str, np.bool_, np.integer)
+
+
 def _per_dim(value: Any, ndim: int, name: str) -> List[Any]:
-    if value is None or isinstance(value, (bool, int, str)):
+    if value is None or isinstance(value, _SCALARS):
         return [value] * ndim
-    items = list(value)
-    if len(items) != ndim:
-        raise ValueError(f"{name}={value!r}: need one entry per dimension ({ndim})")
+    try:
+        items = list(value)
+    except TypeError:
+        items = None
+    if items is None or len(items) != ndim:
+        raise ValueError(f"{name}={value!r}: need one value (an int, a bool or a "
+                         f"str) for every dimension, or one entry per dimension "
+                         f"({ndim})")
     return items
 
 
 def _nested(value: Any, depth: int) -> bool:
     """Whether ``value`` is a sequence nested ``depth`` levels below a
-    sequence of ints (used to read 1-D shorthands)."""
+    sequence of numbers (used to read 1-D shorthands; an empty sequence is
+    one of numbers: a rank that holds no index)."""
     try:
         first = value[0]
     except (TypeError, IndexError, KeyError):
         return False
-    if isinstance(first, (int, np.integer)) or first is None:
+    if isinstance(first, (numbers.Number, np.generic, str, bytes)) or first is None:
         return False
     if depth == 1:
         return True
-    return _nested(first, depth - 1) or (hasattr(first, "__len__") and len(first) == 0)
+    return _nested(first, depth - 1)
 
 
 def _pair(value: Any, what: str) -> Pair:
@@ -185,9 +195,9 @@ class DistSpec:
                              f"the communicator has {nprocs}")
         self.shape, self.letters, self.grid, self.split = shape, letters, grid, split
         self.blocks = _per_dim(block_size, ndim, "block_size")
-        self.block_is_int = isinstance(block_size, int)
+        self.block_is_int = isinstance(block_size, (int, np.integer))
         self.pads = padding if padding is None else _per_dim(padding, ndim, "padding")
-        self.periodic_all = isinstance(periodic, bool)
+        self.periodic_all = isinstance(periodic, (bool, np.bool_))
         self.periods = _per_dim(periodic, ndim, "periodic")
         self.indices = idx
         # every dimension checked up front, its shared layout computed once
