@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -139,6 +141,27 @@ def test_from_global_arguments_read_as_documented():
     for name, value in (("block_size", 2.0), ("periodic", 2.5)):
         with pytest.raises(ValueError, match=rf"^{name}={value}: need one value"):
             DistArray.from_global(a, dist="c", grid_shape=(2,), **{name: value})
+    with pytest.raises(ValueError, match=r"^grid_shape=\(True,\): sizes are ints"):
+        DistArray.from_global(a, dist="b", grid_shape=(True,))
+    for stranger in (collections.OrderedDict(a.__array_interface__), 5):
+        with pytest.raises(TypeError, match=rf"^from_distarray: a "
+                           rf"'{type(stranger).__name__}' is neither a dict nor"):
+            DistArray.from_distarray(stranger)
+
+
+def test_a_local_buffer_reshaped_after_the_import_is_refused_by_name():
+    """``local`` exports the buffer again; a producer that changed its
+    layout since the import is refused, never reshaped into the old one."""
+    buf = bufferext.CPUBuffer((2, 3), "d")
+    d = DistArray.from_distarray({
+        "__version__": "0.10.0", "buffer": buf,
+        "dim_data": ({"dist_type": "b", "size": 2, "proc_grid_size": 1,
+                      "proc_grid_rank": 0, "start": 0, "stop": 2}, {})})
+    buf.resize((3, 2))                      # same bytes, another layout
+    with pytest.raises(BufferError, match=r"^DistArray: the local buffer, a "
+                       r"'CPUBuffer', exports shape \(3, 2\) now; it had shape "
+                       r"\(2, 3\) when the array was made"):
+        d.local
 
 
 def test_huge_indices_are_out_of_range():

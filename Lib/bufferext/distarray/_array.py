@@ -202,7 +202,13 @@ class DistArray:
     @classmethod
     def _import(cls, obj: Any) -> "DistArray":
         """``from_distarray`` on this process alone."""
-        data = obj if type(obj) is dict else obj.__distarray__()
+        if type(obj) is dict:
+            data = obj
+        elif hasattr(obj, "__distarray__"):
+            data = obj.__distarray__()
+        else:
+            raise TypeError(f"from_distarray: a {type(obj).__name__!r} is neither "
+                            "a dict nor an object with __distarray__()")
         checked = check(data)           # what it read is all that is kept
         device = checked.device
         self = cls.__new__(cls)
@@ -323,7 +329,11 @@ class DistArray:
                 view = _dtypes.host_view(buf)
                 if view.dtype.kind == "V":      # the format's name, not numpy's stand-in
                     held_dtype(memoryview(buf).format, f"DistArray: a {type(buf).__name__}")
-            self._local = view if view.shape == self._shape else view.reshape(self._shape)
+            if view.shape != self._shape:
+                raise BufferError(f"DistArray: the local buffer, a {type(buf).__name__!r}, "
+                                  f"exports shape {view.shape} now; it had shape "
+                                  f"{self._shape} when the array was made")
+            self._local = view
         return self._local
 
     @property

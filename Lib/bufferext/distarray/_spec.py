@@ -185,7 +185,11 @@ class DistSpec:
                      for d, ix in zip(letters, idx)]
             grid = dims_create(1 if nprocs is None else nprocs, fixed)
         else:
-            grid = tuple(operator.index(p) for p in grid_shape)
+            given = tuple(grid_shape)
+            if any(isinstance(p, (bool, np.bool_)) for p in given):
+                raise ValueError(f"grid_shape={grid_shape!r}: sizes are ints, not "
+                                 "bools")
+            grid = tuple(operator.index(p) for p in given)
         if len(grid) != ndim or any(p < 1 for p in grid):
             raise ValueError(f"grid_shape={grid_shape!r}: need one size >= 1 per "
                              f"dimension ({ndim})")
