@@ -6,6 +6,7 @@ key and was not noticed."""
 
 from __future__ import annotations
 
+import mmap
 from typing import Any, Dict
 
 import numpy as np
@@ -95,6 +96,10 @@ ROWS = [
     (AI, ai(shape=(3,), strides=(-8,), offset=8, data=bytearray(24)),
      "__array_interface__: shape (3,), strides (-8,) and offset 8 reach "
      "bytes [-8, 16) of 'data', a buffer of 24 bytes"),
+    # a void typestr's fields come from 'descr': the refusal names it
+    (AI, ai(typestr="|V8", descr=[("t", "<M8[s]")]), "__array_interface__: "
+     "'descr' is [('t', '<M8[s]')]; expected a type the buffer protocol can "
+     "describe (not datetime/timedelta)"),
 ]
 
 
@@ -111,6 +116,39 @@ def test_not_a_dict_is_a_type_error() -> None:
     with pytest.raises(TypeError) as info:
         bufferext.as_buffer(Speaker(AI, [1]))
     assert str(info.value) == "__array_interface__ must be a dict, not 'list'"
+
+
+def test_a_dict_subclass_is_read_as_numpy_reads_it() -> None:
+    """Its contents, once: none of its own methods runs (one that empties
+    the dict while a key is read cannot turn into a bare KeyError)."""
+    memory = np.arange(2.0)
+
+    class Emptying(dict):  # type: ignore[type-arg]
+        def __getitem__(self, key: str) -> Any:
+            self.clear()
+            return dict.__getitem__(self, key)
+
+        def get(self, key: str, default: Any = None) -> Any:
+            raise AssertionError("get ran")
+
+    d = Emptying(ai(data=(memory.ctypes.data, False)))
+    adapter = bufferext.as_buffer(Speaker(AI, d))
+    assert np.array_equal(np.asarray(adapter), memory) and len(d) == 4
+
+
+@pytest.mark.parametrize("readonly, d", [
+    (False, {}),                # the policy refuses (the mmap is read-only)
+    (True, {"shape": (3,)}),    # the extent refuses
+])
+def test_a_refusal_ends_the_export_of_data(readonly: bool,
+                                           d: Dict[str, Any]) -> None:
+    """'data', a buffer object, is exported while it is read; a refusal
+    ends that export at once, not when its traceback is freed."""
+    memory = mmap.mmap(-1, 16, prot=mmap.PROT_READ)
+    with pytest.raises(BufferError) as info:
+        bufferext.as_buffer(Speaker(AI, ai(data=memory, **d)), readonly=readonly)
+    memory.close()                      # BufferError while an export lives
+    assert info.value is not None
 
 
 def test_read_only_memory_is_not_made_writable() -> None:

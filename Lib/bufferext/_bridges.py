@@ -276,10 +276,12 @@ def _fail(protocol: str, field: str, value: Any, expected: str) -> BufferError:
 
 
 def _get_dict(protocol: str, interface: Any) -> Dict[str, Any]:
+    """The dict, or a dict subclass's contents copied once (as NumPy reads
+    them: no __getitem__, get or __contains__ of the subclass runs)."""
     if not isinstance(interface, dict):
         raise TypeError(f"{protocol} must be a dict, not "
                         f"{type(interface).__name__!r}")
-    return interface
+    return interface if type(interface) is dict else dict.copy(interface)
 
 
 def _require(protocol: str, d: Dict[str, Any], key: str) -> Any:
@@ -338,8 +340,11 @@ def _typestr(protocol: str, d: Dict[str, Any]
         # NumPy's parser raises any of these for malformed strings
         raise _fail(protocol, "typestr", typestr,
                     "a NumPy type string such as '<f8'") from None
+    described_by: Tuple[str, Any] = ("typestr", typestr)
     if dtype.names is None and dtype.subdtype is None and dtype.kind == "V":
-        dtype = _descr(protocol, d, typestr, dtype)
+        raw, dtype = dtype, _descr(protocol, d, typestr, dtype)
+        if dtype is not raw:
+            described_by = ("descr", d["descr"])
     if dtype.itemsize == 0 or dtype.hasobject:
         raise _fail(protocol, "typestr", typestr,
                     "a fixed-size type without Python objects")
@@ -353,7 +358,7 @@ def _typestr(protocol: str, d: Dict[str, Any]
         try:
             fmt = np.empty((0,), dtype).data.format
         except (ValueError, TypeError, BufferError, NotImplementedError):
-            raise _fail(protocol, "typestr", typestr, "a type the buffer "
+            raise _fail(protocol, *described_by, "a type the buffer "
                         "protocol can describe (not datetime/timedelta)"
                         ) from None
     return fmt, dtype.itemsize, subshape
@@ -537,20 +542,25 @@ def _from_array_interface(obj: Any, interface: Any,
                               f"{type(data).__name__!r}, is not one "
                               f"contiguous block of memory: {exc}") from exc
         ptr, ro = keepalive.ptr, keepalive.readonly
-        low, high = _extent(shape, strides, itemsize)
-        if offset + low < 0 or offset + high > keepalive.nbytes:
-            size = keepalive.nbytes
-            keepalive.release()
-            raise BufferError(
-                f"{protocol}: shape {shape}, strides {strides} and offset "
-                f"{offset} reach bytes [{offset + low}, {offset + high}) of "
-                f"'data', a buffer of {size} bytes")
     else:
         raise _fail(protocol, "data", data,
                     "a tuple (pointer, readonly) or a buffer object")
-    return _bufferext._adapter_from_layout(
-        obj, "array_interface", ptr + offset, shape, strides, fmt,
-        itemsize, _policy(protocol, ro, readonly), None, 0, keepalive)
+    try:
+        if keepalive is not None:
+            low, high = _extent(shape, strides, itemsize)
+            if offset + low < 0 or offset + high > keepalive.nbytes:
+                raise BufferError(
+                    f"{protocol}: shape {shape}, strides {strides} and offset "
+                    f"{offset} reach bytes [{offset + low}, {offset + high}) "
+                    f"of 'data', a buffer of {keepalive.nbytes} bytes")
+        return _bufferext._adapter_from_layout(
+            obj, "array_interface", ptr + offset, shape, strides, fmt,
+            itemsize, _policy(protocol, ro, readonly), None, 0, keepalive)
+    except BaseException:
+        # refused: the export of 'data' ends now, not with the traceback
+        if keepalive is not None:
+            keepalive.release()
+        raise
 
 
 
