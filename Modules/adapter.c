@@ -676,57 +676,111 @@ bridges(bufferext_state *st, PyObject **steps, PyObject **cpu_types,
     }
 }
 
-/* Whether numpy's array `obj` holds a user-defined dtype (dtype.isbuiltin
- * 2: ml_dtypes' low-precision floats), whose items numpy exports neither
- * through the buffer protocol nor DLPack: a later row of the table
- * (_bridges._lowp_ndarray) reads them. */
-static inline int
-numpy_user_dtype(bufferext_state *st, PyObject *obj)
-{
-    PyObject *dtype = PyObject_GetAttr(obj, st->str_dtype), *kind = NULL;
-    long builtin = -1;
+/* What numpy's array `obj` (an instance of numpy's type or of a subclass)
+ * holds: NUMPY_ITEMS, items a consumer reads as memory; NUMPY_USER, a
+ * user-defined dtype (dtype.isbuiltin 2: ml_dtypes' low-precision
+ * floats), whose items numpy exports neither through the buffer protocol
+ * nor DLPack: a later row of the table (_bridges._lowp_ndarray) reads
+ * them; or -1 with BufferError naming the dtype: Python objects (dtype
+ * object, or a structured one that holds them: pointers that carry no
+ * reference), or datetime/timedelta items (no buffer format describes
+ * them), refused as the interface dicts' typestr is. */
+enum { NUMPY_ITEMS, NUMPY_USER };
 
-    /* A type number below NPY_USERDEF (256) is numpy's own: no need to ask
-     * (saves an attribute lookup on the common path).  Mirrors: the head
-     * of PyArray_Descr, whose type_num numpy keeps at this offset on
-     * purpose ("to ensure type_num is stable", ndarraytypes.h, 1.x-2.x);
-     * re-check at numpy 3. */
+static int
+numpy_items(bufferext_state *st, PyObject *obj, PyTypeObject *ndarray)
+{
+    PyObject *dtype, *get, *attr;
+    const char *expected = NULL;
+    int type_num, flag = -1;
+
+    /* Mirrors: the head of PyArray_Descr, whose type_num numpy keeps at
+     * this offset on purpose ("to ensure type_num is stable",
+     * ndarraytypes.h, 1.x-2.x); the numbers are numpy's NPY_TYPES (stable
+     * ABI).  Re-check at numpy 3. */
     struct descr_head {
         PyObject_HEAD
         PyTypeObject *typeobj;
         char kind, type, byteorder, former_flags;
         int type_num;
     };
+    enum { NPY_OBJECT = 17, NPY_VOID = 20, NPY_DATETIME = 21,
+           NPY_TIMEDELTA = 22, NPY_USERDEF = 256 };
 
-    if (dtype != NULL &&
-        (unsigned int)((struct descr_head *)dtype)->type_num < 256u) {
+    if (Py_TYPE(obj) == ndarray) {
+        dtype = PyObject_GetAttr(obj, st->str_dtype);
+    }
+    else {
+        /* a subclass: numpy's own getter, whatever the subclass calls
+         * `dtype` (its property could return anything, or run code) */
+        get = PyObject_GetAttr((PyObject *)ndarray, st->str_dtype);
+        dtype = get != NULL && Py_TYPE(get)->tp_descr_get != NULL
+                    ? Py_TYPE(get)->tp_descr_get(get, obj, (PyObject *)ndarray)
+                    : NULL;
+        Py_XDECREF(get);
+    }
+    if (dtype == NULL) {
+        PyErr_Clear();              /* numpy's own attribute: cannot fail */
+        return NUMPY_ITEMS;
+    }
+    type_num = ((struct descr_head *)dtype)->type_num;
+    if (type_num >= 0 && type_num < NPY_USERDEF && type_num != NPY_OBJECT &&
+        type_num != NPY_VOID && type_num != NPY_DATETIME &&
+        type_num != NPY_TIMEDELTA) {
+        Py_DECREF(dtype);           /* the common path: no more lookups */
+        return NUMPY_ITEMS;
+    }
+    if (type_num == NPY_DATETIME || type_num == NPY_TIMEDELTA) {
+        expected = "a type the buffer protocol can describe (not "
+                   "datetime/timedelta)";
+    }
+    else {
+        /* object, a structured type (objects in it?), a user-defined one */
+        attr = PyObject_GetAttr(dtype, type_num == NPY_OBJECT ||
+                                type_num == NPY_VOID ? st->str_hasobject
+                                                     : st->str_isbuiltin);
+        if (attr != NULL) {
+            flag = (int)PyLong_AsLong(attr);    /* hasobject: a bool */
+            Py_DECREF(attr);
+        }
+        PyErr_Clear();              /* numpy's own attributes: cannot fail */
+        if (type_num == NPY_OBJECT || type_num == NPY_VOID) {
+            expected = flag ? "a fixed-size type without Python objects"
+                            : NULL;
+        }
+        else if (flag == 2) {
+            Py_DECREF(dtype);
+            return NUMPY_USER;
+        }
+    }
+    if (expected != NULL) {
+        PyErr_Format(PyExc_BufferError, "as_buffer: %s of dtype %S; "
+                     "expected %s", Py_TYPE(obj)->tp_name, dtype, expected);
         Py_DECREF(dtype);
-        return 0;
+        return -1;
     }
-    if (dtype != NULL) {
-        kind = PyObject_GetAttr(dtype, st->str_isbuiltin);
-        Py_DECREF(dtype);
-    }
-    if (kind != NULL) {
-        builtin = PyLong_AsLong(kind);
-        Py_DECREF(kind);
-    }
-    PyErr_Clear();                  /* numpy's own attributes: cannot fail */
-    return builtin == 2;
+    Py_DECREF(dtype);
+    return NUMPY_ITEMS;
 }
 
-/* Whether `obj`'s own buffer is the answer: an exact type of _CPU_TYPES
- * (numpy's array, the first, unless its dtype is user-defined) or an
- * exporter that supports PyBUF_DEVICE. */
+/* Whether `obj`'s own buffer is the answer (1, or 0; -1 with the error of
+ * numpy_items): an exact type of _CPU_TYPES (numpy's array, the first,
+ * unless its items are a user-defined dtype's) or an exporter that
+ * supports PyBUF_DEVICE. */
 static inline int
 passes_through(bufferext_state *st, PyObject *obj, PyObject *cpu_types)
 {
     PyTypeObject *type = Py_TYPE(obj);
     Py_ssize_t i;
+    int items;
 
     for (i = 0; i < PyTuple_GET_SIZE(cpu_types); i++) {
         if ((PyObject *)type == PyTuple_GET_ITEM(cpu_types, i)) {
-            return i != 0 || !numpy_user_dtype(st, obj);
+            if (i != 0) {
+                return 1;
+            }
+            items = numpy_items(st, obj, type);
+            return items < 0 ? -1 : items == NUMPY_ITEMS;
         }
     }
     return PyObject_CheckBufferSupports(obj, PyBUF_DEVICE);
@@ -749,8 +803,10 @@ static inline PyObject *
 pass_through(bufferext_state *st, PyObject *obj, PyObject *readonly,
              PyObject *cpu_types)
 {
-    if (!passes_through(st, obj, cpu_types)) {
-        return Py_NewRef(Py_NotImplemented);
+    int passes = passes_through(st, obj, cpu_types);
+
+    if (passes <= 0) {
+        return passes < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     }
     return as_is(st, obj, readonly);
 }
@@ -766,13 +822,20 @@ pass_through(bufferext_state *st, PyObject *obj, PyObject *readonly,
  * after them only `obj` and `readonly`, held by the caller, are read. */
 static PyObject *
 buffer_protocol(bufferext_state *st, PyObject *obj, PyObject *cls,
-                PyObject *readonly)
+                PyObject *readonly, PyObject *cpu_types)
 {
+    PyTypeObject *ndarray = (PyTypeObject *)PyTuple_GET_ITEM(cpu_types, 0);
     Py_buffer view;
-    int speaks_dlpack;
+    int speaks_dlpack, items;
 
     if (!PyObject_CheckBufferSupports(obj, 0)) {
         return Py_NewRef(Py_NotImplemented);
+    }
+    /* an array of a subclass of numpy's: its items as the pass-through
+     * reads them */
+    if (PyObject_TypeCheck(obj, ndarray) &&
+        (items = numpy_items(st, obj, ndarray)) != NUMPY_ITEMS) {
+        return items < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     }
     speaks_dlpack = type_has(cls, st->str_dlpack);
     if (speaks_dlpack < 0) {
@@ -831,7 +894,8 @@ walk_steps(bufferext_state *st, PyObject *steps, PyObject *cpu_types,
             }
             /* our buffer protocol's row in place, else a call */
             result = is_c_step(step, adapter_buffer_protocol)
-                         ? buffer_protocol(st, obj, args[1], readonly)
+                         ? buffer_protocol(st, obj, args[1], readonly,
+                                           cpu_types)
                          : PyObject_Vectorcall(step, args, 3, NULL);
         }
         if (result != Py_NotImplemented) {
@@ -873,7 +937,7 @@ adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     bufferext_state *st = bufferext_get_state(module);
     PyObject *readonly, *steps, *cpu_types, *result;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    int ours;
+    int ours, passes;
 
     if (nargs != 1 || nkw > 1 ||
         (nkw == 1 && PyUnicode_CompareWithASCIIString(
@@ -891,8 +955,9 @@ adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     /* The pass-through in place when the table starts with ours (unless
      * replaced, it does): the common case, with no walk. */
-    if (ours && passes_through(st, args[0], cpu_types)) {
-        result = as_is(st, args[0], readonly);
+    passes = ours ? passes_through(st, args[0], cpu_types) : 0;
+    if (passes != 0) {
+        result = passes < 0 ? NULL : as_is(st, args[0], readonly);
     }
     else {
         result = walk_steps(st, steps, cpu_types, args[0], readonly, ours);
@@ -943,11 +1008,18 @@ static PyObject *
 adapter_buffer_protocol(PyObject *module, PyObject *const *args,
                         Py_ssize_t nargs)
 {
-    if (check_row_args("_buffer_protocol", args, nargs) < 0) {
+    bufferext_state *st = bufferext_get_state(module);
+    PyObject *steps, *cpu_types, *result;
+    int in_place;
+
+    if (check_row_args("_buffer_protocol", args, nargs) < 0 ||
+        bridges(st, &steps, &cpu_types, &in_place) < 0) {
         return NULL;
     }
-    return buffer_protocol(bufferext_get_state(module), args[0], args[1],
-                           args[2]);
+    result = buffer_protocol(st, args[0], args[1], args[2], cpu_types);
+    Py_DECREF(steps);
+    Py_DECREF(cpu_types);
+    return result;
 }
 
 static PyMethodDef adapter_functions[] = {
@@ -990,6 +1062,8 @@ bufferext_init_adapter(PyObject *module)
         (st->str_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
         (st->str_dlpack = PyUnicode_InternFromString("__dlpack__")) == NULL ||
         (st->str_isbuiltin = PyUnicode_InternFromString("isbuiltin")) ==
+            NULL ||
+        (st->str_hasobject = PyUnicode_InternFromString("hasobject")) ==
             NULL) {
         return -1;
     }

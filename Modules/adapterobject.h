@@ -129,6 +129,27 @@ adapter_finish_layout(AdapterObject *self, const char *who)
                      who, n);
         return -1;
     }
+    if (n != 0) {
+        /* the items' bytes, [buf + low, buf + high), in the address space
+         * (each reach fits: the span was checked) */
+        Py_ssize_t low = 0, high = l->itemsize, reach;
+        uintptr_t at = (uintptr_t)l->buf;
+        for (i = 0; i < l->ndim; i++) {
+            reach = l->strides[i] * (l->shape[i] - 1);
+            if (reach < 0) {
+                low += reach;
+            }
+            else {
+                high += reach;
+            }
+        }
+        if ((uintptr_t)-low > at || (uintptr_t)high > UINTPTR_MAX - at + 1) {
+            PyErr_Format(PyExc_BufferError, "%s: the items reach bytes %zd "
+                         "to %zd from the data pointer %p, outside the "
+                         "address space", who, low, high, l->buf);
+            return -1;
+        }
+    }
     bufferext_layout_contiguity(l);
     bufferext_layout_dlpack(l, self->items);
     return 0;

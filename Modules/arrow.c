@@ -548,6 +548,15 @@ read_array(const BxArrowArray *a, bufferext_arrow_import *out)
                      "for length = %lld", (long long)a->length);
         return -1;
     }
+    if (a->buffers[1] != NULL &&
+        (uintptr_t)(a->offset + a->length) * (uintptr_t)out->itemsize >
+            UINTPTR_MAX - (uintptr_t)a->buffers[1]) {
+        PyErr_Format(PyExc_BufferError, "arrow: length = %lld and offset = "
+                     "%lld reach past the end of the address space from the "
+                     "values buffer %p", (long long)a->length,
+                     (long long)a->offset, a->buffers[1]);
+        return -1;
+    }
     out->length = (Py_ssize_t)a->length;
     /* in integers: a pointer may not be moved out of its object */
     out->data = a->buffers[1] == NULL ? NULL

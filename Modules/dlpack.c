@@ -882,7 +882,8 @@ dl_give_back(PyObject *capsule, int versioned)
  * consume the capsule.  `stream` is the CUstream (an int) the producer was
  * asked to make CUDA data ready on; `device`, the (type, id) its
  * __dlpack_device__ named, which the tensor must be on (the stream, or
- * none, was chosen for it). */
+ * none, was chosen for it), or None: it has none, and CPU memory was asked
+ * for. */
 PyObject *
 bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
                               Py_ssize_t nargs)
@@ -894,6 +895,7 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
     const char *name = NULL;
     AdapterObject *self;
     int versioned, readonly = 0, force, named_type = -1, named_id = -1;
+    int assumed = nargs == 5 && args[4] == Py_None;
     uintptr_t stream = 0;
 
     if (nargs < 3 || nargs > 5) {
@@ -914,8 +916,13 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
             return NULL;
         }
     }
-    if (nargs == 5 && !PyArg_ParseTuple(args[4], "ii:_adapter_from_dlpack",
-                                        &named_type, &named_id)) {
+    if (assumed) {
+        named_type = BX_kDLCPU;
+        named_id = 0;
+    }
+    else if (nargs == 5 && !PyArg_ParseTuple(args[4],
+                                             "ii:_adapter_from_dlpack",
+                                             &named_type, &named_id)) {
         return NULL;
     }
     capsule = args[1];
@@ -969,11 +976,22 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
     }
     if (nargs == 5 && ((int)tensor->device.device_type != named_type ||
                        (int)tensor->device.device_id != named_id)) {
-        PyErr_Format(PyExc_BufferError, "dlpack: %.200s.__dlpack_device__() "
-                     "said (%d, %d), but the tensor __dlpack__() returned "
-                     "is on (%d, %d)", Py_TYPE(args[0])->tp_name, named_type,
-                     named_id, (int)tensor->device.device_type,
-                     (int)tensor->device.device_id);
+        if (assumed) {
+            PyErr_Format(PyExc_BufferError, "dlpack: %.200s has no "
+                         "__dlpack_device__(), so CPU memory (1, 0) was "
+                         "asked for, but the tensor __dlpack__() returned "
+                         "is on (%d, %d)", Py_TYPE(args[0])->tp_name,
+                         (int)tensor->device.device_type,
+                         (int)tensor->device.device_id);
+        }
+        else {
+            PyErr_Format(PyExc_BufferError, "dlpack: %.200s.__dlpack_device__"
+                         "() said (%d, %d), but the tensor __dlpack__() "
+                         "returned is on (%d, %d)", Py_TYPE(args[0])->tp_name,
+                         named_type, named_id,
+                         (int)tensor->device.device_type,
+                         (int)tensor->device.device_id);
+        }
         goto error;
     }
     if (force == 0 && readonly) {

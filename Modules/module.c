@@ -331,6 +331,7 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->cpu_types);
     Py_VISIT(st->str_dtype);
     Py_VISIT(st->str_isbuiltin);
+    Py_VISIT(st->str_hasobject);
     Py_VISIT(st->str_dlpack);
     return 0;
 }
@@ -357,6 +358,7 @@ module_clear(PyObject *module)
     Py_CLEAR(st->cpu_types);
     Py_CLEAR(st->str_dtype);
     Py_CLEAR(st->str_isbuiltin);
+    Py_CLEAR(st->str_hasobject);
     Py_CLEAR(st->str_dlpack);
     bufferext_view_freelist_clear();
     bufferext_fastmethods_clear();

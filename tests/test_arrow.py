@@ -309,9 +309,12 @@ def test_a_foreign_array_is_released_exactly_once() -> None:
     ({"dictionary": 8}, "has a dictionary although its schema has none"),
     ({"offset": 2**63 - 1, "length": 1}, "out of range"),
     ({"length": 2**62}, "out of range"),
+    ({"buffers": (ctypes.c_void_p * 2)(None, 2**64 - 8)},
+     "length = 5 and offset = 0 reach past the end of the address space "
+     "from the values buffer 0xfffffffffffffff8"),
 ], ids=["nulls", "uncounted", "buffers", "length", "offset", "null-values",
         "negative-null-count", "null-buffers", "dictionary", "offset-overflow",
-        "length-times-itemsize"])
+        "length-times-itemsize", "address-wrap"])
 def test_malformed_arrays_are_refused_and_stay_the_producers(
         fields: Any, message: str) -> None:
     producer = HandMade(b"i", np.arange(5, dtype=np.int32), **fields)

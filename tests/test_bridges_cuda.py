@@ -136,6 +136,16 @@ with raises(BufferError, match=r"SaysCPU.__dlpack_device__\\(\\) said "
     bufferext.as_buffer(SaysCPU(b))
 with raises(BufferError, match=r"said \\(2, 0\\), but .* on \\(2, 1\\)"):
     bufferext.as_buffer(SaysOtherCard(b))
+class SaysNothing:
+    def __init__(self, array):
+        self.array = array
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+with raises(BufferError, match=r"^dlpack: SaysNothing has no "
+                   r"__dlpack_device__\\(\\), so CPU memory \\(1, 0\\) was "
+                   r"asked for, but the tensor __dlpack__\\(\\) returned is "
+                   r"on \\(2, 1\\)$"):
+    bufferext.as_buffer(SaysNothing(b))
 b.synchronize()
 gc.collect()
 assert b.exports == 0                      # the refused capsules were freed

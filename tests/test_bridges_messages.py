@@ -96,6 +96,13 @@ ROWS = [
     (AI, ai(shape=(3,), strides=(-8,), offset=8, data=bytearray(24)),
      "__array_interface__: shape (3,), strides (-8,) and offset 8 reach "
      "bytes [-8, 16) of 'data', a buffer of 24 bytes"),
+    # the items must lie inside the address space
+    (AI, ai(data=(2**64 - 12, False), shape=(2,)), "array_interface: the "
+     "items reach bytes 0 to 16 from the data pointer 0xfffffffffffffff4, "
+     "outside the address space"),
+    (AI, ai(data=(8, False), strides=(-16,)), "array_interface: the items "
+     "reach bytes -16 to 8 from the data pointer 0x8, outside the address "
+     "space"),
     # a void typestr's fields come from 'descr': the refusal names it
     (AI, ai(typestr="|V8", descr=[("t", "<M8[s]")]), "__array_interface__: "
      "'descr' is [('t', '<M8[s]')]; expected a type the buffer protocol can "
@@ -112,10 +119,49 @@ def test_refusal_says_protocol_key_value_and_expectation(
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("ptr, strides", [(2**64 - 16, None), (16, (-16,))])
+def test_items_up_to_the_ends_of_the_address_space_are_accepted(
+        ptr: int, strides: Any) -> None:
+    adapter = bufferext.as_buffer(
+        Speaker(AI, ai(data=(ptr, False), strides=strides)), readonly=True)
+    assert adapter.ptr == ptr and adapter.nbytes == 16
+
+
 def test_not_a_dict_is_a_type_error() -> None:
     with pytest.raises(TypeError) as info:
         bufferext.as_buffer(Speaker(AI, [1]))
     assert str(info.value) == "__array_interface__ must be a dict, not 'list'"
+
+
+class Lying(np.ndarray):  # type: ignore[type-arg]
+    """An array whose `dtype` says float64 whatever it holds."""
+
+    @property
+    def dtype(self) -> Any:  # type: ignore[override]
+        return np.dtype("f8")
+
+
+@pytest.mark.parametrize("dtype, expected", [
+    (object, "a fixed-size type without Python objects"),
+    ([("a", "f8"), ("b", "O")], "a fixed-size type without Python objects"),
+    ("M8[s]", "a type the buffer protocol can describe (not "
+     "datetime/timedelta)"),
+    ("m8[ms]", "a type the buffer protocol can describe (not "
+     "datetime/timedelta)"),
+])
+@pytest.mark.parametrize("cls", [np.ndarray, Lying])
+@pytest.mark.parametrize("readonly", [None, True])
+def test_numpy_items_that_are_no_memory_are_refused_naming_the_dtype(
+        dtype: Any, expected: str, cls: type, readonly: Any) -> None:
+    """As the interface dicts' typestr: the pass-through and, for a
+    subclass, the buffer protocol's row (numpy's own dtype, whatever the
+    subclass says) refuse them instead of handing out their bytes."""
+    a = np.zeros(2, dtype).view(cls)
+    with pytest.raises(BufferError) as info:
+        bufferext.as_buffer(a, readonly=readonly)
+    name = "numpy.ndarray" if cls is np.ndarray else "Lying"
+    assert str(info.value) == (f"as_buffer: {name} of dtype {np.dtype(dtype)}; "
+                               f"expected {expected}")
 
 
 def test_a_dict_subclass_is_read_as_numpy_reads_it() -> None:

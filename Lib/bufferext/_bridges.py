@@ -94,9 +94,10 @@ def _arrow(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
 
 def _dlpack_of_a_device(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
     """DLPack of device memory (a buffer export could only say CPU)."""
-    if (hasattr(cls, "__dlpack__")
-            and _dlpack_device(obj)[0] not in _DLPACK_CPU_TYPES):
-        return _from_dlpack(obj, readonly)
+    if hasattr(cls, "__dlpack__"):
+        named = _dlpack_device(obj)
+        if named is not None and named[0] not in _DLPACK_CPU_TYPES:
+            return _from_dlpack(obj, readonly)
     return NotImplemented
 
 
@@ -217,10 +218,12 @@ def _from_lowp_ndarray(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
 
 # ---- DLPack ----------------------------------------------------------------
 
-def _dlpack_device(obj: Any) -> Tuple[int, int]:
+def _dlpack_device(obj: Any) -> Optional[Tuple[int, int]]:
+    """What ``__dlpack_device__()`` names, or None: the producer has none
+    (then it is asked for CPU memory)."""
     query = getattr(obj, "__dlpack_device__", None)
     if query is None:
-        return (1, 0)
+        return None
     device = query()
     try:
         kind, ident = device
@@ -236,7 +239,8 @@ def _dlpack_device(obj: Any) -> Tuple[int, int]:
 
 
 def _from_dlpack(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
-    device_type, device_id = _dlpack_device(obj)
+    named = _dlpack_device(obj)
+    device_type, device_id = (1, 0) if named is None else named
     kwargs: Dict[str, Any] = {}
     stream = None
     if device_type == 2:                    # kDLCUDA: ready on our stream
@@ -252,7 +256,7 @@ def _from_dlpack(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
     except TypeError:
         capsule = obj.__dlpack__(**kwargs)  # a producer older than DLPack 1.0
     return _bufferext._adapter_from_dlpack(obj, capsule, readonly, stream,
-                                           (device_type, device_id))
+                                           named)
 
 
 # ---- Arrow -----------------------------------------------------------------

@@ -577,7 +577,7 @@ class BufferAdapter:
 
 def _adapter_from_dlpack(
     source: object, capsule: CapsuleType, readonly: bool | None,
-    stream: int | None = None, device: tuple[int, int] = ..., /,
+    stream: int | None = None, device: tuple[int, int] | None = ..., /,
 ) -> BufferAdapter: ...
 def _adapter_from_layout(
     source: object, protocol: str, ptr: int, shape: tuple[int, ...],
