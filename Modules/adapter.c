@@ -681,18 +681,35 @@ bridges(bufferext_state *st, PyObject **steps, PyObject **cpu_types,
  * user-defined dtype (dtype.isbuiltin 2: ml_dtypes' low-precision
  * floats), whose items numpy exports neither through the buffer protocol
  * nor DLPack: a later row of the table (_bridges._lowp_ndarray) reads
- * them; or -1 with BufferError naming the dtype: Python objects (dtype
- * object, or a structured one that holds them: pointers that carry no
- * reference), or datetime/timedelta items (no buffer format describes
- * them), refused as the interface dicts' typestr is. */
+ * them; or -1 with BufferError naming the dtype: items that hold
+ * references (dtype object, a structured one holding objects, numpy 2's
+ * StringDType: no consumer can read them as plain memory) or
+ * datetime/timedelta items (no buffer format describes them), refused as
+ * the interface dicts' typestr is. */
 enum { NUMPY_ITEMS, NUMPY_USER };
+
+/* The int value of numpy's dtype attribute `name` (hasobject, a bool;
+ * isbuiltin), or -1. */
+static int
+numpy_flag(PyObject *dtype, PyObject *name)
+{
+    PyObject *attr = PyObject_GetAttr(dtype, name);
+    long flag = -1;
+
+    if (attr != NULL) {
+        flag = PyLong_AsLong(attr);
+        Py_DECREF(attr);
+    }
+    PyErr_Clear();                  /* numpy's own attributes: cannot fail */
+    return (int)flag;
+}
 
 static int
 numpy_items(bufferext_state *st, PyObject *obj, PyTypeObject *ndarray)
 {
-    PyObject *dtype, *get, *attr;
+    PyObject *dtype, *get;
     const char *expected = NULL;
-    int type_num, flag = -1;
+    int type_num;
 
     /* Mirrors: the head of PyArray_Descr, whose type_num numpy keeps at
      * this offset on purpose ("to ensure type_num is stable",
@@ -734,24 +751,15 @@ numpy_items(bufferext_state *st, PyObject *obj, PyTypeObject *ndarray)
         expected = "a type the buffer protocol can describe (not "
                    "datetime/timedelta)";
     }
-    else {
-        /* object, a structured type (objects in it?), a user-defined one */
-        attr = PyObject_GetAttr(dtype, type_num == NPY_OBJECT ||
-                                type_num == NPY_VOID ? st->str_hasobject
-                                                     : st->str_isbuiltin);
-        if (attr != NULL) {
-            flag = (int)PyLong_AsLong(attr);    /* hasobject: a bool */
-            Py_DECREF(attr);
-        }
-        PyErr_Clear();              /* numpy's own attributes: cannot fail */
-        if (type_num == NPY_OBJECT || type_num == NPY_VOID) {
-            expected = flag ? "a fixed-size type without Python objects"
-                            : NULL;
-        }
-        else if (flag == 2) {
-            Py_DECREF(dtype);
-            return NUMPY_USER;
-        }
+    else if (numpy_flag(dtype, st->str_hasobject) == 1) {
+        /* object, a structured type holding them, a dtype not numpy's
+         * own whose items hold references (StringDType's) */
+        expected = "a fixed-size type without Python objects";
+    }
+    else if (type_num >= NPY_USERDEF &&
+             numpy_flag(dtype, st->str_isbuiltin) == 2) {
+        Py_DECREF(dtype);
+        return NUMPY_USER;
     }
     if (expected != NULL) {
         PyErr_Format(PyExc_BufferError, "as_buffer: %s of dtype %S; "

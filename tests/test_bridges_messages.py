@@ -148,6 +148,11 @@ class Lying(np.ndarray):  # type: ignore[type-arg]
      "datetime/timedelta)"),
     ("m8[ms]", "a type the buffer protocol can describe (not "
      "datetime/timedelta)"),
+    pytest.param(
+        getattr(np.dtypes, "StringDType", lambda: None)(),
+        "a fixed-size type without Python objects",
+        marks=pytest.mark.skipif(not hasattr(np.dtypes, "StringDType"),
+                                 reason="numpy 2's StringDType")),
 ])
 @pytest.mark.parametrize("cls", [np.ndarray, Lying])
 @pytest.mark.parametrize("readonly", [None, True])
