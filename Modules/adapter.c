@@ -414,8 +414,7 @@ static PyType_Spec adapter_spec = {
     "bufferext.BufferAdapter",
     sizeof(AdapterObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-        Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    BUFFEREXT_TYPE_FLAGS | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     adapter_slots,
 };
 

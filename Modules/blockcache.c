@@ -112,7 +112,9 @@ bufferext_block_alloc(Py_ssize_t nbytes, int zeroed, char **data,
     void *allocation = NULL;
 
     if ((size_t)nbytes > (size_t)PY_SSIZE_T_MAX - CPU_HUGE_BLOCK) {
-        PyErr_SetString(PyExc_ValueError, "CPUBuffer: size is too large");
+        PyErr_Format(PyExc_ValueError, "CPUBuffer: %zd bytes is too large "
+                     "(at most %zd)", nbytes,
+                     (Py_ssize_t)(PY_SSIZE_T_MAX - CPU_HUGE_BLOCK));
         return NULL;
     }
     *mapped = 0;

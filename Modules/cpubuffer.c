@@ -668,7 +668,7 @@ static PyType_Spec cpubuffer_spec = {
     "bufferext.CPUBuffer",
     sizeof(CPUBufferObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    BUFFEREXT_TYPE_FLAGS | Py_TPFLAGS_BASETYPE,
     cpubuffer_slots,
 };
 

@@ -898,7 +898,7 @@ static PyType_Spec cudabuffer_spec = {
     "bufferext.CUDABuffer",
     sizeof(CUDABufferObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    BUFFEREXT_TYPE_FLAGS | Py_TPFLAGS_BASETYPE,
     cudabuffer_slots,
 };
 

@@ -190,9 +190,12 @@ layout_dtype(PyObject *exporter, const bufferext_export_layout *layout,
     uint32_t packed = layout->dl_dtype;
     int why = 0;
 
+    if (layout->format == NULL) {
+        return bufferext_refuse(exporter, BUFFEREXT_FORMAT_UNKNOWN);
+    }
     if (packed == 0) {
-        why = bufferext_format_dlpack(layout->format ? layout->format : "B",
-                                      layout->itemsize, &packed);
+        why = bufferext_format_dlpack(layout->format, layout->itemsize,
+                                      &packed);
     }
     if (why == 1) {
         PyErr_Format(PyExc_BufferError,
@@ -211,8 +214,7 @@ layout_dtype(PyObject *exporter, const bufferext_export_layout *layout,
     if (why != 0) {
         PyErr_Format(PyExc_BufferError,
                      "%.200s: format '%s' has no DLPack data type",
-                     Py_TYPE(exporter)->tp_name,
-                     layout->format ? layout->format : "B");
+                     Py_TYPE(exporter)->tp_name, layout->format);
         return -1;
     }
     out->code = (uint8_t)(packed & 0xFF);

@@ -218,9 +218,10 @@ bufferext_init_dlpack_exchange(PyObject *module)
     if (capsule == NULL) {
         return -1;
     }
+    /* in the dicts: the types are immutable once made (state.h) */
     for (i = 0; i < 3 && rc == 0; i++) {
-        rc = PyObject_SetAttrString((PyObject *)types[i], EXCHANGE_ATTR,
-                                    capsule);
+        rc = PyDict_SetItemString(types[i]->tp_dict, EXCHANGE_ATTR, capsule);
+        PyType_Modified(types[i]);
     }
     Py_DECREF(capsule);
     return rc;

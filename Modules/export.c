@@ -502,7 +502,8 @@ bufferext_layout_contiguity(bufferext_export_layout *layout)
     if (layout->c_contiguous && layout->suboffsets == NULL) {
         /* 0x40 is F_CONTIGUOUS's own bit (the rest is STRIDES) */
         layout->refused = (layout->readonly ? PyBUF_WRITABLE : 0) |
-                          (layout->f_contiguous ? 0 : 0x40);
+                          (layout->f_contiguous ? 0 : 0x40) |
+                          (layout->format == NULL ? PyBUF_FORMAT : 0);
     }
 }
 

@@ -39,7 +39,14 @@ int bufferext_layout_parse(const char *who, PyObject *shape,
                            Py_ssize_t itemsize, bufferext_layout *out);
 PyObject *bufferext_tuple_from_ssize(int n, const Py_ssize_t *values);
 
-/* A layout an exporter holds, filled into every request (below). */
+/* Why a layout of unknown format (a BufferView acquired without
+ * PyBUF_FORMAT, of items of several bytes) has no format to give. */
+#define BUFFEREXT_FORMAT_UNKNOWN                                            \
+    "the item format is unknown (the view was acquired without "           \
+    "PyBUF_FORMAT)"
+
+/* A layout an exporter holds, filled into every request (below);
+ * `format` is NULL only where it is unknown. */
 typedef struct {
     void *buf;
     Py_ssize_t len;
@@ -137,6 +144,9 @@ bufferext_check_request(PyObject *exporter, int flags,
 
     if (REQ_WRITABLE(flags) && layout->readonly) {
         return bufferext_refuse(exporter, "buffer is read-only");
+    }
+    if (REQ_FORMAT(flags) && layout->format == NULL) {
+        return bufferext_refuse(exporter, BUFFEREXT_FORMAT_UNKNOWN);
     }
     if (REQ_C_CONTIGUOUS(flags) && !c) {
         return bufferext_refuse(exporter, "buffer is not C-contiguous");

@@ -110,6 +110,17 @@ bufferext_release_ext_raised(Py_buffer_extended *view)
     PyErr_Restore(type, value, tb);
 }
 
+/* The exporter types are immutable, as CPython's own types are (3.10+):
+ * no attribute of theirs changes after module init, and from 3.12 an
+ * immutable type's version tag is one of the process, which the header's
+ * cache may share between interpreters (internal/accel.h).  3.9 has no
+ * such flag, and one counter of tags for the whole process. */
+#ifndef Py_TPFLAGS_IMMUTABLETYPE
+#  define Py_TPFLAGS_IMMUTABLETYPE 0
+#endif
+#define BUFFEREXT_TYPE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |    \
+                              Py_TPFLAGS_IMMUTABLETYPE)
+
 /* Types only bufferext makes (BufferView, BufferAdapter): the flag, and on
  * 3.9, which lacks it, no tp_new (Type() -> TypeError). */
 #ifndef Py_TPFLAGS_DISALLOW_INSTANTIATION

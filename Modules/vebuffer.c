@@ -456,7 +456,7 @@ static PyType_Spec vebuffer_spec = {
     "bufferext.VEBuffer",
     sizeof(VEBufferObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    BUFFEREXT_TYPE_FLAGS | Py_TPFLAGS_BASETYPE,
     vebuffer_slots,
 };
 

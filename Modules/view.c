@@ -105,7 +105,11 @@ view_build_layout(BufferViewObject *self)
     l->len = v->len;
     l->readonly = v->readonly;
     l->itemsize = v->itemsize;
-    l->format = v->format != NULL ? v->format : "B";
+    /* no format asked for: unsigned bytes if the items are bytes, else
+     * unknown (NULL: an export asking for PyBUF_FORMAT is refused, a 'B'
+     * for items of several bytes would be read byte by byte) */
+    l->format = v->format != NULL ? v->format
+                                  : (v->itemsize == 1 ? "B" : NULL);
     l->ndim = v->ndim;
     l->shape = v->shape;
     l->strides = v->strides;
@@ -706,7 +710,9 @@ VIEW_GETTER(obj, Py_NewRef(self->ext.view.obj ? self->ext.view.obj
 VIEW_GETTER(ptr, PyLong_FromVoidPtr(self->layout.buf))
 VIEW_GETTER(nbytes, PyLong_FromSsize_t(self->layout.len))
 VIEW_GETTER(itemsize, PyLong_FromSsize_t(self->layout.itemsize))
-VIEW_GETTER(format, PyUnicode_FromString(self->layout.format))
+VIEW_GETTER(format, self->layout.format != NULL
+                        ? PyUnicode_FromString(self->layout.format)
+                        : Py_NewRef(Py_None))
 VIEW_GETTER(ndim, PyLong_FromLong(self->layout.ndim))
 VIEW_GETTER(shape, bufferext_tuple_from_ssize(self->layout.ndim,
                                               self->layout.shape))
@@ -827,7 +833,9 @@ static PyGetSetDef view_getset[] = {
                    "device memory)."),
     VIEW_ATTR(nbytes, "Size in bytes (view.len)."),
     VIEW_ATTR(itemsize, "Bytes per item."),
-    VIEW_ATTR(format, "struct-module format of an item ('B' if none)."),
+    VIEW_ATTR(format, "struct-module format of an item ('B' if none and the "
+                      "items are bytes; None if none and they are not: "
+                      "acquired without PyBUF_FORMAT)."),
     VIEW_ATTR(ndim, "Number of dimensions."),
     VIEW_ATTR(shape, "Shape, a tuple of ints."),
     VIEW_ATTR(strides, "Strides in bytes."),
@@ -860,10 +868,12 @@ view_repr(PyObject *op)
     device = view_get_device(op, NULL);
     if (shape != NULL && device != NULL) {
         result = PyUnicode_FromFormat(
-            "<BufferView of %.200s: shape=%R format='%s' device=%R%s>",
+            "<BufferView of %.200s: shape=%R format=%s%s%s device=%R%s>",
             Py_TYPE(self->ext.view.obj ? self->ext.view.obj
                                        : Py_None)->tp_name,
-            shape, self->layout.format, device,
+            shape, self->layout.format ? "'" : "",
+            self->layout.format ? self->layout.format : "None",
+            self->layout.format ? "'" : "", device,
             self->layout.readonly ? " readonly" : "");
     }
     view_unpin(self);
@@ -900,8 +910,7 @@ static PyType_Spec view_spec = {
     "bufferext.BufferView",
     sizeof(BufferViewObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-        Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    BUFFEREXT_TYPE_FLAGS | Py_TPFLAGS_DISALLOW_INSTANTIATION,
     view_slots,
 };
 

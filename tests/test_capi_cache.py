@@ -8,10 +8,11 @@ the header keeps no cache: these tests are the backport's."""
 from __future__ import annotations
 
 import gc
+import sys
 
 import pytest
 
-from _helpers import COLLECTING_EXAMPLES
+from _helpers import COLLECTING_EXAMPLES, run_child
 
 
 ND = 0x8
@@ -139,3 +140,41 @@ def test_no_stale_answer_for_a_new_type_after_an_old_one_is_freed(capi):
     # the allocator hands freed type memory back: the check above covered
     # types at the address of a freed one (informative, not required)
     print(f"type addresses reused: {reused} of {COLLECTING_EXAMPLES}")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.9-3.11 look the "
+                    "type up through _PyType_Lookup, which holds the MRO")
+def test_the_mro_is_held_while_a_dict_key_reassigns_bases(capi):
+    """A class dict's key whose __eq__ runs during the lookup (it collides
+    with the declaration's name) assigns __bases__, which frees the MRO
+    being walked; the header holds it, as CPython's own lookup does (a
+    borrowed MRO crashed here once the freed tuple's memory was reused)."""
+    out = run_child(f'''
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            {capi.__name__!r}, {capi.__file__!r})
+        capi = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(capi)
+        NAME = "__buffer_supported_flags__"
+        keep = []
+        class Base(bytearray): pass
+        class Base2(bytearray): __buffer_supported_flags__ = 0x1FC
+        class Key(str):
+            armed = True
+            def __hash__(self):
+                return hash(NAME)
+            def __eq__(self, other):
+                if Key.armed and other == NAME:
+                    Key.armed = False
+                    Sub.__bases__ = (Base2,)        # the old MRO is freed
+                    keep.extend((b"A" * 400 + bytes([i]), b"A" * 401,
+                                 b"A" * 402, b"A" * 403) for i in range(50))
+                return str.__eq__(self, other)
+            __ne__ = lambda self, other: not self.__eq__(other)
+        Sub = type("Sub", (Base,), {{Key("zz"): 1}})
+        capi.check_supports(Sub(b"ab"), {ND})
+        assert not Key.armed                # the key's __eq__ ran
+        assert capi.supported_flags(Sub(b"ab")) == 0x1FC    # Base2's now
+        print("held")
+    ''')
+    assert out.split() == ["held"]

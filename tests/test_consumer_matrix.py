@@ -123,9 +123,12 @@ def expected_fields(raw, flags):
             strides.insert(0, step)
             step *= dim or 1
         strides = tuple(strides)
+    # no format: bytes 'B' where the items are bytes, else unknown (None)
+    fmt = raw["format"]
+    if fmt is None and raw["itemsize"] == 1:
+        fmt = "B"
     return {"ptr": raw["buf"], "nbytes": raw["len"],
-            "itemsize": raw["itemsize"],
-            "format": raw["format"] if raw["format"] is not None else "B",
+            "itemsize": raw["itemsize"], "format": fmt,
             "ndim": raw["ndim"], "shape": shape, "strides": strides,
             "readonly": raw["readonly"], "suboffsets": raw["suboffsets"]}
 

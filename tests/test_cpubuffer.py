@@ -223,6 +223,8 @@ def test_keyword_arguments():
     ((2**62, 4), ValueError, ["too large"]),
     ((2**63,), ValueError, ["shape[0]", "too large"]),
     ((2**63 - 1,), ValueError, ["shape[0]", "too large"]),
+    # fits a Py_ssize_t, not an allocation: the byte count is named
+    ((2**63 - 2,), ValueError, ["9223372036854775806 bytes is too large"]),
     ((1,) * 65, ValueError, ["65 dimensions", "64"]),
     ((1.5,), TypeError, ["shape[0]", "float"]),
     ((2, "3"), TypeError, ["shape[1]", "str"]),

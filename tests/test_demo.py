@@ -42,8 +42,12 @@ def test_serial_reference_diffuses() -> None:
     assert g[0].max() == 1.0 and 0 < g[1, 4] < 1 and g[-2, 4] < g[1, 4]
 
 
-def test_bad_arguments() -> None:
+def test_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert _demo.run(args("--size", "0")) == 2
+    assert _demo.run(args("--size", str(2**40))) == 2   # a usage error too
+    assert capsys.readouterr().err.endswith(
+        f"demo: --size {2**40}: its grid of float64 would take "
+        f"{(2**40 + 2)**2 * 8} bytes, more than this process can address\n")
 
 
 def test_under_a_launcher_without_mpi4py_says_what_to_install() -> None:

@@ -133,3 +133,43 @@ def test_bufferext_refuses_subinterpreters_saying_why(tmp_path) -> None:
     assert message.startswith("bufferext cannot be imported in a "
                               "subinterpreter: its C core keeps process-wide "
                               "state"), message
+
+
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
+def test_an_interpreters_own_tags_stay_out_of_the_shared_table(
+        capi: ModuleType) -> None:
+    """Each interpreter numbers its classes' version tags from the same
+    start, and a class freed in one may leave its address to a class of
+    another: a (type, tag) entry made by one interpreter could then answer
+    for a stranger in the next.  So a class's tag is the main interpreter's
+    alone to cache; static and immutable types (tags of the process) are
+    shared."""
+    probe = textwrap.dedent(f'''
+        import importlib.util
+        spec = importlib.util.spec_from_file_location({capi.__name__!r},
+                                                      {capi.__file__!r})
+        capi = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(capi)
+        class K(bytearray):
+            __buffer_supported_flags__ = capi.PyBUF_ND
+        for obj in (K(b"ab"), b"x"):
+            capi.reset_cache_stats()
+            for _ in range(3):
+                assert capi.supported_flags(obj) == (
+                    capi.PyBUF_ND if type(obj) is K else
+                    capi.BUFFEREXT_LEGACY_FLAGS)
+            print(type(obj).__name__, *capi.cache_stats())
+    ''')
+    code = RUNNER + textwrap.dedent(f'''
+        probe = {probe!r}
+        exec(probe, {{}})                   # main: both cached
+        t = threading.Thread(target=run_isolated, args=(probe,))
+        t.start()
+        t.join()
+    ''')
+    result = run_child(code)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # (hits, misses) of three queries: the main interpreter's class misses
+    # once; the subinterpreter's misses every time; bytes hits in both
+    assert result.stdout.split() == ["K", "2", "1", "bytes", "2", "1",
+                                     "K", "0", "3", "bytes", "3", "0"]

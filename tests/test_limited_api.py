@@ -19,7 +19,7 @@ import sys
 import sysconfig
 import warnings
 from types import ModuleType
-from typing import Dict
+from typing import Any, Dict
 
 import pytest
 
@@ -442,6 +442,22 @@ def test_a_descriptor_is_no_declaration_or_entry(lim, c99) -> None:
     with pytest.raises(BufferError):
         lim.get(Declares((2,), "uint8"), FULL_RO)
     assert lim.get(Entry((2,), "uint8"), DEVICE)[:2] == (0, None)
+    # such a class is not cached: a hit compares what the lookups give,
+    # which here is not what the answer was made of, so a plain value put
+    # in the descriptor's place (giving the same lookup) must still count
+    class Same:
+        def __get__(self, obj: Any, owner: Any = None) -> int:
+            return FULL_RO
+
+    class Later(bufferext.CPUBuffer):
+        __buffer_supported_flags__ = Same()
+
+    for _ in range(2):
+        with pytest.raises(TypeError, match=r"= <.*Same object.* is invalid"):
+            lim.supported_flags(Later((2,), "uint8"))
+    Later.__buffer_supported_flags__ = FULL_RO
+    assert lim.supported_flags(Later((2,), "uint8")) == FULL_RO
+    assert len(set(agree(lim, c99, Later((2,), "uint8"), FULL_RO))) == 1
 
 
 @pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)

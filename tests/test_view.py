@@ -146,6 +146,29 @@ def test_nd_request_without_strides_gets_c_strides():
         assert view.format == "h"
 
 
+@pytest.mark.parametrize("make", [
+    lambda: bufferext.CPUBuffer(3, "f4"), lambda: np.arange(3, dtype="f4")])
+def test_a_view_acquired_without_format_knows_no_format(make: Any) -> None:
+    """Items of 4 bytes with no format asked for: the format is unknown
+    (None), and what needs one is refused by name instead of reading the
+    items as the bytes 'B' would say they are."""
+    source = make()
+    with get_buffer(source, F.ND) as view:
+        assert (view.format, view.itemsize, view.shape) == (None, 4, (3,))
+        assert "format=None" in repr(view)
+        for needs_a_format in (memoryview, get_buffer, np.from_dlpack,
+                               lambda v: get_buffer(v, F.ND | F.FORMAT)):
+            with pytest.raises(BufferError, match=r"the item format is "
+                               r"unknown \(the view was acquired without "
+                               r"PyBUF_FORMAT\)$"):
+                needs_a_format(view)
+        with get_buffer(view, F.ND) as again:     # what it was asked for
+            assert (again.format, again.itemsize) == (None, 4)
+    with get_buffer(np.arange(3, dtype="u1"), F.ND) as view:
+        assert view.format == "B"                 # bytes: 'B' is the truth
+        assert memoryview(view).tolist() == [0, 1, 2]
+
+
 def test_zero_dim_export_stays_zero_dim():
     arr = np.array(3.5)
     with get_buffer(arr) as view:

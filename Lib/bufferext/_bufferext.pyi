@@ -193,8 +193,10 @@ class BufferView:
     def itemsize(self) -> int:
         """Bytes per item."""
     @property
-    def format(self) -> str:
-        """struct-module format of an item (``'B'`` if none)."""
+    def format(self) -> str | None:
+        """struct-module format of an item (``'B'`` if none and the items
+        are bytes; None if none and they are not: acquired without
+        PyBUF_FORMAT)."""
     @property
     def ndim(self) -> int:
         """Number of dimensions."""

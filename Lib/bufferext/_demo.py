@@ -213,6 +213,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"demo: --size must be >= 1 and --steps >= 0 (got {args.size}, "
               f"{args.steps})", file=sys.stderr)
         return 2
+    nbytes = (args.size + 2) ** 2 * 8
+    if nbytes > sys.maxsize:
+        print(f"demo: --size {args.size}: its grid of float64 would take "
+              f"{nbytes} bytes, more than this process can address",
+              file=sys.stderr)
+        return 2
     try:
         comm = _world()
     except ImportError as exc:     # under mpiexec without mpi4py: no MPI to agree

@@ -267,7 +267,9 @@ BufferExtAccel_FindInMRO(PyTypeObject *type, const char *name, int *failed)
 {
     PyObject *key = PyUnicode_InternFromString(name), *found = NULL;
 #if PY_VERSION_HEX >= 0x030C0000
-    PyObject *mro = type->tp_mro;
+    /* held, as find_name_in_mro holds it: a dict key's __eq__ (or another
+     * thread) may assign __bases__, which frees the old MRO */
+    PyObject *mro = Py_XNewRef(type->tp_mro);
     Py_ssize_t i;
 
     for (i = 0; key != NULL && mro != NULL && i < PyTuple_GET_SIZE(mro);
@@ -290,6 +292,7 @@ BufferExtAccel_FindInMRO(PyTypeObject *type, const char *name, int *failed)
             break;
         }
     }
+    Py_XDECREF(mro);
 #else
     /* Before 3.12 the lookup that also gives the type a version tag (which
      * the cache needs) is _PyType_Lookup; it reads the MRO the same way. */
@@ -362,6 +365,7 @@ BufferExtAccel_ReadEntry(PyTypeObject *type, int *failed)
     PyObject *found = BufferExtAccel_FindInMRO(type, BUFFEREXT_ENTRY_ATTR,
                                                failed);
     const BufferExt_GetBufferEntry *entry = NULL;
+    BufferExt_GetBufferExProc getbuffer_ex = NULL;
     PyTypeObject *owner;
 
     if (found != NULL && PyCapsule_IsValid(found, BUFFEREXT_ENTRY_CAPSULE)) {
@@ -377,10 +381,13 @@ BufferExtAccel_ReadEntry(PyTypeObject *type, int *failed)
                 BufferExtAccel_ReleaseSlot(owner)) {
             entry = NULL;
         }
+        /* read while the capsule, which owns the entry, is held (without
+         * the GIL another thread may delete the attribute meanwhile) */
+        getbuffer_ex = entry != NULL ? entry->getbuffer_ex : NULL;
     }
     Py_XDECREF(found);
     PyErr_Clear();
-    return entry != NULL ? entry->getbuffer_ex : NULL;
+    return getbuffer_ex;
 }
 
 /* Everything the header needs to know of `type`, read afresh; *failed is
@@ -411,16 +418,42 @@ static inline int BufferExtAccel_SameInfo(BufferExtAccel_TypeInfo a,
 }
 
 #ifdef BUFFEREXT_ACCEL_HAVE_CACHE
-/* Whether this thread may use the table.  Without atomics, from 3.12,
- * only the main interpreter does: interpreters with a GIL of their own
- * (PEP 684) run in parallel, and the table is one per translation unit,
- * shared by every interpreter of the process.  Mirrors: PEP 684
- * (3.12-3.15).  Re-check at 3.16. */
-static inline int BufferExtAccel_CacheOwner(void)
+/* Whether this thread may use the table for a type of version tag `tag`.
+ * The table is one per translation unit, shared by every interpreter of
+ * the process.  From 3.12 each interpreter numbers the mutable heap types
+ * it makes from its own counter, which every interpreter starts at
+ * _Py_TYPE_BASE_VERSION_TAG (2 << 16): a type of one interpreter and a
+ * type of another made at the first one's address once it is freed may
+ * carry the same tag, so such tags are the main interpreter's only (it is
+ * never freed before the process ends); the tags below (static and
+ * immutable types) come from one counter of the process and name one type
+ * wherever they are read.  Without atomics, from 3.12, only the main
+ * interpreter uses the table at all: interpreters with a GIL of their own
+ * (PEP 684) run in parallel.  Mirrors: assign_version_tag
+ * (Objects/typeobject.c) and _Py_TYPE_BASE_VERSION_TAG
+ * (Include/internal/pycore_typeobject.h), 3.12-3.15; PEP 684.  Re-check
+ * at 3.16. */
+static inline int BufferExtAccel_CacheOwner(unsigned int tag)
 {
-#  if PY_VERSION_HEX >= 0x030C0000 && !defined(BUFFEREXT_ACCEL_ATOMICS)
-    return PyInterpreterState_Get() == PyInterpreterState_Main();
+#  if PY_VERSION_HEX >= 0x030C0000
+    /* Mirrors: the main interpreter is a static of the runtime from 3.12
+     * (_PyRuntime._main_interpreter), the same for the process's life:
+     * kept, it spares a call. */
+    static PyInterpreterState *main_interp;
+    PyInterpreterState *main = BUFFEREXT_ACCEL_LOAD(&main_interp);
+
+#    ifdef BUFFEREXT_ACCEL_ATOMICS
+    if (tag < (2u << 16)) {
+        return 1;
+    }
+#    endif
+    if (main == NULL) {
+        main = PyInterpreterState_Main();
+        BUFFEREXT_ACCEL_STORE(&main_interp, main);
+    }
+    return PyInterpreterState_Get() == main;
 #  else
+    (void)tag;
     return 1;
 #  endif
 }
@@ -512,7 +545,7 @@ BufferExtAccel_InfoMiss(PyTypeObject *type)
         }
     }
     /* a failed lookup (no memory) is not the type's answer */
-    if (tag != 0 && !failed && BufferExtAccel_CacheOwner()) {
+    if (tag != 0 && !failed && BufferExtAccel_CacheOwner(tag)) {
         entry = &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE];
         BufferExtAccel_CacheStore(entry, type, tag, info);
     }
@@ -527,7 +560,7 @@ BufferExtAccel_InfoCached(PyTypeObject *type, BufferExtAccel_TypeInfo *info)
 {
     unsigned int tag = BufferExtAccel_TypeTag(type);
 
-    if (tag != 0 && BufferExtAccel_CacheOwner() &&
+    if (tag != 0 && BufferExtAccel_CacheOwner(tag) &&
         BufferExtAccel_CacheLoad(
             &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE], type,
             tag, info)) {
@@ -550,7 +583,7 @@ BufferExtAccel_MaskCached(PyTypeObject *type, int *mask)
     unsigned int seq;
 #  endif
 
-    if (tag == 0 || !BufferExtAccel_CacheOwner()) {
+    if (tag == 0 || !BufferExtAccel_CacheOwner(tag)) {
         return 0;
     }
     entry = &BufferExtAccel_Cache()[tag % BUFFEREXT_ACCEL_CACHE_SIZE];

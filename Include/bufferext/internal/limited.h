@@ -452,7 +452,11 @@ BufferExtAccel_InfoMiss(PyTypeObject *type, BufferExtAccel_CacheEntry *entry,
     int frozen;
 
     BUFFEREXT_ACCEL_COUNT(1);
-    if (keys.failed || held.failed) {
+    /* Not cached where the lookups give other objects than the dicts hold
+     * (a descriptor's __get__ ran): a hit compares the lookups, and they
+     * would not tell when the dicts change */
+    if (keys.failed || held.failed || keys.declared != held.declared ||
+        keys.entry != held.entry) {
         BufferExtAccel_ClearKeys(&keys);
         BufferExtAccel_ClearKeys(&held);
         return info;
