@@ -50,9 +50,9 @@
 
 /* Cache entries remember (type, version tag) -> declared value.  CPython
  * gives a type a fresh version tag whenever its attributes change (and never
- * reuses one), so a matching tag proves the declaration is unchanged.  Types
- * without a valid tag are looked up every time.  The cache is disabled on
- * free-threaded builds. */
+ * reuses one within an interpreter: see BufferExtAccel_CacheOwner for
+ * several), so a matching tag proves the declaration is unchanged.  Types
+ * without a valid tag are looked up every time. */
 #define BUFFEREXT_ACCEL_CACHE_SIZE 64
 #define BUFFEREXT_ACCEL_INVALID_DECLARATION (-2) /* cached: the attribute is bad */
 
