@@ -137,6 +137,7 @@ def host_array(obj: Any, what: str) -> np.ndarray:
         return exporter
     with get_buffer(exporter, _READ_ANY) as view:
         fmt, shape, device = view.format, view.shape, view.device
+        assert fmt is not None      # asked for: see _protocol._buffer_shape
         dtype = held_dtype(fmt, f"{what}: a {type(obj).__name__}")
         if device is not None:
             out = np.empty(shape, dtype)

@@ -396,6 +396,9 @@ def _buffer_shape(buffer: Any) -> Tuple[Tuple[int, ...], Optional[str], str]:
         shape, device, fmt = tuple(view.shape), view.device, view.format
     finally:
         view.release()
+    # asked for with PyBUF_FORMAT: the gate refuses an export without a
+    # format unless its items are bytes, which are then 'B'
+    assert fmt is not None
     if device is not None:
         # device memory moves as a numeric array (staged or handed to MPI)
         try:
