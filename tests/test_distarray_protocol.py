@@ -271,6 +271,42 @@ def test_09_import_keeps_padding_and_periodic() -> None:
     assert dims[0]["padding"] == (0, 1) and dims[0]["periodic"] is True
 
 
+@pytest.mark.parametrize("n,problems", [
+    ({"dist_type": "n"}, ["dim_data[0]: required key 'size' is missing"]),
+    ({"dist_type": "n", "size": "4"},
+     ["dim_data[0]['size'] = '4': must be a Python int >= 0"]),
+    ({"dist_type": "n", "size": 5},
+     ["dim_data[0]['size'] = 5: an undistributed dimension's size must equal "
+      "the buffer's extent 4"]),
+    ({"dist_type": "n", "size": 4, "stop": 4, "proc_grid_size": 2},
+     ["dim_data[0]['stop'] = 4: unknown key for dist_type 'n'",
+      "dim_data[0]['proc_grid_size'] = 2: must be 1 for dist_type 'n' "
+      "(undistributed)"]),
+    ({"dist_type": "n", "size": 4, "proc_grid_rank": True},
+     ["dim_data[0]['proc_grid_rank'] = True: must be 0 for dist_type 'n' "
+      "(undistributed)"]),
+])
+def test_09_undistributed_problems_name_the_keys_the_producer_wrote(n, problems):
+    # 'n' is read as a block dimension of one process, whose start and stop
+    # the producer never wrote: no problem may name them, none may be lost
+    assert rejects(_exp(np.zeros(4), n, version="0.9.0")).problems == problems
+
+
+def test_09_undistributed_may_carry_the_grid_of_one_process() -> None:
+    n = {"dist_type": "n", "size": 4, "proc_grid_size": 1, "proc_grid_rank": 0}
+    assert check(_exp(np.zeros(4), n, version="0.9.0")).dims[0]["stop"] == 4
+
+
+def test_09_widened_block_problems_say_what_was_read() -> None:
+    # 0.9's start/stop leave the padding out; the reader widens them, and a
+    # problem with the widened values says which the producer wrote
+    dd = B(size=7, grid=3, rank=1, start=3, stop=7, padding=(1, 1))
+    assert rejects(_exp(np.zeros(6), dd, version="0.9.0")).problems == [
+        "dim_data[0]['stop'] = 8: must be <= size (7)",
+        "dim_data[0]: read as 0.9.x, whose 'start' and 'stop' leave out the "
+        "padding: 3 and 7 were widened to 2 and 8"]
+
+
 # ---- versions, int64, device formats (from test_boundary_python.py) --------
 
 @pytest.mark.parametrize("version", [np.array(["0.10.0"]),

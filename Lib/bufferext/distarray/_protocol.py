@@ -358,11 +358,7 @@ def _legacy_dim(dim: int, dd: Any, extent: int, problems: List[str]) -> Any:
         return dd
     dist = dd.get("dist_type")
     if isinstance(dist, str) and dist == "n":
-        out = {k: v for k, v in dd.items() if k in ("size", "padding", "periodic")}
-        size = dd.get("size")
-        out.update(dist_type="b", proc_grid_size=1, proc_grid_rank=0,
-                   start=0, stop=size)
-        return out
+        return _legacy_undistributed(dim, dd, extent, problems)
     if not (isinstance(dist, str) and dist == "b") or "padding" not in dd:
         return dd
     pad: Any = dd.get("padding")
@@ -383,6 +379,44 @@ def _legacy_dim(dim: int, dd: Any, extent: int, problems: List[str]) -> Any:
         return dd
     out = dict(dd)
     out.update(start=start - low, stop=stop + high)
+    return out
+
+
+#: The keys of a 0.9.x ``'n'`` dimension: its own, and the grid keys of a
+#: single process (0.9 asks them of distributed dimensions only; a producer
+#: that writes them anyway may write these values and no others).
+_N_KEYS = {"dist_type": None, "size": None, "padding": None, "periodic": None,
+           "proc_grid_size": 1, "proc_grid_rank": 0}
+
+
+def _legacy_undistributed(dim: int, dd: Dict[Any, Any], extent: int,
+                          problems: List[str]) -> Any:
+    """A 0.9.x ``'n'`` dimension as the block dimension of one process that
+    0.10.0 reads, or None with its problems said in the producer's terms
+    (the keys it wrote, never the ``start``/``stop`` read into it)."""
+    before = len(problems)
+    for key, value in dd.items():
+        if key not in _N_KEYS:
+            problems.append(f"dim_data[{dim}][{key!r}] = {value!r}: unknown key "
+                            "for dist_type 'n'")
+        elif _N_KEYS[key] is not None and not (_is_int(value)
+                                                and value == _N_KEYS[key]):
+            problems.append(f"dim_data[{dim}][{key!r}] = {value!r}: must be "
+                            f"{_N_KEYS[key]} for dist_type 'n' (undistributed)")
+    size: Any = dd.get("size")
+    if "size" not in dd:
+        problems.append(f"dim_data[{dim}]: required key 'size' is missing")
+    elif not _is_int(size) or size < 0:
+        problems.append(f"dim_data[{dim}]['size'] = {size!r}: must be a Python "
+                        "int >= 0")
+    elif size != extent:
+        problems.append(f"dim_data[{dim}]['size'] = {size!r}: an undistributed "
+                        f"dimension's size must equal the buffer's extent {extent}")
+    if len(problems) != before:
+        return None
+    out = {k: v for k, v in dd.items() if k in ("size", "padding", "periodic")}
+    out.update(dist_type="b", proc_grid_size=1, proc_grid_rank=0,
+               start=0, stop=size)
     return out
 
 
@@ -459,9 +493,20 @@ def check(distbuffer: Any) -> Checked:
     aliases = tuple(type(dd) is dict and (not dd or dd.get("dist_type") == "n")
                     for dd in dim_data)
     for i, dd in enumerate(dim_data):
-        if legacy:
-            dd = _legacy_dim(i, dd, shape[i], checker.problems)
-        dims.append(checker.dim(i, dd, shape[i]))
+        if not legacy:
+            dims.append(checker.dim(i, dd, shape[i]))
+            continue
+        read = _legacy_dim(i, dd, shape[i], checker.problems)
+        if read is None:            # its problems said in the producer's terms
+            continue
+        before = len(checker.problems)
+        dims.append(checker.dim(i, read, shape[i]))
+        if (len(checker.problems) != before and read is not dd
+                and read.get("dist_type") == dd.get("dist_type")):
+            checker.problems.append(
+                f"dim_data[{i}]: read as 0.9.x, whose 'start' and 'stop' leave "
+                f"out the padding: {dd['start']} and {dd['stop']} were widened "
+                f"to {read['start']} and {read['stop']}")
     if checker.problems:
         raise ProtocolError(checker.problems)
     return Checked(version, shape, device, fmt, tuple(dims),  # type: ignore[arg-type]
