@@ -120,18 +120,13 @@ ve_atexit(void)
 }
 
 /* Start VEO on `number` (once) and count one more user.  Returns the node,
- * or NULL with DeviceUnavailableError naming the node. */
+ * or NULL with *failed naming the VEO call that failed (the caller raises,
+ * once the mutex is let go: an exception is Python's memory). */
 static bufferext_ve_node *
-node_acquire_locked(bufferext_state *st, int number)
+node_acquire_locked(int number, const char **failed)
 {
     bufferext_ve_node *node = &ve_nodes[number];
-    char who[32];
 
-    if (VE_FORKED()) {
-        PyOS_snprintf(who, sizeof(who), "VE node %d", number);
-        bufferext_fork_error(st, who, "VEO");
-        return NULL;
-    }
     if (node->proc == NULL) {
         node->proc = VEO(veo_proc_create)(number);
 #ifndef _WIN32
@@ -141,17 +136,13 @@ node_acquire_locked(bufferext_state *st, int number)
         }
 #endif
         if (node->proc == NULL) {
-            PyErr_Format(st->DeviceUnavailableError,
-                         "VE node %d: veo_proc_create(%d) failed (is the "
-                         "node present and VEOS running?) using the VEO "
-                         "library at %s", number, number, veo_library.path);
+            *failed = "veo_proc_create";
             return NULL;
         }
         node->context = VEO(veo_context_open)(node->proc);
         if (node->context == NULL) {
             node_teardown(node);
-            PyErr_Format(st->DeviceUnavailableError,
-                         "VE node %d: veo_context_open failed", number);
+            *failed = "veo_context_open";
             return NULL;
         }
     }
@@ -163,13 +154,30 @@ bufferext_ve_node *
 bufferext_ve_node_acquire(bufferext_state *st, int number)
 {
     bufferext_ve_node *node;
+    const char *failed = NULL;
+    char who[32];
 
     if (bufferext_library_load(st, &veo_spec, &veo_library) < 0) {
         return NULL;
     }
+    if (VE_FORKED()) {
+        PyOS_snprintf(who, sizeof(who), "VE node %d", number);
+        bufferext_fork_error(st, who, "VEO");
+        return NULL;
+    }
     BUFFEREXT_MUTEX_LOCK(ve_mutex);
-    node = node_acquire_locked(st, number);
+    node = node_acquire_locked(number, &failed);
     BUFFEREXT_MUTEX_UNLOCK(ve_mutex);
+    if (node == NULL && strcmp(failed, "veo_proc_create") == 0) {
+        PyErr_Format(st->DeviceUnavailableError,
+                     "VE node %d: veo_proc_create(%d) failed (is the node "
+                     "present and VEOS running?) using the VEO library at %s",
+                     number, number, veo_library.path);
+    }
+    else if (node == NULL) {
+        PyErr_Format(st->DeviceUnavailableError, "VE node %d: %s failed",
+                     number, failed);
+    }
     return node;
 }
 
