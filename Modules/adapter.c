@@ -58,11 +58,9 @@ adapter_reexport(bufferext_state *st, PyObject *source, int readonly)
         /* Only the two device layouts bufferext knows can be carried. */
         if (strcmp(ext.device, BUFFEREXT_DEVICE_CUDA) == 0) {
             self->device = BUFFEREXT_DEVICE_CUDA;
-            memcpy(&self->info.cuda, ext.device_info, sizeof(self->info.cuda));
         }
         else if (strcmp(ext.device, BUFFEREXT_DEVICE_VE) == 0) {
             self->device = BUFFEREXT_DEVICE_VE;
-            memcpy(&self->info.ve, ext.device_info, sizeof(self->info.ve));
         }
         else {
             PyErr_Format(PyExc_BufferError, "buffer: device '%s' is unknown "
@@ -71,6 +69,7 @@ adapter_reexport(bufferext_state *st, PyObject *source, int readonly)
             Py_DECREF(self);
             return NULL;
         }
+        self->device_info = ext.device_info;    /* the source's, live */
     }
     if (adapter_finish_layout(self, "buffer") < 0) {
         Py_DECREF(self);
@@ -106,7 +105,7 @@ adapter_export(PyObject *op, Py_buffer *view, int flags,
     view->obj = NULL;
     return bufferext_export(op, view, flags, ext, &self->layout,
                             self->device,
-                            self->device ? (void *)&self->info : NULL,
+                            self->device ? self->device_info : NULL,
                             &self->exports);
 }
 
@@ -322,7 +321,8 @@ adapter_get_cai(PyObject *op, void *closure)
                  ? NULL
                  : bufferext_cuda_cai_stream(
                        bufferext_state_from_type(Py_TYPE(op)),
-                       "__cuda_array_interface__", &self->info.cuda);
+                       "__cuda_array_interface__",
+                       (const BufferExt_CUDADeviceInfo *)self->device_info);
     if (stream == NULL) {
         Py_XDECREF(shape);
         Py_XDECREF(strides);

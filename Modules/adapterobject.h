@@ -25,6 +25,11 @@ typedef struct {
         BufferExt_VEDeviceInfo ve;
     } info;
     int owns_event;             /* info.cuda.event was made for us */
+    /* What exports hand out: &info, or a re-exported buffer's own (held
+     * below, so it lives as long as the adapter): that exporter may record
+     * a new event in it at each asynchronous write, and a copy would keep
+     * saying "ready" */
+    void *device_info;
     void *dl_managed;           /* consumed DLPack tensor, or NULL */
     int dl_versioned;
     void *arrow;                /* moved Arrow array (arrow.c), or NULL */
@@ -48,6 +53,7 @@ adapter_new(bufferext_state *st, PyObject *source)
     if (self != NULL) {
         bufferext_exports_init(&self->exports);
         self->source = Py_NewRef(source);
+        self->device_info = &self->info;
     }
     return self;
 }

@@ -246,6 +246,35 @@ gc.collect()
 
 # ---- a host pointer named in the error (from test_boundary_python.py) -------
 
+def test_re_export_of_a_cuda_buffer_follows_its_later_writes(
+        driver: str) -> None:
+    """as_buffer(b, readonly=True) re-exports b's own device info: a write
+    queued on b after the adapter was made records a new event there, and
+    every reader of the adapter waits on it (a copy of the info made when
+    b was ready kept saying "ready", and the adapter read zeros)."""
+    harness.check(driver, HELPERS + """
+b = CUDABuffer((4,), "f4")
+b.synchronize()
+adapter = bufferext.as_buffer(b, readonly=True)
+b.fill(7.0)                                    # pending: STANDIN_CUDA_LATE
+with bufferext.get_buffer(b) as view:
+    event = view.device_info.event
+assert event != 0
+with bufferext.get_buffer(adapter) as view:
+    assert view.device_info.event == event
+    out = np.empty(4, "f4")
+    view.copy_to_host(out)
+assert out.tolist() == [7.0] * 4
+b.fill(8.0)
+sd.standin_reset_calls()
+cai = adapter.__cuda_array_interface__          # waits on the new event
+assert cai["stream"] is not None and calls("cuStreamWaitEvent") == 1
+assert b.to_host().tolist() == [8.0] * 4
+del adapter, view
+b.close()
+""", check_leaks=False, env={"STANDIN_CUDA_LATE": "1"})
+
+
 def test_host_pointer_in_a_cuda_interface_is_named(driver: str) -> None:
     # found on the way: the message printed "0x%llx" (PyErr_Format before
     # 3.12 has no %llx).  Refused before a bridge stream exists: the
