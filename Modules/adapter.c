@@ -31,7 +31,7 @@ adapter_reexport(bufferext_state *st, PyObject *source, int readonly)
         bufferext_release_ext_raised(&ext);
         return NULL;
     }
-    self->held = ext.view;
+    self->held = ext;
     self->has_held = 1;
     /* the gate let through a NULL shape only for ndim 0; NULL strides mean
      * C order (PEP 3118; ctypes leaves them NULL) */
@@ -69,7 +69,7 @@ adapter_reexport(bufferext_state *st, PyObject *source, int readonly)
             Py_DECREF(self);
             return NULL;
         }
-        self->device_info = ext.device_info;    /* the source's, live */
+        self->device_info = self->held.device_info;  /* the source's */
     }
     if (adapter_finish_layout(self, "buffer") < 0) {
         Py_DECREF(self);
@@ -148,7 +148,7 @@ adapter_dealloc(PyObject *op)
                                            self->dl_versioned);
         }
         if (self->has_held) {
-            PyBuffer_Release(&self->held);
+            BufferExt_Release(&self->held);     /* as the gate got it */
         }
         if (self->arrow != NULL) {
             bufferext_arrow_release(self->arrow);

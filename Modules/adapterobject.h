@@ -33,7 +33,7 @@ typedef struct {
     void *dl_managed;           /* consumed DLPack tensor, or NULL */
     int dl_versioned;
     void *arrow;                /* moved Arrow array (arrow.c), or NULL */
-    Py_buffer held;             /* re-exported buffer (policy change) */
+    Py_buffer_extended held;    /* re-exported buffer (policy change) */
     int has_held;
     bufferext_exports exports;  /* the `exports` attribute (exports.h) */
     PyObject *weakreflist;

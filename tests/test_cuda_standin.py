@@ -439,6 +439,43 @@ def test_close_refused_while_exported_and_use_after_close(driver: str) -> None:
     """)
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12),
+                    reason="__release_buffer__ is 3.12's (PEP 688)")
+def test_a_class_assigned_during_an_export_never_sees_device_memory(
+        driver: str) -> None:
+    """A device view made by A's typed entry, released once its object's
+    class is B, whose __release_buffer__ gets a memoryview of what it
+    releases: the release goes to the releasebuffer A's entry pairs with,
+    and B's Python code never sees the device memory (it read it, and
+    crashed).  The same for a re-export held by an adapter."""
+    harness.check(driver, """
+        seen = []
+        class A(CUDABuffer):
+            pass
+        class B(CUDABuffer):
+            def __release_buffer__(self, view):
+                seen.append(view.nbytes)         # device memory, as CPU's
+                super().__release_buffer__(view)
+        b = A((16,), "u1")
+        view = bufferext.get_buffer(b)
+        assert view.device == "bufferext.cuda"
+        b.__class__ = B
+        view.release()
+        assert seen == [] and b.exports == 0
+        b.__class__ = A
+        adapter = bufferext.as_buffer(b, readonly=True)   # re-exported
+        assert adapter.device == "bufferext.cuda"
+        assert adapter.protocol == "buffer", adapter.protocol
+        b.__class__ = B
+        del adapter
+        assert seen == [] and b.exports == 0
+        b.close()
+        # B's own exports still go through its __release_buffer__
+        with raises(BufferError):
+            memoryview(B((4,), "u1"))
+    """)
+
+
 def test_out_of_memory_is_memory_error_without_leaks(driver: str) -> None:
     harness.check(driver, """
         keep = CUDABuffer(100, "uint8")

@@ -929,11 +929,117 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 }
 #endif /* BUFFEREXT_NATIVE */
 
+/* PyErr_GetRaisedException and PyErr_SetRaisedException: CPython 3.12 on,
+ * the limited API's 3.12 on. */
+#if defined(Py_LIMITED_API) ? Py_LIMITED_API + 0 >= 0x030C0000 \
+                            : PY_VERSION_HEX >= 0x030C0000
+#  define BUFFEREXT_INTERNAL_RAISED_EXCEPTION 1
+#else
+#  define BUFFEREXT_INTERNAL_RAISED_EXCEPTION 0
+#endif
+
+/* 1 if `type` serves its typed entry, read without running any code (a
+ * slot, a cache hit): a device view of one of its instances may go to its
+ * releasebuffer.  0: BufferExtInternal_ReleaseDevice decides. */
+static inline int BufferExtInternal_EntryKnown(PyTypeObject *type)
+{
+#if defined(BUFFEREXT_NATIVE)
+    return BufferExtNative_Entry(type) != NULL;
+#elif !defined(Py_LIMITED_API) && defined(BUFFEREXT_ACCEL_HAVE_CACHE)
+    BufferExtAccel_TypeInfo info;
+    return BufferExtAccel_InfoCached(type, &info) && info.entry != NULL;
+#else
+    (void)type;
+    return 0;
+#endif
+}
+
+/* 1 if `type` serves its typed entry (its releasebuffer is the one the
+ * entry pairs with).  Never raises; may run a dict key's __eq__. */
+static inline int BufferExtInternal_ServesEntry(PyTypeObject *type)
+{
+#if defined(BUFFEREXT_NATIVE)
+    return BufferExtNative_Entry(type) != NULL;
+#else
+    return BufferExtAccel_Info(type).entry != NULL;
+#endif
+}
+
+/* The release of a device view whose object's class does not serve a typed
+ * entry (any more): the class was assigned since (`__class__`), to a
+ * sibling whose releasebuffer runs a Python __release_buffer__, which would
+ * be handed the device memory as a memoryview to read.  The view goes to
+ * the releasebuffer of the nearest base (tp_base: the classes that carry
+ * the object's layout) that serves an entry: the one the view's exporter
+ * pairs with its entry.  With none (the entry's capsule hidden since), the
+ * reference is dropped alone and the leaked export said as unraisable. */
+BUFFEREXT_INTERNAL_COLD void
+BufferExtInternal_ReleaseDevice(Py_buffer *view)
+{
+    PyObject *obj = view->obj;
+    PyTypeObject *base = Py_TYPE(obj), *next;
+    char name[BUFFEREXT_INTERNAL_NAME_SIZE];
+    /* any exception pending, kept out of the way and put back (with the
+     * functions of 3.12 on, which deprecate PyErr_Fetch) */
+#if BUFFEREXT_INTERNAL_RAISED_EXCEPTION
+    PyObject *pending = PyErr_GetRaisedException();
+#else
+    PyObject *exc_type, *exc_value, *exc_tb;
+
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+#endif
+
+    Py_INCREF((PyObject *)base);    /* an __eq__ may assign __bases__ */
+    while (base != NULL && !BufferExtInternal_ServesEntry(base)) {
+#ifdef Py_LIMITED_API
+        next = (PyTypeObject *)PyType_GetSlot(base, Py_tp_base);
+        PyErr_Clear();
+#else
+        next = base->tp_base;
+#endif
+        Py_XINCREF((PyObject *)next);
+        Py_DECREF((PyObject *)base);
+        base = next;
+    }
+    view->obj = NULL;
+    if (base != NULL) {
+        releasebufferproc release =
+            (releasebufferproc)BufferExtAccel_ReleaseSlot(base);
+        if (release != NULL) {
+            release(obj, view);
+        }
+        Py_DECREF((PyObject *)base);
+    }
+    else {
+        PyErr_Format(PyExc_BufferError, "a device export of a %.200s object "
+                     "is not released: no class of it serves the typed "
+                     "entry that made it, and its releasebuffer would hand "
+                     "the device memory to Python code",
+                     BufferExtInternal_TypeName(Py_TYPE(obj), name,
+                                                sizeof(name)));
+        PyErr_WriteUnraisable(obj);
+    }
+    Py_DECREF(obj);
+#if BUFFEREXT_INTERNAL_RAISED_EXCEPTION
+    PyErr_SetRaisedException(pending);
+#else
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+#endif
+}
+
 /* BufferExt_Release: PyBuffer_Release plus clearing the extension.  Safe to
- * call twice (the second call does nothing). */
+ * call twice (the second call does nothing).  A device view goes to the
+ * releasebuffer its typed entry pairs with, whatever class its object has
+ * now (BufferExtInternal_ReleaseDevice). */
 static inline void BufferExt_Release(Py_buffer_extended *view)
 {
-    BufferExtAccel_CallRelease(&view->view);
+    if (view->device != NULL && view->view.obj != NULL &&
+        !BufferExtInternal_EntryKnown(Py_TYPE(view->view.obj))) {
+        BufferExtInternal_ReleaseDevice(&view->view);
+    }
+    else {
+        BufferExtAccel_CallRelease(&view->view);
+    }
     BufferExtInternal_ClearExtension(view);
 }
 

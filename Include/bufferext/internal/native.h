@@ -50,6 +50,13 @@ static inline BufferExt_GetBufferExProc BufferExtNative_Entry(PyTypeObject *type
         type, Py_bf_getbuffer_ex);
 }
 
+/* The releasebuffer of `type` (NULL: none). */
+static inline releasebufferproc BufferExtAccel_ReleaseSlot(PyTypeObject *type)
+{
+    return (releasebufferproc)BufferExtInternal_TypeFunc(
+        type, Py_bf_releasebuffer);
+}
+
 /* The request flags `obj` (an exporter) honours.  The limited API reads no
  * declaration (CPython gives no getter of an int slot): each request bit
  * is asked of CPython. */
@@ -90,6 +97,12 @@ static inline BufferExt_GetBufferExProc BufferExtNative_Entry(PyTypeObject *type
 {
     PyBufferProcs *procs = BufferExtNative_Procs(type);
     return procs != NULL ? procs->bf_getbuffer_ex : NULL;
+}
+
+static inline releasebufferproc BufferExtAccel_ReleaseSlot(PyTypeObject *type)
+{
+    PyBufferProcs *procs = type->tp_as_buffer;
+    return procs != NULL ? procs->bf_releasebuffer : NULL;
 }
 
 /* The declaration of `type` as written (0: none). */
