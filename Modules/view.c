@@ -426,12 +426,14 @@ view_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     return view_release(op, NULL);
 }
 
+static int view_pin(BufferViewObject *self);
+static void view_unpin(BufferViewObject *self);
+
+/* BufferError unless the memory is the CPU's; call it pinned (view_pin:
+ * no other thread releases the view meanwhile). */
 static int
 check_cpu(BufferViewObject *self, const char *what)
 {
-    if (check_acquired(self) < 0) {
-        return -1;
-    }
     if (BufferExt_IsDevice(&self->ext)) {
         PyErr_Format(PyExc_BufferError,
                      "BufferView.%s(): memory on device '%s' is not "
@@ -474,11 +476,17 @@ view_tobytes(PyObject *op, PyObject *unused)
 static PyObject *
 view_memoryview(PyObject *op, PyObject *unused)
 {
+    BufferViewObject *self = BufferView_CAST(op);
+    int rc;
     (void)unused;
-    if (check_cpu(BufferView_CAST(op), "memoryview") < 0) {
+
+    if (view_pin(self) < 0) {
         return NULL;
     }
-    return PyMemoryView_FromObject(op);
+    rc = check_cpu(self, "memoryview");
+    view_unpin(self);
+    /* the view's own export checks again, under its lock */
+    return rc < 0 ? NULL : PyMemoryView_FromObject(op);
 }
 
 static PyObject *
