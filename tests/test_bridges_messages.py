@@ -50,6 +50,11 @@ ROWS = [
      "such as '<f8'"),
     (AI, ai(typestr="zz"), "__array_interface__: 'typestr' is 'zz'; expected "
      "a NumPy type string such as '<f8'"),
+    # NLCPy's bool is 4 bytes: named as a wide bool, not as malformed
+    (VAI, cai(version=1, typestr="|b4"), "__ve_array_interface__: 'typestr' "
+     "is '|b4'; expected a bool of 1 byte ('|b1'): a wider bool, as NLCPy's "
+     "4-byte one, has no buffer-protocol format (convert it to '|b1' or to "
+     "an int type first)"),
     (AI, ai(typestr="|O"), "__array_interface__: 'typestr' is '|O'; "
      "expected a fixed-size type without Python objects"),
     (AI, ai(typestr="<M8[s]"), "__array_interface__: 'typestr' is '<M8[s]'; "

@@ -31,6 +31,7 @@ from __future__ import annotations
 import array
 import mmap
 import operator
+import re
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import numpy as np
@@ -329,6 +330,9 @@ def _shape(protocol: str, d: Dict[str, Any]) -> Tuple[int, ...]:
     return dims
 
 
+_BOOL = re.compile(r"[<>|=]?b([0-9]{1,4})")
+
+
 def _typestr(protocol: str, d: Dict[str, Any]
              ) -> Tuple[str, int, Tuple[int, ...]]:
     """(format, itemsize, sub-array shape) of the 'typestr' key.  A sub-array
@@ -342,6 +346,14 @@ def _typestr(protocol: str, d: Dict[str, Any]
         dtype = np.dtype(typestr)
     except (TypeError, ValueError, SyntaxError, OverflowError):
         # NumPy's parser raises any of these for malformed strings
+        wide = _BOOL.fullmatch(typestr)
+        if wide is not None and int(wide.group(1)) > 1:
+            # NLCPy's bool is 4 bytes ('|b4'): read as an int it would be a
+            # silently different type, and no format describes it
+            raise _fail(protocol, "typestr", typestr,
+                        "a bool of 1 byte ('|b1'): a wider bool, as NLCPy's "
+                        "4-byte one, has no buffer-protocol format (convert "
+                        "it to '|b1' or to an int type first)") from None
         raise _fail(protocol, "typestr", typestr,
                     "a NumPy type string such as '<f8'") from None
     described_by: Tuple[str, Any] = ("typestr", typestr)
