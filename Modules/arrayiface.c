@@ -16,7 +16,7 @@ adapter_set_device(bufferext_state *st, AdapterObject *self,
     if (PyUnicode_Check(device) &&
         PyUnicode_CompareWithASCIIString(device, BUFFEREXT_DEVICE_CUDA) == 0) {
         self->device = BUFFEREXT_DEVICE_CUDA;
-        self->info.cuda.device = 0;
+        self->info.cuda.device = -1;        /* the interface names none */
         return adapter_import_cuda(st, self, handle);
     }
     if (PyUnicode_Check(device) &&

@@ -403,7 +403,7 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
 
     memset(info, 0, sizeof(*info));
     info->version = BUFFEREXT_CUDA_INFO_VERSION;
-    info->device = ordinal;
+    info->device = ordinal < 0 ? 0 : ordinal;
     if (bufferext_cuda_ready(st) < 0) {
         return -1;
     }
@@ -425,6 +425,14 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
     if (res != CUDA_SUCCESS) {
         /* any other failure says nothing about the address */
         return bufferext_cuda_error(res, who, "cuPointerGetAttribute");
+    }
+    if (ordinal >= 0 && info->device != ordinal) {
+        /* its stream was asked of that device's bridge: a lie either way */
+        PyErr_Format(PyExc_BufferError,
+                     "%s: the producer said CUDA device %d, but the memory "
+                     "at %p is on device %d (cuPointerGetAttribute)", who,
+                     ordinal, (void *)(uintptr_t)ptr, info->device);
+        return -1;
     }
     if (bufferext_cuda.cuPointerGetAttribute(
             &ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)ptr) !=

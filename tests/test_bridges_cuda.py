@@ -152,6 +152,41 @@ assert b.exports == 0                      # the refused capsules were freed
 """)
 
 
+def test_dlpack_tensor_naming_another_device_than_its_memory_is_refused(
+        driver: str) -> None:
+    # producer and tensor both say device 1, the memory is on device 0: it
+    # was refused by neither, reported as device 0 and ordered on device
+    # 1's bridge stream
+    harness.check(driver, HELPERS + """
+import ctypes
+get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+get_pointer.restype = ctypes.c_void_p
+get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+b = CUDABuffer(4, "float32")                     # device 0
+class Liar:
+    def __dlpack_device__(self):
+        return (2, 1)
+    def __dlpack__(self, **kwargs):
+        capsule = b.__dlpack__(**kwargs)
+        tensor = get_pointer(capsule, b"dltensor_versioned")
+        # DLManagedTensorVersioned: version, manager_ctx, deleter, flags,
+        # then dl_tensor: data, device (type, id)
+        ctypes.c_int32.from_address(tensor + 8 * 5 + 4).value = 1
+        return capsule
+with raises(BufferError, match=r"^as_buffer: the producer said CUDA device "
+                   r"1, but the memory at 0x[0-9a-f]+ is on device 0 "
+                   r"\(cuPointerGetAttribute\)$"):
+    bufferext.as_buffer(Liar())
+gc.collect()
+assert b.exports == 0                      # the refused capsule was freed
+adapter = bufferext.as_buffer(DLPackOnly(b))     # the truth imports
+assert adapter.__dlpack_device__() == (2, 0)
+del adapter
+gc.collect()
+b.close()
+""", check_leaks=False, env={"STANDIN_CUDA_DEVICES": "2"})
+
+
 def test_cai_of_host_memory_is_refused(driver: str) -> None:
     check(driver, """
 host = np.zeros(4)
