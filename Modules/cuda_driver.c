@@ -501,6 +501,22 @@ bufferext_cuda_event_wait(bufferext_state *st, const char *who, void *event)
                               : bufferext_cuda_error(rc, who, "cuEventSynchronize");
 }
 
+int
+bufferext_cuda_stream_wait(bufferext_state *st, const char *who,
+                           uintptr_t stream)
+{
+    CUresult rc;
+
+    if (bufferext_cuda_ready(st) < 0) {
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = bufferext_cuda.cuStreamSynchronize((CUstream)stream);
+    Py_END_ALLOW_THREADS
+    return rc == CUDA_SUCCESS
+               ? 0 : bufferext_cuda_error(rc, who, "cuStreamSynchronize");
+}
+
 /* ---- host staging (BufferView, view.c) --------------------------------- */
 
 /* The driver calls of bufferext_cuda_stage, run without the GIL on values

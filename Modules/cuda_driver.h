@@ -123,6 +123,12 @@ int bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
  * the driver's error. */
 int bufferext_cuda_event_wait(bufferext_state *st, const char *who,
                               void *event);
+/* Wait on the host for a bridge stream (bufferext_cuda_bridge_stream): the
+ * work a DLPack producer ordered before it, on memory the CPU then reads
+ * (CUDA host and managed memory).  0, or -1 with DeviceUnavailableError or
+ * the driver's error. */
+int bufferext_cuda_stream_wait(bufferext_state *st, const char *who,
+                               uintptr_t stream);
 /* The CUDA Array Interface v3 `stream` of memory described by `info`:
  * None when it has no event or the event has completed (cuEventQuery), else
  * the device's bridge stream, made to wait on the event first.  A new

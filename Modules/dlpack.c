@@ -1009,6 +1009,12 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
         (self->device != NULL && adapter_import_cuda(st, self, stream) < 0)) {
         goto error;
     }
+    /* CUDA host or managed memory, which the CPU reads: the producer
+     * ordered its work before the bridge stream; the host waits for it */
+    if (self->device == NULL && stream != 0 &&
+        bufferext_cuda_stream_wait(st, "as_buffer", stream) < 0) {
+        goto error;
+    }
     /* Consumed: from here on the adapter owns the tensor. */
     self->dl_managed = managed;
     self->dl_versioned = versioned;

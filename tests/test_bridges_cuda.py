@@ -187,6 +187,39 @@ b.close()
 """, check_leaks=False, env={"STANDIN_CUDA_DEVICES": "2"})
 
 
+@pytest.mark.parametrize("kind", [3, 13])   # kDLCUDAHost, kDLCUDAManaged
+def test_cpu_readable_cuda_memory_is_waited_for_before_the_cpu_reads(
+        driver: str, kind: int) -> None:
+    # with stream=None a producer orders its work before the legacy stream
+    # only, and the CPU read at once: now the producer is asked for the
+    # bridge stream, which the host waits for before the import returns
+    harness.check(driver, HELPERS + """
+import ctypes
+get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+get_pointer.restype = ctypes.c_void_p
+get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+b = CUDABuffer(4, "float32")
+asked = []
+class HostVisible:
+    def __dlpack_device__(self):
+        return (KIND, 0)
+    def __dlpack__(self, **kwargs):
+        asked.append(kwargs.get("stream"))
+        capsule = b.__dlpack__(**kwargs)
+        tensor = get_pointer(capsule, b"dltensor_versioned")
+        ctypes.c_int32.from_address(tensor + 8 * 5).value = KIND
+        return capsule
+bridge = bufferext._bufferext._cuda_bridge_stream(0)
+sd.standin_reset_calls()
+adapter = bufferext.as_buffer(HostVisible())
+assert asked == [bridge] and adapter.device is None
+assert calls("cuStreamSynchronize") == 1
+del adapter
+gc.collect()
+b.close()
+""".replace("KIND", str(kind)), check_leaks=False)
+
+
 def test_cai_of_host_memory_is_refused(driver: str) -> None:
     check(driver, """
 host = np.zeros(4)

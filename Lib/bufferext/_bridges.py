@@ -244,7 +244,10 @@ def _from_dlpack(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
     device_type, device_id = (1, 0) if named is None else named
     kwargs: Dict[str, Any] = {}
     stream = None
-    if device_type == 2:                    # kDLCUDA: ready on our stream
+    if device_type in (2, 3, 13):
+        # kDLCUDA: ready on our stream; kDLCUDAHost, kDLCUDAManaged: the
+        # same, then waited for on the host before the CPU reads it (with
+        # None the producer orders its work before the legacy stream only)
         stream = _bufferext._cuda_bridge_stream(device_id)
         kwargs["stream"] = stream
     elif device_type not in _DLPACK_CPU_TYPES:
