@@ -733,7 +733,7 @@ bufferext_adapter_from_arrow(PyObject *module, PyObject *const *args,
         goto error;
     }
     if (in.device_type != BX_kDLCUDA && in.event != NULL &&
-        bufferext_cuda_event_wait(st, "arrow", in.event) < 0) {
+        bufferext_cuda_host_wait(st, "arrow", in.event, 0) < 0) {
         /* memory the CPU reads at once (CUDA host or managed): the
          * producer's pending work is waited for here, without the GIL (the
          * array is ours meanwhile: another import refuses it) */

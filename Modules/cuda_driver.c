@@ -487,7 +487,8 @@ bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info)
 }
 
 int
-bufferext_cuda_event_wait(bufferext_state *st, const char *who, void *event)
+bufferext_cuda_host_wait(bufferext_state *st, const char *who, void *event,
+                         uintptr_t stream)
 {
     CUresult rc;
 
@@ -495,26 +496,15 @@ bufferext_cuda_event_wait(bufferext_state *st, const char *who, void *event)
         return -1;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = bufferext_cuda.cuEventSynchronize((CUevent)event);
+    rc = event != NULL ? bufferext_cuda.cuEventSynchronize((CUevent)event)
+                       : bufferext_cuda.cuStreamSynchronize((CUstream)stream);
     Py_END_ALLOW_THREADS
-    return rc == CUDA_SUCCESS ? 0
-                              : bufferext_cuda_error(rc, who, "cuEventSynchronize");
-}
-
-int
-bufferext_cuda_stream_wait(bufferext_state *st, const char *who,
-                           uintptr_t stream)
-{
-    CUresult rc;
-
-    if (bufferext_cuda_ready(st) < 0) {
-        return -1;
+    if (rc != CUDA_SUCCESS) {
+        return bufferext_cuda_error(rc, who, event != NULL
+                                                 ? "cuEventSynchronize"
+                                                 : "cuStreamSynchronize");
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = bufferext_cuda.cuStreamSynchronize((CUstream)stream);
-    Py_END_ALLOW_THREADS
-    return rc == CUDA_SUCCESS
-               ? 0 : bufferext_cuda_error(rc, who, "cuStreamSynchronize");
+    return 0;
 }
 
 /* ---- host staging (BufferView, view.c) --------------------------------- */

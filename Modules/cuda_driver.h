@@ -118,17 +118,13 @@ PyObject *bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal);
  * DeviceUnavailableError. */
 int bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
                           int ordinal, BufferExt_CUDADeviceInfo *info);
-/* Wait on the host for a producer's CUevent (the Arrow sync_event of
- * memory the CPU reads directly).  0, or -1 with DeviceUnavailableError or
- * the driver's error. */
-int bufferext_cuda_event_wait(bufferext_state *st, const char *who,
-                              void *event);
-/* Wait on the host for a bridge stream (bufferext_cuda_bridge_stream): the
- * work a DLPack producer ordered before it, on memory the CPU then reads
- * (CUDA host and managed memory).  0, or -1 with DeviceUnavailableError or
- * the driver's error. */
-int bufferext_cuda_stream_wait(bufferext_state *st, const char *who,
-                               uintptr_t stream);
+/* Wait on the host, without the GIL, for a producer's CUevent (the Arrow
+ * sync_event of memory the CPU reads directly) or, with a NULL `event`,
+ * for a bridge stream (bufferext_cuda_bridge_stream) a DLPack producer
+ * ordered its work before (CUDA host and managed memory).  0, or -1 with
+ * DeviceUnavailableError or the driver's error. */
+int bufferext_cuda_host_wait(bufferext_state *st, const char *who,
+                             void *event, uintptr_t stream);
 /* The CUDA Array Interface v3 `stream` of memory described by `info`:
  * None when it has no event or the event has completed (cuEventQuery), else
  * the device's bridge stream, made to wait on the event first.  A new

@@ -1012,7 +1012,7 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
     /* CUDA host or managed memory, which the CPU reads: the producer
      * ordered its work before the bridge stream; the host waits for it */
     if (self->device == NULL && stream != 0 &&
-        bufferext_cuda_stream_wait(st, "as_buffer", stream) < 0) {
+        bufferext_cuda_host_wait(st, "as_buffer", NULL, stream) < 0) {
         goto error;
     }
     /* Consumed: from here on the adapter owns the tensor. */

@@ -175,7 +175,7 @@ class Liar:
         return capsule
 with raises(BufferError, match=r"^as_buffer: the producer said CUDA device "
                    r"1, but the memory at 0x[0-9a-f]+ is on device 0 "
-                   r"\(cuPointerGetAttribute\)$"):
+                   r"\\(cuPointerGetAttribute\\)$"):
     bufferext.as_buffer(Liar())
 gc.collect()
 assert b.exports == 0                      # the refused capsule was freed
