@@ -938,6 +938,10 @@ BufferExt_GetBuffer(PyObject *obj, Py_buffer_extended *view, int flags)
 #  define BUFFEREXT_INTERNAL_RAISED_EXCEPTION 0
 #endif
 
+/* A releasebuffer (CPython's releasebufferproc, which the limited API
+ * declares from 3.12 only). */
+typedef void (*BufferExtInternal_ReleaseProc)(PyObject *, Py_buffer *);
+
 /* 1 if `type` serves its typed entry, read without running any code (a
  * slot, a cache hit): a device view of one of its instances may go to its
  * releasebuffer.  0: BufferExtInternal_ReleaseDevice decides. */
@@ -1003,8 +1007,8 @@ BufferExtInternal_ReleaseDevice(Py_buffer *view)
     }
     view->obj = NULL;
     if (base != NULL) {
-        releasebufferproc release =
-            (releasebufferproc)BufferExtAccel_ReleaseSlot(base);
+        BufferExtInternal_ReleaseProc release =
+            (BufferExtInternal_ReleaseProc)BufferExtAccel_ReleaseSlot(base);
         if (release != NULL) {
             release(obj, view);
         }

@@ -51,10 +51,10 @@ static inline BufferExt_GetBufferExProc BufferExtNative_Entry(PyTypeObject *type
 }
 
 /* The releasebuffer of `type` (NULL: none). */
-static inline releasebufferproc BufferExtAccel_ReleaseSlot(PyTypeObject *type)
+static inline BufferExtInternal_Func
+BufferExtAccel_ReleaseSlot(PyTypeObject *type)
 {
-    return (releasebufferproc)BufferExtInternal_TypeFunc(
-        type, Py_bf_releasebuffer);
+    return BufferExtInternal_TypeFunc(type, Py_bf_releasebuffer);
 }
 
 /* The request flags `obj` (an exporter) honours.  The limited API reads no
