@@ -69,7 +69,6 @@ adapter_reexport(bufferext_state *st, PyObject *source, int readonly)
             Py_DECREF(self);
             return NULL;
         }
-        self->device_info = self->held.device_info;  /* the source's */
     }
     if (adapter_finish_layout(self, "buffer") < 0) {
         Py_DECREF(self);
@@ -105,7 +104,7 @@ adapter_export(PyObject *op, Py_buffer *view, int flags,
     view->obj = NULL;
     return bufferext_export(op, view, flags, ext, &self->layout,
                             self->device,
-                            self->device ? self->device_info : NULL,
+                            self->device ? adapter_device_info(self) : NULL,
                             &self->exports);
 }
 
@@ -322,7 +321,8 @@ adapter_get_cai(PyObject *op, void *closure)
                  : bufferext_cuda_cai_stream(
                        bufferext_state_from_type(Py_TYPE(op)),
                        "__cuda_array_interface__",
-                       (const BufferExt_CUDADeviceInfo *)self->device_info);
+                       (const BufferExt_CUDADeviceInfo *)adapter_device_info(
+                           self));
     if (stream == NULL) {
         Py_XDECREF(shape);
         Py_XDECREF(strides);

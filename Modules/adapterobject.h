@@ -25,11 +25,6 @@ typedef struct {
         BufferExt_VEDeviceInfo ve;
     } info;
     int owns_event;             /* info.cuda.event was made for us */
-    /* What exports hand out: &info, or a re-exported buffer's own (held
-     * below, so it lives as long as the adapter): that exporter may record
-     * a new event in it at each asynchronous write, and a copy would keep
-     * saying "ready" */
-    void *device_info;
     void *dl_managed;           /* consumed DLPack tensor, or NULL */
     int dl_versioned;
     void *arrow;                /* moved Arrow array (arrow.c), or NULL */
@@ -40,6 +35,16 @@ typedef struct {
 } AdapterObject;
 
 #define Adapter_CAST(op) ((AdapterObject *)(op))
+
+/* The device info exports hand out (for device memory): a re-exported
+ * buffer's own, held as long as the adapter (its exporter may record a new
+ * event in it at each asynchronous write, which a copy would not see), or
+ * the adapter's. */
+static inline void *
+adapter_device_info(AdapterObject *self)
+{
+    return self->has_held ? self->held.device_info : (void *)&self->info;
+}
 
 /* A new, empty adapter of `source`.  Its allocation may run the garbage
  * collector, whose finalizers may run Python code: callers make it before
@@ -53,7 +58,6 @@ adapter_new(bufferext_state *st, PyObject *source)
     if (self != NULL) {
         bufferext_exports_init(&self->exports);
         self->source = Py_NewRef(source);
-        self->device_info = &self->info;
     }
     return self;
 }
