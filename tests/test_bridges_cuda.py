@@ -32,6 +32,19 @@ class DLPackOnly:
         return self.array.__dlpack__(**kwargs)
     def __dlpack_device__(self):
         return self.array.__dlpack_device__()
+
+def tensor_device(capsule):
+    # the DLDevice fields (type, id) of a versioned capsule's tensor, as
+    # ctypes ints a lying producer writes
+    import ctypes
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    tensor = get_pointer(capsule, b"dltensor_versioned")
+    # DLManagedTensorVersioned: version, manager_ctx, deleter, flags, then
+    # dl_tensor: data, device (type, id)
+    return (ctypes.c_int32.from_address(tensor + 8 * 5),
+            ctypes.c_int32.from_address(tensor + 8 * 5 + 4))
 """
 
 
@@ -158,20 +171,13 @@ def test_dlpack_tensor_naming_another_device_than_its_memory_is_refused(
     # was refused by neither, reported as device 0 and ordered on device
     # 1's bridge stream
     harness.check(driver, HELPERS + """
-import ctypes
-get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-get_pointer.restype = ctypes.c_void_p
-get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 b = CUDABuffer(4, "float32")                     # device 0
 class Liar:
     def __dlpack_device__(self):
         return (2, 1)
     def __dlpack__(self, **kwargs):
         capsule = b.__dlpack__(**kwargs)
-        tensor = get_pointer(capsule, b"dltensor_versioned")
-        # DLManagedTensorVersioned: version, manager_ctx, deleter, flags,
-        # then dl_tensor: data, device (type, id)
-        ctypes.c_int32.from_address(tensor + 8 * 5 + 4).value = 1
+        tensor_device(capsule)[1].value = 1
         return capsule
 with raises(BufferError, match=r"^as_buffer: the producer said CUDA device "
                    r"1, but the memory at 0x[0-9a-f]+ is on device 0 "
@@ -194,10 +200,6 @@ def test_cpu_readable_cuda_memory_is_waited_for_before_the_cpu_reads(
     # only, and the CPU read at once: now the producer is asked for the
     # bridge stream, which the host waits for before the import returns
     harness.check(driver, HELPERS + """
-import ctypes
-get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-get_pointer.restype = ctypes.c_void_p
-get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 b = CUDABuffer(4, "float32")
 asked = []
 class HostVisible:
@@ -206,8 +208,7 @@ class HostVisible:
     def __dlpack__(self, **kwargs):
         asked.append(kwargs.get("stream"))
         capsule = b.__dlpack__(**kwargs)
-        tensor = get_pointer(capsule, b"dltensor_versioned")
-        ctypes.c_int32.from_address(tensor + 8 * 5).value = KIND
+        tensor_device(capsule)[0].value = KIND
         return capsule
 bridge = bufferext._bufferext._cuda_bridge_stream(0)
 sd.standin_reset_calls()
