@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -220,23 +222,92 @@ def example_rows(quick: bool) -> List[Dict[str, Any]]:
     return rows
 
 
+def sync_rows(quick: bool) -> List[Dict[str, Any]]:
+    """What a queued write and the wait for it cost: ``fill`` then
+    ``synchronize`` on a small buffer (the event recorded and waited on),
+    against CuPy's ``fill`` then its stream's ``synchronize``."""
+    repeats = 200 if quick else 2000
+    buf = bufferext.CUDABuffer(1024, "float32")
+
+    def ours() -> None:
+        buf.fill(1.0)
+        buf.synchronize()
+
+    rows: List[Dict[str, Any]] = []
+    ours_s = _seconds_per_call(ours, repeats)
+    rows.append({"name": "fill + synchronize, 4 KiB (ours)",
+                 "value": ours_s * 1e6, "unit": "us"})
+    try:
+        import cupy
+    except ImportError as exc:
+        rows.append({"name": "fill + synchronize vs CuPy",
+                     "skipped": str(exc)})
+        return rows
+    array = cupy.empty(1024, cupy.float32)
+    stream = cupy.cuda.get_current_stream()
+
+    def theirs() -> None:
+        array.fill(1.0)
+        stream.synchronize()
+
+    theirs_s = _seconds_per_call(theirs, repeats)
+    rows.append({"name": "fill + synchronize, 4 KiB: ours / CuPy (time)",
+                 "value": ours_s / theirs_s, "unit": "x",
+                 "note": f"{theirs_s * 1e6:.1f} us per CuPy call"})
+    with bufferext.get_buffer(buf) as view:     # idle: no event to wait on
+        assert view.device_info.event == 0
+    buf.close()
+    return rows
+
+
+def environment() -> Dict[str, Any]:
+    """The card, driver and versions the figures were measured with."""
+    status = next(d for d in bufferext.devices()
+                  if d["device"] == "bufferext.cuda")
+    env: Dict[str, Any] = {"python": sys.version.split()[0],
+                           "numpy": np.__version__,
+                           "cuda_devices": status.get("devices"),
+                           "cuda_driver": status.get("path")}
+    for name in ("torch", "cupy"):
+        try:
+            env[name] = __import__(name).__version__
+        except ImportError:
+            env[name] = None
+    return env
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", metavar="DIR",
+                        help="also write gpu-<card>.json and .txt there")
     args = parser.parse_args(argv)
     why = gpu_available()
     if why is not None:
         print(f"skipped: no real GPU ({why})")
         return 0
     rows = (exchange_rows(args.quick) + bandwidth_rows(args.quick) +
-            example_rows(args.quick))
+            sync_rows(args.quick) + example_rows(args.quick))
+    env = environment()
+    lines = [f"bufferext GPU benchmarks: {env}"]
     for row in rows:
         if "skipped" in row:
-            print(f"{row['name']:55s} skipped: {row['skipped']}")
+            lines.append(f"{row['name']:55s} skipped: {row['skipped']}")
             continue
         verdict = "" if "ok" not in row else ("ok" if row["ok"] else "MISSED")
-        print(f"{row['name']:55s} {row['value']:10.2f} {row['unit']:9s} "
-              f"{row.get('target', ''):8s} {verdict:6s} {row.get('note', '')}")
+        lines.append(f"{row['name']:55s} {row['value']:10.2f} "
+                     f"{row['unit']:9s} {row.get('target', ''):8s} "
+                     f"{verdict:6s} {row.get('note', '')}")
+    print("\n".join(lines))
+    if args.out:
+        card = str((env["cuda_devices"] or ["0: gpu"])[0]).split(": ", 1)[-1]
+        stem = os.path.join(args.out, "gpu-" + "-".join(re.findall(
+            "[a-z0-9]+", card.lower().replace("nvidia", ""))))
+        with open(stem + ".json", "w") as f:
+            json.dump({"environment": env, "quick": args.quick,
+                       "rows": rows}, f, indent=1)
+        with open(stem + ".txt", "w") as f:
+            f.write("\n".join(lines) + "\n")
     return 0 if all(row.get("ok", True) for row in rows) else 1
 
 

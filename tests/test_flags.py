@@ -158,7 +158,8 @@ def test_our_types_declare_legacy_and_device(make):
 
 
 @pytest.mark.parametrize("obj", [None, 1, 1.5, "str", object(), [1, 2],
-                                 np.float64], ids=repr)
+                                 np.float64],
+                         ids=lambda obj: type(obj).__name__)
 def test_non_buffer(obj):
     assert check_buffer_supports(obj) is False
     assert check_buffer_supports(obj, 0) is False
