@@ -303,12 +303,16 @@ bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
  * work (created in the retained primary context, kept for the life of the
  * process). */
 static CUstream bridge_streams[64];
+/* their contexts, kept retained: also the context of imported memory that
+ * no context owns (bufferext_cuda_import) */
+static CUcontext bridge_contexts[64];
 
-/* This device's bridge stream, made on first use, in *out.  0, or -1 with
+/* This device's bridge stream, made on first use, in *out, and its context
+ * (the device's primary context) in *ctx_out unless NULL.  0, or -1 with
  * an exception naming `who`. */
 static int
 bridge_stream(bufferext_state *st, const char *who, int ordinal,
-              CUstream *out)
+              CUstream *out, CUcontext *ctx_out)
 {
     CUcontext ctx;
     CUdevice dev;
@@ -339,9 +343,13 @@ bridge_stream(bufferext_state *st, const char *who, int ordinal,
                 (void)bufferext_cuda.cuDevicePrimaryCtxRelease_v2(dev);
             }
         }
+        bridge_contexts[ordinal] = rc < 0 ? NULL : ctx;
         bridge_streams[ordinal] = rc < 0 ? NULL : stream;
     }
     stream = bridge_streams[ordinal];
+    if (ctx_out != NULL) {
+        *ctx_out = bridge_contexts[ordinal];
+    }
     BUFFEREXT_MUTEX_UNLOCK(cuda_mutex);
     *out = stream;
     return stream == NULL ? -1 : 0;
@@ -352,7 +360,7 @@ bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal)
 {
     CUstream stream;
 
-    if (bridge_stream(st, "as_buffer", ordinal, &stream) < 0) {
+    if (bridge_stream(st, "as_buffer", ordinal, &stream, NULL) < 0) {
         return NULL;
     }
     return PyLong_FromVoidPtr(stream);
@@ -385,7 +393,7 @@ bufferext_cuda_cai_stream(bufferext_state *st, const char *who,
         bufferext_cuda_error(res, who, "cuEventQuery");
         return NULL;
     }
-    if (bridge_stream(st, who, info->device, &stream) < 0 ||
+    if (bridge_stream(st, who, info->device, &stream, NULL) < 0 ||
         stream_wait(who, info, stream, event) < 0) {
         return NULL;
     }
@@ -439,15 +447,20 @@ bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
         CUDA_SUCCESS) {
         ctx = NULL;
     }
+    if (ctx == NULL) {
+        /* memory no context owns: mapped by virtual memory management
+         * (cuMemCreate) or from a stream-ordered pool (cuMemAllocAsync),
+         * as JAX's allocator and others hand out.  The device's primary
+         * context, kept retained with its bridge stream, serves for the
+         * event and the copies. */
+        CUstream unused;
+        if (bridge_stream(st, who, info->device, &unused, &ctx) < 0) {
+            return -1;
+        }
+    }
     info->context = ctx;
     if (stream == 0) {
         return 0;                   /* the producer says the data is ready */
-    }
-    if (ctx == NULL) {
-        PyErr_Format(PyExc_BufferError, "%s: cannot order on stream %p: "
-                     "the memory has no CUDA context", who,
-                     (void *)stream);
-        return -1;
     }
     if (CU_CHECK(who, cuCtxPushCurrent_v2, (ctx)) < 0) {
         return -1;

@@ -109,7 +109,8 @@ bufferext_cuda_ctx_pop(void)
  * make their data ready on, as an int; NULL with an exception. */
 PyObject *bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal);
 /* Describe CUDA memory at `ptr` imported from another protocol: ordinal and
- * context from the driver; if `stream` is not 0, an event recorded on it
+ * context from the driver (the device's primary context for memory no
+ * context owns: cuMemCreate mappings, cuMemAllocAsync pools); if `stream` is not 0, an event recorded on it
  * (the producer's pending work), owned by the caller.  `ordinal` is the
  * device the producer named (DLPack, Arrow), or -1 where it names none
  * (the CUDA Array Interface): memory the driver places on another device

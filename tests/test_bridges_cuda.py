@@ -358,3 +358,42 @@ except BufferError as e:
 else:
     raise AssertionError("accepted")
 """)
+
+
+def test_memory_no_context_owns_is_imported_in_the_primary_context(
+        driver: str) -> None:
+    """The driver names no context for memory mapped by virtual memory
+    management or taken from a stream-ordered pool (JAX's arrays on an H200
+    were such).  The import refused it when the producer named a stream
+    ("the memory has no CUDA context") and, with no stream, left
+    device_info.context NULL, so a copy to the host failed.  The device's
+    primary context serves: the event is recorded, the copy waits on it."""
+    harness.check(driver, HELPERS + """
+import os
+b = CUDABuffer((4,), "f4", device=1)
+b.synchronize()
+b.fill(7.0)                                    # pending: STANDIN_CUDA_LATE
+cai = b.__cuda_array_interface__
+assert cai["stream"] is not None
+with bufferext.get_buffer(b) as view:
+    primary = view.device_info.context
+os.environ["STANDIN_CUDA_NO_POINTER_CONTEXT"] = "1"
+adapter = bufferext.as_buffer(Interface("__cuda_array_interface__", cai, b))
+with bufferext.get_buffer(adapter) as view:
+    info = view.device_info
+    assert info.device == 1 and info.context == primary
+    assert info.event != 0 and sd.standin_event_records(info.event) == 1
+    out = np.empty(4, "f4")
+    view.copy_to_host(out)
+assert out.tolist() == [7.0] * 4
+b.synchronize()
+ready = bufferext.as_buffer(Interface("__cuda_array_interface__",
+                                      b.__cuda_array_interface__, b))
+with bufferext.get_buffer(ready) as view:
+    assert view.device_info.event == 0 and view.device_info.context == primary
+    view.copy_to_host(out)
+assert out.tolist() == [7.0] * 4
+del adapter, ready, view
+b.close()
+""", check_leaks=False, env={"STANDIN_CUDA_LATE": "1",
+                             "STANDIN_CUDA_DEVICES": "2"})

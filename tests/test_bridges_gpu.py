@@ -70,3 +70,46 @@ def test_numba_cuda_both_ways() -> None:
     adapter = bufferext.as_buffer(source)
     assert adapter.protocol in ("cuda_array_interface", "dlpack")
     assert adapter.ptr == source.__cuda_array_interface__["data"][0]
+
+
+def _to_host(adapter: Any, dtype: Any) -> Any:
+    """The adapter's memory, copied to the host through its view (which
+    waits on the import's event first)."""
+    out = np.empty(adapter.shape, dtype)
+    with bufferext.get_buffer(adapter) as view:
+        view.copy_to_host(out)
+    return out
+
+
+def test_cupy_pool_memory_that_no_context_owns() -> None:
+    """cuMemAllocAsync memory (CuPy's MemoryAsyncPool): the driver names no
+    context for it, and the import takes the device's primary context."""
+    cupy = pytest.importorskip("cupy")
+    pool = cupy.cuda.MemoryAsyncPool()
+    previous = cupy.cuda.get_allocator()
+    cupy.cuda.set_allocator(pool.malloc)
+    try:
+        array = cupy.arange(1 << 16, dtype=cupy.float32) * 2
+        adapter = bufferext.as_buffer(array)
+        with bufferext.get_buffer(adapter) as view:
+            assert view.device_info.context != 0
+        np.testing.assert_array_equal(_to_host(adapter, np.float32),
+                                      cupy.asnumpy(array))
+        del adapter, array
+    finally:
+        cupy.cuda.set_allocator(previous)
+
+
+def test_jax_gpu_both_ways() -> None:
+    jax = pytest.importorskip("jax")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX without a GPU backend")
+    x = jax.device_put(np.arange(24, dtype=np.float32).reshape(4, 6) * 3, gpu)
+    adapter = bufferext.as_buffer(x)                  # DLPack, device (2, n)
+    assert adapter.device == "bufferext.cuda"
+    np.testing.assert_array_equal(_to_host(adapter, np.float32), np.asarray(x))
+    buf = _filled((4, 6))
+    back = jax.dlpack.from_dlpack(buf)
+    np.testing.assert_array_equal(np.asarray(back), buf.to_host())

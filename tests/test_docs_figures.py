@@ -77,8 +77,10 @@ def figures(text: str) -> List[Tuple[str, str, List[str]]]:
 
 
 def held() -> Dict[str, List[float]]:
-    """Every value of the results, by kind."""
-    values: Dict[str, List[float]] = {"ratio": [], "ns": []}
+    """Every value of the results, by kind: benchmarks/run.py's rows (``ns``
+    against an anchor, their ratio and target) and bench_cuda_gpu.py's
+    (a ``value`` in its ``unit``, the ``figures`` it was made of)."""
+    values: Dict[str, List[float]] = {kind: [] for kind in UNITS.values()}
     for path in glob.glob(os.path.join(BENCH, "results", "*.json")):
         with open(path) as f:
             for row in json.load(f)["rows"]:
@@ -89,6 +91,9 @@ def held() -> Dict[str, List[float]]:
                     values["ns"].append(row["ns"])
                     if row.get("anchor_ns") is not None:
                         values["ns"].append(row["anchor_ns"])
+                measured = [(row["value"], row["unit"])] if "value" in row else []
+                for value, unit in measured + list(row.get("figures", {}).values()):
+                    values[UNITS[unit]].append(value)
     return values
 
 

@@ -596,7 +596,9 @@ def test_jax_bfloat16_bit_for_bit() -> None:
     ml_dtypes = pytest.importorskip("ml_dtypes", reason="JAX's own dtypes")
     bits = np.random.default_rng(9).integers(0, 2**16, 12, np.uint16)
     bits[bits & 0x7F80 == 0x7F80] = 0           # JAX may canonicalise NaNs
-    x = jnp.asarray(bits.view(ml_dtypes.bfloat16).reshape(3, 4))
+    # on JAX's CPU device (a GPU machine's default device is the GPU)
+    x = jax.device_put(bits.view(ml_dtypes.bfloat16).reshape(3, 4),
+                       jax.devices("cpu")[0])
     expect = np.asarray(x).tobytes()
     adapter = bufferext.as_buffer(x)
     assert adapter.format == "[bfloat16]" and raw(adapter) == expect

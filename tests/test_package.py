@@ -152,14 +152,20 @@ def test_devices_structure():
     assert [d["device"] for d in found] == ["bufferext.cuda", "bufferext.ve"]
     for entry in found:
         assert isinstance(entry, dict)
-        assert set(entry) == DEVICE_KEYS
+        # a loaded CUDA driver also lists its devices (docs/cuda.rst)
+        loaded_cuda = entry["loaded"] and entry["device"] == "bufferext.cuda"
+        assert set(entry) == DEVICE_KEYS | ({"devices"} if loaded_cuda else set())
         assert isinstance(entry["library"], str) and entry["library"]
         assert entry["env_var"] in ("BUFFEREXT_CUDA_DRIVER",
                                     "BUFFEREXT_VEO_LIBRARY")
         assert isinstance(entry["looked_for"], list)
         assert all(isinstance(p, str) for p in entry["looked_for"])
         assert isinstance(entry["loaded"], bool)
-        if entry["loaded"]:
+        if loaded_cuda:
+            # "error" says why the driver would not start, with no devices
+            assert entry["path"] and all(isinstance(d, str) for d in entry["devices"])
+            assert (entry["error"] is None) == bool(entry["devices"])
+        elif entry["loaded"]:
             assert entry["path"] and entry["error"] is None
         else:
             assert entry["path"] is None

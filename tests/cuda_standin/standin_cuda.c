@@ -37,6 +37,11 @@
  *                                 itself (256-byte aligned), which the CPU
  *                                 can read and write: memory that, say, a
  *                                 CUDA-aware MPI library reads directly.
+ *   STANDIN_CUDA_NO_POINTER_CONTEXT=1
+ *                                 cuPointerGetAttribute(CONTEXT) answers
+ *                                 NULL, as the driver does for memory no
+ *                                 context owns (cuMemCreate mappings,
+ *                                 cuMemAllocAsync pools: JAX's arrays).
  * Holds, so that a test makes an interleaving happen instead of waiting for
  * the scheduler to produce it: standin_hold(name) stops every later call of
  * that entry point on entry, where bufferext calls it without the GIL, until
@@ -768,7 +773,8 @@ EXPORT CUresult cuPointerGetAttribute(void *data,
         return ERR_INVALID_VALUE;
     }
     if (attribute == ATTRIBUTE_CONTEXT) {
-        *(CUcontext *)data = ctx;
+        *(CUcontext *)data =
+            env_flag("STANDIN_CUDA_NO_POINTER_CONTEXT") ? NULL : ctx;
     }
     else if (attribute == ATTRIBUTE_DEVICE_ORDINAL) {
         *(int *)data = ctx->device;
