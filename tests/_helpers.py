@@ -402,3 +402,18 @@ BRIDGED_ONLY = [(DLPackOnly, "DLPack (__dlpack__)"),
                  "the NumPy array interface (__array_interface__)"),
                 (ArrowOnly, "the Arrow C Data interface (__arrow_c_array__)")]
 
+
+
+def halos_after_fill(d: Any, rank: int, size: int) -> Any:
+    """What a DistArray distributed over its first dimension with one-wide
+    halos holds after each rank filled its whole local section with
+    ``rank + 1`` and ``update_halos()`` ran: its own value where it owns,
+    its neighbours' in the halos."""
+    import numpy as np
+    m = d.maps[0]
+    want = np.full(d.local_shape, rank + 1, dtype=d.dtype)
+    if rank > 0:
+        want[:m.owned_slice.start] = rank
+    if rank < size - 1:
+        want[m.owned_slice.stop:] = rank + 2
+    return want

@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import pytest
 
+from _helpers import halos_after_fill
+
 MPI = pytest.importorskip("mpi4py.MPI")
 COMM = MPI.COMM_WORLD
 SIZE, RANK = COMM.Get_size(), COMM.Get_rank()
@@ -114,13 +116,8 @@ def test_cuda_aware_mpi_waits_for_the_exporters_event(late_aware: None) -> None:
     # halos after the memset has landed (else they hold the rank's own value)
     d.buffer.fill(RANK + 1)
     d.update_halos()
-    m = d.maps[0]
-    want = np.full(d.local_shape, RANK + 1, dtype=np.float32)
-    if RANK > 0:
-        want[:m.owned_slice.start] = RANK
-    if RANK < SIZE - 1:
-        want[m.owned_slice.stop:] = RANK + 2
-    assert np.array_equal(np.asarray(d.buffer.to_host()).reshape(d.local_shape), want)
+    assert np.array_equal(np.asarray(d.buffer.to_host()).reshape(d.local_shape),
+                          halos_after_fill(d, RANK, SIZE))
     d.buffer.fill(3.0)                  # a memset, landing late
     out = d.gather(0)
     assert (out is None) if RANK else np.array_equal(out, np.full_like(g, 3.0))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _helpers import cuda_status
+from _helpers import cuda_status, halos_after_fill
 
 MPI = pytest.importorskip("mpi4py.MPI")
 COMM = MPI.COMM_WORLD
@@ -91,13 +91,7 @@ def test_every_operation_waits_for_the_buffers_event() -> None:
                               comm=COMM)
     _fill_late(d.buffer, RANK + 1)
     d.update_halos()
-    m = d.maps[0]
-    want = np.full(d.local_shape, RANK + 1, dtype=np.float32)
-    if RANK > 0:
-        want[:m.owned_slice.start] = RANK
-    if RANK < SIZE - 1:
-        want[m.owned_slice.stop:] = RANK + 2
-    assert np.array_equal(_local(d), want)
+    assert np.array_equal(_local(d), halos_after_fill(d, RANK, SIZE))
     _fill_late(d.buffer, 3.0)
     out = d.gather(0)
     assert (out is None) if RANK else np.array_equal(out, np.full_like(g, 3.0))
