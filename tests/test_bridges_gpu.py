@@ -11,7 +11,7 @@ import pytest
 
 import bufferext
 from bufferext import CUDABuffer
-from _helpers import cuda_status
+from _helpers import cuda_status, run_child
 
 
 _STATUS = cuda_status()
@@ -113,3 +113,22 @@ def test_jax_gpu_both_ways() -> None:
     buf = _filled((4, 6))
     back = jax.dlpack.from_dlpack(buf)
     np.testing.assert_array_equal(np.asarray(back), buf.to_host())
+
+
+def test_torch_expandable_segments_span_several_mappings() -> None:
+    """PyTorch's expandable segments map memory with cuMemCreate in 20 MiB
+    pieces: the driver names no context for it, and a large tensor spans
+    several mappings (cuMemGetAddressRange answers one piece at each end,
+    as a probe on an H200 showed).  The import takes it whole."""
+    pytest.importorskip("torch")
+    run_child("""
+        import numpy as np, torch, bufferext
+        torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+        t = torch.arange(75 << 20, dtype=torch.float32, device="cuda")
+        adapter = bufferext.as_buffer(t)            # DLPack, a stream named
+        out = np.empty(adapter.shape, np.float32)
+        with bufferext.get_buffer(adapter) as view:
+            assert view.device_info.context != 0
+            view.copy_to_host(out)
+        assert np.array_equal(out, t.cpu().numpy())
+        """, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
