@@ -36,7 +36,10 @@ typedef struct {
     uint32_t version;     /* BUFFEREXT_CUDA_INFO_VERSION; always first */
     int32_t device;       /* CUDA device ordinal (CUdevice) of the memory */
     void *context;        /* CUcontext the pointer belongs to (the device's
-                             primary context for the sample producer) */
+                             primary context for the sample producer); for
+                             memory no context owns (cuMemCreate mappings,
+                             cuMemAllocAsync pools) a context of `device`
+                             in which it is valid (imports: the primary) */
     void *event;          /* CUevent to wait on before access, or NULL */
     uint64_t reserved[4]; /* zero */
 } BufferExt_CUDADeviceInfo;
