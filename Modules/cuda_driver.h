@@ -110,13 +110,13 @@ bufferext_cuda_ctx_pop(void)
 PyObject *bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal);
 /* Describe CUDA memory at `ptr` imported from another protocol: ordinal and
  * context from the driver (the device's primary context for memory no
- * context owns: cuMemCreate mappings, cuMemAllocAsync pools); if `stream` is not 0, an event recorded on it
- * (the producer's pending work), owned by the caller.  `ordinal` is the
- * device the producer named (DLPack, Arrow), or -1 where it names none
- * (the CUDA Array Interface): memory the driver places on another device
- * is refused, naming both.  A NULL `ptr` (an empty array) gets `ordinal`
- * (0 for -1) and no event.  0, or -1 with BufferError /
- * DeviceUnavailableError. */
+ * context owns: cuMemCreate mappings, cuMemAllocAsync pools); if `stream`
+ * is not 0, an event recorded on it (the producer's pending work), owned
+ * by the caller.  `ordinal` is the device the producer named (DLPack,
+ * Arrow), or -1 where it names none (the CUDA Array Interface): memory the
+ * driver places on another device is refused, naming both.  A NULL `ptr`
+ * (an empty array) gets `ordinal` (0 for -1) and no event.  0, or -1 with
+ * BufferError / DeviceUnavailableError. */
 int bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
                           int ordinal, BufferExt_CUDADeviceInfo *info);
 /* Wait on the host, without the GIL, for a producer's CUevent (the Arrow
