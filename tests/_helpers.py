@@ -404,6 +404,44 @@ BRIDGED_ONLY = [(DLPackOnly, "DLPack (__dlpack__)"),
 
 
 
+def device_local(d: Any) -> Any:
+    """A device DistArray's local section, copied to the host, in its shape."""
+    import numpy as np
+    return np.asarray(d.buffer.to_host()).reshape(d.local_shape)
+
+
+def check_staged_operations(g: Any, device: str, comm: Any,
+                            block_size: int) -> None:
+    """Scatter ``g`` (2-D) over ``comm`` on ``device`` with one-wide halos,
+    and check gather, redistribute (to device and to host memory) and the
+    halo exchange against the same operations on CPU memory.  Every
+    operation takes the staged path (device -> host, MPI, host -> device)."""
+    import numpy as np
+    from bufferext.distarray import DistArray, cuda_aware
+    assert not cuda_aware()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    pads = [[(1, 1)] * size, None]
+    d = DistArray.scatter(g if rank == 0 else None, dist="bn", device=device,
+                          comm=comm, padding=pads)
+    ref = DistArray.from_global(g, dist="bn", comm=comm, padding=pads)
+    assert d.device == device and np.array_equal(device_local(d), ref.local)
+    out = d.gather(0)
+    assert (out is None) if rank else np.array_equal(out, g)
+    e = d.redistribute(dist="cb", block_size=block_size)
+    assert e.device == device and np.array_equal(e.allgather(), g)
+    # halos: spoil the padding on the device, exchange, compare
+    spoiled = device_local(d).copy()
+    m = d.maps[0]
+    spoiled[:m.owned_slice.start] = -1
+    spoiled[m.owned_slice.stop:] = -1
+    d.buffer.copy_from_host(spoiled)
+    d.update_halos()
+    assert np.array_equal(device_local(d), ref.local)
+    f = e.redistribute(dist="bn", device="cpu")       # device -> host distribution
+    assert f.device == "cpu" and np.array_equal(
+        f.local, DistArray.from_global(g, dist="bn", comm=comm).local)
+
+
 def halos_after_fill(d: Any, rank: int, size: int) -> Any:
     """What a DistArray distributed over its first dimension with one-wide
     halos holds after each rank filled its whole local section with

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from _helpers import halos_after_fill
+from _helpers import check_staged_operations, device_local, halos_after_fill
 
 MPI = pytest.importorskip("mpi4py.MPI")
 COMM = MPI.COMM_WORLD
@@ -41,31 +41,8 @@ def standins(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 @pytest.mark.parametrize("device", ["cuda", "ve"])
 def test_staged_round_trip_redistribute_halos(standins: None, device: str) -> None:
-    from bufferext.distarray import DistArray, cuda_aware
-    assert not cuda_aware()
-    g = np.arange(10 * 6, dtype=np.float64).reshape(10, 6)
-    d = DistArray.scatter(g if RANK == 0 else None, dist="bn", device=device, comm=COMM,
-                          padding=[[(1, 1)] * SIZE, None])
-    assert d.device == device
-    ref = DistArray.from_global(g, dist="bn", comm=COMM, padding=[[(1, 1)] * SIZE, None])
-    host = np.asarray(d.buffer.to_host()).reshape(d.local_shape)
-    assert np.array_equal(host, ref.local)
-    out = d.gather(0)
-    assert (out is None) if RANK else np.array_equal(out, g)
-    e = d.redistribute(dist="cb", block_size=2)
-    assert e.device == device
-    assert np.array_equal(e.allgather(), g)
-    # halos: spoil the padding on the device, exchange, compare
-    spoiled = host.copy()
-    m = d.maps[0]
-    spoiled[:m.owned_slice.start] = -1
-    spoiled[m.owned_slice.stop:] = -1
-    d.buffer.copy_from_host(spoiled)
-    d.update_halos()
-    assert np.array_equal(np.asarray(d.buffer.to_host()).reshape(d.local_shape), ref.local)
-    f = e.redistribute(dist="bn", device="cpu")       # device -> host distribution
-    assert f.device == "cpu" and np.array_equal(f.local, DistArray.from_global(
-        g, dist="bn", comm=COMM).local)
+    check_staged_operations(np.arange(10 * 6, dtype=np.float64).reshape(10, 6),
+                            device, COMM, block_size=2)
 
 
 @pytest.mark.parametrize("device", ["cuda", "ve"])
@@ -86,7 +63,7 @@ def test_staged_column_halos(standins: None, device: str) -> None:
         spoiled[:, m.owned_slice.stop:] = -1
         d.buffer.copy_from_host(spoiled)
         d.update_halos()
-        assert np.array_equal(np.asarray(d.buffer.to_host()).reshape(d.local_shape), ref)
+        assert np.array_equal(device_local(d), ref)
 
 
 @pytest.fixture
@@ -116,8 +93,7 @@ def test_cuda_aware_mpi_waits_for_the_exporters_event(late_aware: None) -> None:
     # halos after the memset has landed (else they hold the rank's own value)
     d.buffer.fill(RANK + 1)
     d.update_halos()
-    assert np.array_equal(np.asarray(d.buffer.to_host()).reshape(d.local_shape),
-                          halos_after_fill(d, RANK, SIZE))
+    assert np.array_equal(device_local(d), halos_after_fill(d, RANK, SIZE))
     d.buffer.fill(3.0)                  # a memset, landing late
     out = d.gather(0)
     assert (out is None) if RANK else np.array_equal(out, np.full_like(g, 3.0))

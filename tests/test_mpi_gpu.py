@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _helpers import cuda_status, halos_after_fill
+from _helpers import (check_staged_operations, cuda_status, device_local,
+                      halos_after_fill)
 
 MPI = pytest.importorskip("mpi4py.MPI")
 COMM = MPI.COMM_WORLD
@@ -36,30 +37,9 @@ pytestmark = [pytest.mark.cuda, pytest.mark.mpi(min_size=2),
 SPIN_SECONDS = 0.1
 
 
-def _local(d: Any) -> Any:
-    return np.asarray(d.buffer.to_host()).reshape(d.local_shape)
-
-
 def test_staged_round_trip_redistribute_halos() -> None:
-    from bufferext.distarray import DistArray, cuda_aware
-    assert not cuda_aware()
-    g = np.arange(64 * 48, dtype=np.float64).reshape(64, 48)
-    pads = [[(1, 1)] * SIZE, None]
-    d = DistArray.scatter(g if RANK == 0 else None, dist="bn", device="cuda",
-                          comm=COMM, padding=pads)
-    ref = DistArray.from_global(g, dist="bn", comm=COMM, padding=pads)
-    assert d.device == "cuda" and np.array_equal(_local(d), ref.local)
-    out = d.gather(0)
-    assert (out is None) if RANK else np.array_equal(out, g)
-    e = d.redistribute(dist="cb", block_size=4)
-    assert e.device == "cuda" and np.array_equal(e.allgather(), g)
-    spoiled = _local(d).copy()
-    m = d.maps[0]
-    spoiled[:m.owned_slice.start] = -1
-    spoiled[m.owned_slice.stop:] = -1
-    d.buffer.copy_from_host(spoiled)
-    d.update_halos()
-    assert np.array_equal(_local(d), ref.local)
+    check_staged_operations(np.arange(64 * 48, dtype=np.float64).reshape(64, 48),
+                            "cuda", COMM, block_size=4)
 
 
 def _fill_late(buffer: Any, value: float) -> None:
@@ -91,7 +71,7 @@ def test_every_operation_waits_for_the_buffers_event() -> None:
                               comm=COMM)
     _fill_late(d.buffer, RANK + 1)
     d.update_halos()
-    assert np.array_equal(_local(d), halos_after_fill(d, RANK, SIZE))
+    assert np.array_equal(device_local(d), halos_after_fill(d, RANK, SIZE))
     _fill_late(d.buffer, 3.0)
     out = d.gather(0)
     assert (out is None) if RANK else np.array_equal(out, np.full_like(g, 3.0))
