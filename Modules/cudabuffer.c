@@ -117,7 +117,12 @@ stream_sync(CUDABufferObject *self, const char *who)
 }
 
 /* Give everything back, in reverse order of set_up.  Never raises; returns
- * the first failed CUresult (and its entry point in *call) or CUDA_SUCCESS. */
+ * the first failed CUresult (and its entry point in *call) or CUDA_SUCCESS.
+ * The driver calls run without the GIL: the stream's wait lasts as long as
+ * the work queued on it, and cuMemFree may wait for the whole device.  By
+ * then `open` is 0 and, in close(), the change begun, so what another
+ * thread does meanwhile is refused as closed (an export that meets the
+ * change, exports.h). */
 static CUresult
 tear_down(CUDABufferObject *self, const char **call)
 {
@@ -139,6 +144,7 @@ tear_down(CUDABufferObject *self, const char **call)
     if (bufferext_cuda_forked()) {
         goto forget;            /* the parent's resources: not ours */
     }
+    Py_BEGIN_ALLOW_THREADS
     KEEP(cuCtxPushCurrent_v2, (self->context));
     if (rc == CUDA_SUCCESS) {
         if (self->stream != NULL) {
@@ -156,6 +162,7 @@ tear_down(CUDABufferObject *self, const char **call)
         bufferext_cuda_ctx_pop();
     }
     KEEP(cuDevicePrimaryCtxRelease_v2, (self->device));
+    Py_END_ALLOW_THREADS
 #undef KEEP
 forget:
     self->ptr = 0;

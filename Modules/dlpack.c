@@ -25,7 +25,8 @@ typedef struct {
     PyObject *stream;
     int versioned;
     BxDLPackVersion version;
-    PyObject *dl_device;
+    int dl_device;                          /* 0: None; else these two */
+    int device_type, device_id;
     int copy;                               /* -1 None, 0 False, 1 True */
 } dlpack_options;
 
@@ -254,6 +255,25 @@ buffer_device(PyObject *exporter, const Py_buffer_extended *ext,
     return -1;
 }
 
+/* Whether `value` is a tuple of two ints; a bool is no number here, as
+ * for stream. */
+static int
+is_int_pair(PyObject *value)
+{
+    Py_ssize_t i;
+
+    if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
+        return 0;
+    }
+    for (i = 0; i < 2; i++) {
+        PyObject *item = PyTuple_GET_ITEM(value, i);
+        if (!PyLong_Check(item) || PyBool_Check(item)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int
 parse_version(PyObject *value, dlpack_options *opts)
 {
@@ -262,9 +282,7 @@ parse_version(PyObject *value, dlpack_options *opts)
     if (value == Py_None) {
         return 0;
     }
-    if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2 ||
-        !PyLong_Check(PyTuple_GET_ITEM(value, 0)) ||
-        !PyLong_Check(PyTuple_GET_ITEM(value, 1))) {
+    if (!is_int_pair(value)) {
         PyErr_Format(PyExc_TypeError,
                      "__dlpack__: max_version must be None or a tuple "
                      "(major, minor) of ints, not %R", value);
@@ -285,6 +303,31 @@ parse_version(PyObject *value, dlpack_options *opts)
             opts->version.minor = (uint32_t)minor;
         }
     }
+    return 0;
+}
+
+/* dl_device: None, or (device_type, device_id), read here, before the
+ * export (an item's __index__ is Python code, a numpy integer's). */
+static int
+parse_device(PyObject *value, dlpack_options *opts)
+{
+    if (value == Py_None) {
+        return 0;
+    }
+    if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2 ||
+        PyBool_Check(PyTuple_GET_ITEM(value, 0)) ||
+        PyBool_Check(PyTuple_GET_ITEM(value, 1)) ||
+        !PyArg_ParseTuple(value, "ii", &opts->device_type,
+                          &opts->device_id)) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "__dlpack__: dl_device must be None or a tuple "
+                         "(device_type, device_id) of ints, not %R", value);
+        }
+        return -1;
+    }
+    opts->dl_device = 1;
     return 0;
 }
 
@@ -312,7 +355,9 @@ parse_options(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
             }
         }
         else if (PyUnicode_CompareWithASCIIString(name, "dl_device") == 0) {
-            opts->dl_device = value == Py_None ? NULL : value;
+            if (parse_device(value, opts) < 0) {
+                return -1;
+            }
         }
         else if (PyUnicode_CompareWithASCIIString(name, "copy") == 0) {
             if (value != Py_None && !PyBool_Check(value)) {
@@ -338,29 +383,16 @@ static int
 check_target(PyObject *exporter, const dlpack_options *opts,
              const BxDLDevice *device)
 {
-    if (opts->dl_device != NULL) {
-        int type, id;
-        if (!PyTuple_Check(opts->dl_device) ||
-            !PyArg_ParseTuple(opts->dl_device, "ii", &type, &id)) {
-            if (!PyErr_Occurred() ||
-                PyErr_ExceptionMatches(PyExc_TypeError)) {
-                PyErr_Clear();
-                PyErr_Format(PyExc_TypeError,
-                             "__dlpack__: dl_device must be a tuple "
-                             "(device_type, device_id) of ints, not %R",
-                             opts->dl_device);
-            }
-            return -1;
-        }
-        if (type != device->device_type || id != device->device_id) {
-            PyErr_Format(PyExc_BufferError,
-                         "%.200s: cannot export to dl_device %R: the data "
-                         "is on (%d, %d) and bufferext copies only within "
-                         "a device", Py_TYPE(exporter)->tp_name,
-                         opts->dl_device, (int)device->device_type,
-                         (int)device->device_id);
-            return -1;
-        }
+    if (opts->dl_device &&
+        (opts->device_type != (int)device->device_type ||
+         opts->device_id != (int)device->device_id)) {
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: cannot export to dl_device (%d, %d): the data "
+                     "is on (%d, %d) and bufferext copies only within a "
+                     "device", Py_TYPE(exporter)->tp_name, opts->device_type,
+                     opts->device_id, (int)device->device_type,
+                     (int)device->device_id);
+        return -1;
     }
     if (device->device_type == BX_kDLCPU && opts->stream != NULL &&
         opts->stream != Py_None) {

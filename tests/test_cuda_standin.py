@@ -523,6 +523,45 @@ def test_failed_operations_raise_and_leak_nothing(driver: str, entry: str,
     """)
 
 
+@pytest.mark.parametrize("how", ["close", "dealloc"])
+def test_close_waits_for_the_stream_without_the_gil(driver: str,
+                                                    how: str) -> None:
+    """close() and the last reference's dealloc wait for the buffer's work
+    (cuStreamSynchronize: as long as a kernel runs) without the GIL: while
+    one thread is stopped there, another runs Python code.  Holding the GIL
+    there, the main thread could not return from standin_wait_held: the
+    child would hang until the harness's timeout fails the test."""
+    harness.check(driver, f"""
+        import threading
+        box = [CUDABuffer(8)]
+        outcome = []
+
+        def end():
+            try:
+                if {how!r} == "close":
+                    box[0].close()
+                else:
+                    box.clear()                 # the last reference
+                outcome.append("done")
+            except BaseException as exc:
+                outcome.append(repr(exc))
+            finally:
+                sd.standin_let_go()             # a failure before the hold
+                                                # must not leave main waiting
+        sd.standin_hold(b"cuStreamSynchronize")
+        thread = threading.Thread(target=end)
+        thread.start()
+        try:
+            assert sd.standin_wait_held(1) == 1, outcome
+            assert outcome == [] and thread.is_alive(), outcome
+        finally:
+            sd.standin_let_go()
+            thread.join()
+        assert outcome == ["done"], outcome
+        assert live() == NOTHING, live()
+    """)
+
+
 def test_failed_close_still_releases_the_rest(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer(8)

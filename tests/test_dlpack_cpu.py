@@ -278,20 +278,45 @@ def test_stream():
     assert buf.exports == 0
 
 
+def test_dl_device_takes_numpy_integers():
+    buf = CPUBuffer(2)
+    capsule = buf.__dlpack__(dl_device=(np.int64(kDLCPU), np.int32(0)))
+    assert read_capsule(capsule)["device"] == (kDLCPU, 0)
+
+
+def test_dl_device_is_read_before_the_export():
+    """An item's __index__ (Python code) runs before anything is exported:
+    one that closes the buffer closes it (no export holds it yet) and the
+    request is then refused as closed, not served from closed memory."""
+    buf = CPUBuffer(2)
+
+    class ClosesIt:
+        def __index__(self) -> int:
+            buf.close()
+            return kDLCPU
+
+    with pytest.raises(BufferError, match="closed"):
+        buf.__dlpack__(dl_device=(ClosesIt(), 0))
+    assert buf.closed and buf.exports == 0
+
+
 @pytest.mark.parametrize("call, words", [
     (lambda b: b.__dlpack__(None), "keyword"),
     (lambda b: b.__dlpack__(bogus=1), "bogus"),
     (lambda b: b.__dlpack__(max_version=1), "max_version"),
     (lambda b: b.__dlpack__(max_version=(1,)), "max_version"),
     (lambda b: b.__dlpack__(max_version=("1", 0)), "max_version"),
+    (lambda b: b.__dlpack__(max_version=(True, False)),
+     r"max_version.*\(True, False\)"),
     (lambda b: b.__dlpack__(copy=1), "copy"),
     (lambda b: b.__dlpack__(copy="yes"), "copy"),
     (lambda b: b.__dlpack__(dl_device="cpu"), "dl_device"),
     (lambda b: b.__dlpack__(dl_device=(1,)), r"dl_device.*\(1,\)"),
     (lambda b: b.__dlpack__(dl_device=("1", 0)), r"dl_device.*'1'"),
+    (lambda b: b.__dlpack__(dl_device=(True, 0)), r"dl_device.*True"),
 ], ids=["positional", "unknown", "version-int", "version-short",
-        "version-str", "copy-int", "copy-str", "device-str",
-        "device-short", "device-str-item"])
+        "version-str", "version-bool", "copy-int", "copy-str", "device-str",
+        "device-short", "device-str-item", "device-bool"])
 def test_bad_kwargs(call, words):
     buf = CPUBuffer(2)
     with pytest.raises(TypeError, match=words):
