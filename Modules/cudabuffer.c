@@ -118,19 +118,25 @@ stream_sync(CUDABufferObject *self, const char *who)
 
 /* Give everything back, in reverse order of set_up.  Never raises; returns
  * the first failed CUresult (and its entry point in *call) or CUDA_SUCCESS.
- * The driver calls run without the GIL: the stream's wait lasts as long as
- * the work queued on it, and cuMemFree may wait for the whole device.  By
- * then `open` is 0 and, in close(), the change begun, so what another
- * thread does meanwhile is refused as closed (an export that meets the
- * change, exports.h). */
+ * The fields are cleared first (the buffer is then closed), and the driver
+ * calls run after, on copies, without the GIL: the stream's wait lasts as
+ * long as the work queued on it, and cuMemFree may wait for the whole
+ * device.  Whatever another thread does meanwhile finds the buffer closed
+ * (in close(), an export that counted itself meets the change begun,
+ * exports.h). */
 static CUresult
 tear_down(CUDABufferObject *self, const char **call)
 {
     CUresult first = CUDA_SUCCESS, rc;
+    CUcontext context = self->context;
+    CUdeviceptr ptr = self->ptr;
+    CUevent event = self->event;
+    CUstream stream = self->stream;
+    CUdevice device = self->device;
 
 #define KEEP(name, args)                                                    \
     do {                                                                    \
-        rc = bufferext_cuda.name args;                                                 \
+        rc = bufferext_cuda.name args;                                      \
         if (rc != CUDA_SUCCESS && first == CUDA_SUCCESS) {                  \
             first = rc;                                                     \
             *call = #name;                                                  \
@@ -138,39 +144,36 @@ tear_down(CUDABufferObject *self, const char **call)
     } while (0)
 
     self->head.open = 0;
-    if (self->context == NULL) {
-        return first;
-    }
-    if (bufferext_cuda_forked()) {
-        goto forget;            /* the parent's resources: not ours */
-    }
-    Py_BEGIN_ALLOW_THREADS
-    KEEP(cuCtxPushCurrent_v2, (self->context));
-    if (rc == CUDA_SUCCESS) {
-        if (self->stream != NULL) {
-            KEEP(cuStreamSynchronize, (self->stream));
-        }
-        if (self->ptr != 0) {
-            KEEP(cuMemFree_v2, (self->ptr));
-        }
-        if (self->event != NULL) {
-            KEEP(cuEventDestroy_v2, (self->event));
-        }
-        if (self->stream != NULL) {
-            KEEP(cuStreamDestroy_v2, (self->stream));
-        }
-        bufferext_cuda_ctx_pop();
-    }
-    KEEP(cuDevicePrimaryCtxRelease_v2, (self->device));
-    Py_END_ALLOW_THREADS
-#undef KEEP
-forget:
+    self->head.layout.buf = NULL;
     self->ptr = 0;
     self->event = NULL;
     self->stream = NULL;
     self->context = NULL;
-    self->info.event = NULL;
+    BUFFEREXT_STORE_PTR(self->info.event, NULL);
     self->info.context = NULL;
+    if (context == NULL || bufferext_cuda_forked()) {
+        return first;           /* forked: the parent's resources */
+    }
+    Py_BEGIN_ALLOW_THREADS
+    KEEP(cuCtxPushCurrent_v2, (context));
+    if (rc == CUDA_SUCCESS) {
+        if (stream != NULL) {
+            KEEP(cuStreamSynchronize, (stream));
+        }
+        if (ptr != 0) {
+            KEEP(cuMemFree_v2, (ptr));
+        }
+        if (event != NULL) {
+            KEEP(cuEventDestroy_v2, (event));
+        }
+        if (stream != NULL) {
+            KEEP(cuStreamDestroy_v2, (stream));
+        }
+        bufferext_cuda_ctx_pop();
+    }
+    KEEP(cuDevicePrimaryCtxRelease_v2, (device));
+    Py_END_ALLOW_THREADS
+#undef KEEP
     return first;
 }
 
@@ -709,7 +712,6 @@ cudabuffer_close_impl(PyObject *op, PyObject *unused)
         return NULL;
     }
     rc = tear_down(self, &call);
-    self->head.layout.buf = NULL;
     bufferext_producer_end_change(&self->head);
     if (rc != CUDA_SUCCESS) {
         bufferext_cuda_error(rc, "CUDABuffer.close", call);

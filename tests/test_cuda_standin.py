@@ -533,24 +533,33 @@ def test_close_waits_for_the_stream_without_the_gil(driver: str,
     child would hang until the harness's timeout fails the test."""
     harness.check(driver, f"""
         import threading
-        box = [CUDABuffer(8)]
+        ready, go = threading.Event(), threading.Event()
         outcome = []
 
         def end():
             try:
+                # made here: on a free-threaded build the object is this
+                # thread's, and its last reference ends here too
+                b = CUDABuffer(8)
+                ready.set()
+                go.wait()
                 if {how!r} == "close":
-                    box[0].close()
+                    b.close()
                 else:
-                    box.clear()                 # the last reference
+                    del b                       # the last reference
                 outcome.append("done")
             except BaseException as exc:
                 outcome.append(repr(exc))
             finally:
+                ready.set()
                 sd.standin_let_go()             # a failure before the hold
                                                 # must not leave main waiting
-        sd.standin_hold(b"cuStreamSynchronize")
         thread = threading.Thread(target=end)
         thread.start()
+        ready.wait()
+        assert outcome == [], outcome
+        sd.standin_hold(b"cuStreamSynchronize")
+        go.set()
         try:
             assert sd.standin_wait_held(1) == 1, outcome
             assert outcome == [] and thread.is_alive(), outcome
