@@ -94,23 +94,50 @@ record_event(CUDABufferObject *self, const char *who)
     return 0;
 }
 
-/* Wait (without the GIL) for the stream; the data is then ready. */
+/* A copy between the buffer and host memory, queued on its stream. */
+typedef struct {
+    int to_host;
+    void *host;
+    size_t nbytes;
+} host_copy;
+
+/* Queue `copy` (NULL: none), then wait for the stream, all without the GIL:
+ * a copy to or from pageable host memory returns only once it is done,
+ * behind everything queued before it on the stream (a kernel).  The data
+ * is then ready.  The caller has pushed the context; a copy's caller has
+ * pinned the buffer (close refuses meanwhile). */
 static int
-stream_sync(CUDABufferObject *self, const char *who)
+stream_sync(CUDABufferObject *self, const char *who, const host_copy *copy)
 {
-    CUresult rc;
+    CUstream stream = self->stream;
+    CUdeviceptr ptr = self->ptr;
+    const char *call = "cuStreamSynchronize";
+    CUresult rc = CUDA_SUCCESS;
 
     BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
     self->busy++;
     BUFFEREXT_LOCKED_END();
     Py_BEGIN_ALLOW_THREADS
-    rc = bufferext_cuda.cuStreamSynchronize(self->stream);
+    if (copy != NULL && copy->to_host) {
+        call = "cuMemcpyDtoHAsync_v2";
+        rc = bufferext_cuda.cuMemcpyDtoHAsync_v2(copy->host, ptr,
+                                                 copy->nbytes, stream);
+    }
+    else if (copy != NULL) {
+        call = "cuMemcpyHtoDAsync_v2";
+        rc = bufferext_cuda.cuMemcpyHtoDAsync_v2(ptr, copy->host,
+                                                 copy->nbytes, stream);
+    }
+    if (rc == CUDA_SUCCESS) {
+        call = "cuStreamSynchronize";
+        rc = bufferext_cuda.cuStreamSynchronize(stream);
+    }
     Py_END_ALLOW_THREADS
     BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
     self->busy--;
     BUFFEREXT_LOCKED_END();
     if (rc != CUDA_SUCCESS) {
-        return bufferext_cuda_error(rc, who, "cuStreamSynchronize");
+        return bufferext_cuda_error(rc, who, call);
     }
     BUFFEREXT_STORE_PTR(self->info.event, NULL);
     return 0;
@@ -323,7 +350,7 @@ static int
 copy_in(CUDABufferObject *self, const char *who, const void *src,
         Py_ssize_t nbytes)
 {
-    CUresult res;
+    host_copy copy = {0, (void *)src, (size_t)nbytes};
     int rc;
 
     if (nbytes == 0) {
@@ -332,13 +359,7 @@ copy_in(CUDABufferObject *self, const char *who, const void *src,
     if (ctx_push(self, who) < 0) {
         return -1;
     }
-    res = bufferext_cuda.cuMemcpyHtoDAsync_v2(self->ptr, src, (size_t)nbytes,
-                                   self->stream);
-    if (res != CUDA_SUCCESS) {
-        bufferext_cuda_ctx_pop();
-        return bufferext_cuda_error(res, who, "cuMemcpyHtoDAsync_v2");
-    }
-    rc = stream_sync(self, who);
+    rc = stream_sync(self, who, &copy);
     bufferext_cuda_ctx_pop();
     return rc;
 }
@@ -373,7 +394,6 @@ cudabuffer_to_host(PyObject *op, PyObject *unused)
     CUDABufferObject *self = CUDABuffer_CAST(op);
     PyObject *array;
     Py_buffer view;
-    CUresult res;
     int rc = 0;
     (void)unused;
 
@@ -387,12 +407,8 @@ cudabuffer_to_host(PyObject *op, PyObject *unused)
         return NULL;
     }
     if (self->head.layout.len > 0 && (rc = ctx_push(self, who)) == 0) {
-        res = bufferext_cuda.cuMemcpyDtoHAsync_v2(
-            view.buf, self->ptr, (size_t)self->head.layout.len,
-            self->stream);
-        rc = res != CUDA_SUCCESS
-                 ? bufferext_cuda_error(res, who, "cuMemcpyDtoHAsync_v2")
-                 : stream_sync(self, who);
+        host_copy copy = {1, view.buf, (size_t)self->head.layout.len};
+        rc = stream_sync(self, who, &copy);
         bufferext_cuda_ctx_pop();
     }
     PyBuffer_Release(&view);
@@ -692,7 +708,7 @@ cudabuffer_synchronize(PyObject *op, PyObject *unused)
     if (check_open(self) < 0 || ctx_push(self, who) < 0) {
         return NULL;
     }
-    rc = stream_sync(self, who);
+    rc = stream_sync(self, who, NULL);
     bufferext_cuda_ctx_pop();
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }

@@ -571,6 +571,50 @@ def test_close_waits_for_the_stream_without_the_gil(driver: str,
     """)
 
 
+@pytest.mark.parametrize("entry, action", [
+    ("cuMemcpyDtoHAsync_v2", "b.to_host()"),
+    ("cuMemcpyHtoDAsync_v2", "b.copy_from_host(np.arange(8.0))"),
+    ("cuStreamSynchronize", "b.synchronize()"),
+])
+def test_copies_wait_without_the_gil(driver: str, entry: str,
+                                     action: str) -> None:
+    """A copy between a CUDABuffer and host memory runs without the GIL: a
+    copy to or from pageable memory returns only once it is done, behind
+    the kernels queued before it.  While one thread is stopped inside the
+    driver's copy, another runs Python code (holding the GIL there, the
+    main thread could not return from standin_wait_held: the child would
+    hang until the harness's timeout fails the test)."""
+    harness.check(driver, f"""
+        import threading
+        b = CUDABuffer(8)
+        outcome = []
+
+        def copy():
+            try:
+                {action}
+                outcome.append("done")
+            except BaseException as exc:
+                outcome.append(repr(exc))
+            finally:
+                sd.standin_let_go()             # a failure before the hold
+                                                # must not leave main waiting
+        sd.standin_hold(b"{entry}")
+        thread = threading.Thread(target=copy)
+        thread.start()
+        try:
+            assert sd.standin_wait_held(1) == 1, outcome
+            assert outcome == [] and thread.is_alive(), outcome
+            # pinned meanwhile: the copy's memory cannot be freed under it
+            with raises(BufferError):
+                b.close()
+        finally:
+            sd.standin_let_go()
+            thread.join()
+        assert outcome == ["done"], outcome
+        b.close()
+    """)
+
+
 def test_failed_close_still_releases_the_rest(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer(8)
