@@ -104,8 +104,8 @@ typedef struct {
 /* Queue `copy` (NULL: none), then wait for the stream, all without the GIL:
  * a copy to or from pageable host memory returns only once it is done,
  * behind everything queued before it on the stream (a kernel).  The data
- * is then ready.  The caller has pushed the context; a copy's caller has
- * pinned the buffer (close refuses meanwhile). */
+ * is then ready.  The caller has pinned the buffer (close refuses
+ * meanwhile) and pushed its context. */
 static int
 stream_sync(CUDABufferObject *self, const char *who, const host_copy *copy)
 {
@@ -705,11 +705,16 @@ cudabuffer_synchronize(PyObject *op, PyObject *unused)
     int rc;
     (void)unused;
 
-    if (check_open(self) < 0 || ctx_push(self, who) < 0) {
+    /* pinned, as every wait: a close from another thread between the
+     * check and the wait would free the stream and release the context */
+    if (bufferext_producer_pin(&self->head, who, 0) < 0) {
         return NULL;
     }
-    rc = stream_sync(self, who, NULL);
-    bufferext_cuda_ctx_pop();
+    if ((rc = ctx_push(self, who)) == 0) {
+        rc = stream_sync(self, who, NULL);
+        bufferext_cuda_ctx_pop();
+    }
+    bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 

@@ -615,6 +615,45 @@ def test_copies_wait_without_the_gil(driver: str, entry: str,
     """)
 
 
+# Without the GIL only: the stop below is in a driver call made with the
+# GIL held (the push that starts the wait), so with the GIL nothing could
+# run beside it.
+@pytest.mark.skipif(getattr(sys, "_is_gil_enabled", lambda: True)(),
+                    reason="needs a thread running beside one stopped "
+                           "with the GIL held (a free-threaded build)")
+def test_close_beside_a_synchronize_is_refused(driver: str) -> None:
+    """A close() from another thread while synchronize() is on its way to
+    the wait is refused: synchronize() is pinned before it reads the
+    buffer's context and stream, which a close would free."""
+    harness.check(driver, """
+        import threading
+        b = CUDABuffer(8)
+        outcome = []
+
+        def sync():
+            try:
+                b.synchronize()
+                outcome.append("done")
+            except BaseException as exc:
+                outcome.append(repr(exc))
+            finally:
+                sd.standin_let_go()
+        sd.standin_hold(b"cuCtxPushCurrent_v2")
+        thread = threading.Thread(target=sync)
+        thread.start()
+        try:
+            assert sd.standin_wait_held(1) == 1, outcome
+            with raises(BufferError, match="close"):
+                b.close()
+            assert not b.closed
+        finally:
+            sd.standin_let_go()
+            thread.join()
+        assert outcome == ["done"], outcome
+        b.close()
+    """)
+
+
 def test_failed_close_still_releases_the_rest(driver: str) -> None:
     harness.check(driver, """
         b = CUDABuffer(8)
