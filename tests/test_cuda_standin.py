@@ -532,40 +532,17 @@ def test_close_waits_for_the_stream_without_the_gil(driver: str,
     there, the main thread could not return from standin_wait_held: the
     child would hang until the harness's timeout fails the test."""
     harness.check(driver, f"""
-        import threading
-        ready, go = threading.Event(), threading.Event()
-        outcome = []
-
         def end():
-            try:
-                # made here: on a free-threaded build the object is this
-                # thread's, and its last reference ends here too
-                b = CUDABuffer(8)
-                ready.set()
-                go.wait()
-                if {how!r} == "close":
-                    b.close()
-                else:
-                    del b                       # the last reference
-                outcome.append("done")
-            except BaseException as exc:
-                outcome.append(repr(exc))
-            finally:
-                ready.set()
-                sd.standin_let_go()             # a failure before the hold
-                                                # must not leave main waiting
-        thread = threading.Thread(target=end)
-        thread.start()
-        ready.wait()
-        assert outcome == [], outcome
-        sd.standin_hold(b"cuStreamSynchronize")
-        go.set()
-        try:
-            assert sd.standin_wait_held(1) == 1, outcome
-            assert outcome == [] and thread.is_alive(), outcome
-        finally:
-            sd.standin_let_go()
-            thread.join()
+            # made in this thread: on a free-threaded build the object is
+            # the thread's, and its last reference ends here too
+            b = CUDABuffer(8)
+            if {how!r} == "close":
+                b.close()
+            else:
+                del b                           # the last reference
+
+        with stopped_in("cuStreamSynchronize", end) as outcome:
+            pass
         assert outcome == ["done"], outcome
         assert live() == NOTHING, live()
     """)
@@ -585,31 +562,11 @@ def test_copies_wait_without_the_gil(driver: str, entry: str,
     main thread could not return from standin_wait_held: the child would
     hang until the harness's timeout fails the test)."""
     harness.check(driver, f"""
-        import threading
         b = CUDABuffer(8)
-        outcome = []
-
-        def copy():
-            try:
-                {action}
-                outcome.append("done")
-            except BaseException as exc:
-                outcome.append(repr(exc))
-            finally:
-                sd.standin_let_go()             # a failure before the hold
-                                                # must not leave main waiting
-        sd.standin_hold(b"{entry}")
-        thread = threading.Thread(target=copy)
-        thread.start()
-        try:
-            assert sd.standin_wait_held(1) == 1, outcome
-            assert outcome == [] and thread.is_alive(), outcome
+        with stopped_in("{entry}", lambda: {action}) as outcome:
             # pinned meanwhile: the copy's memory cannot be freed under it
             with raises(BufferError):
                 b.close()
-        finally:
-            sd.standin_let_go()
-            thread.join()
         assert outcome == ["done"], outcome
         b.close()
     """)
@@ -626,29 +583,11 @@ def test_close_beside_a_synchronize_is_refused(driver: str) -> None:
     the wait is refused: synchronize() is pinned before it reads the
     buffer's context and stream, which a close would free."""
     harness.check(driver, """
-        import threading
         b = CUDABuffer(8)
-        outcome = []
-
-        def sync():
-            try:
-                b.synchronize()
-                outcome.append("done")
-            except BaseException as exc:
-                outcome.append(repr(exc))
-            finally:
-                sd.standin_let_go()
-        sd.standin_hold(b"cuCtxPushCurrent_v2")
-        thread = threading.Thread(target=sync)
-        thread.start()
-        try:
-            assert sd.standin_wait_held(1) == 1, outcome
+        with stopped_in("cuCtxPushCurrent_v2", b.synchronize) as outcome:
             with raises(BufferError, match="close"):
                 b.close()
             assert not b.closed
-        finally:
-            sd.standin_let_go()
-            thread.join()
         assert outcome == ["done"], outcome
         b.close()
     """)

@@ -363,17 +363,7 @@ def test_an_export_beside_a_close_is_refused_as_closed(driver: str) -> None:
         import threading
         b = CUDABuffer(4, "int32")
         b.synchronize()
-        closed, got = [], []
-
-        def close():
-            try:
-                b.close()
-                closed.append("closed")
-            except BaseException as exc:
-                closed.append(repr(exc))
-            finally:
-                sd.standin_let_go()         # a failure before the hold
-                                            # must not leave main waiting
+        got = []
 
         def export():
             try:
@@ -381,22 +371,14 @@ def test_an_export_beside_a_close_is_refused_as_closed(driver: str) -> None:
             except BaseException as exc:
                 got.append(exc)
 
-        sd.standin_hold(b"cuMemFree_v2")
-        closer = threading.Thread(target=close)
-        closer.start()
-        exporter = threading.Thread(target=export)
-        try:
-            assert sd.standin_wait_held(1) == 1, closed
+        with stopped_in("cuMemFree_v2", b.close) as closed:
+            exporter = threading.Thread(target=export)
             exporter.start()
             # a view now would point at memory the close is freeing
             exporter.join()
             assert len(got) == 1 and "closed" in str(got[0]), got
             assert closed == [], closed     # still stopped in cuMemFree
-        finally:
-            sd.standin_let_go()
-            closer.join()
-            exporter.join()
-        assert closed == ["closed"], closed
+        assert closed == ["done"], closed
         assert len(got) == 1 and isinstance(got[0], BufferError), got
         assert "closed" in str(got[0]), got
         assert b.closed and b.exports == 0
@@ -421,34 +403,16 @@ def test_release_during_a_copy_is_refused(driver: str, entry: str,
     another raises BufferError instead of freeing the memory under it; the
     call then completes, and the view releases once it has."""
     cuda(driver, f"""
-        import re, threading
+        import re
         b = CUDABuffer(4, "int32")          # its zero fill is pending
         view = bufferext.get_buffer(b, FULL)
         out = np.full(4, -1, "int32")
         source = np.arange(4, dtype="int32")
-        outcome = []
-
-        def call():
-            try:
-                {action}
-                outcome.append("done")
-            except BaseException as exc:
-                outcome.append(repr(exc))
-            finally:
-                sd.standin_let_go()         # a failure before the hold
-                                            # must not leave main waiting
-        sd.standin_hold(b"{entry}")
-        thread = threading.Thread(target=call)
-        thread.start()
-        try:
-            assert sd.standin_wait_held(1) == 1, outcome
+        with stopped_in("{entry}", lambda: {action}) as outcome:
             with raises(BufferError,
                                match="^" + re.escape({IN_USE!r})):
                 view.release()
             assert not view.released
-        finally:
-            sd.standin_let_go()
-            thread.join()
         assert outcome == ["done"], outcome
         view.release()
         assert b.exports == 0

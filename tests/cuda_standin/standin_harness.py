@@ -89,6 +89,40 @@ def live():
 
 NOTHING = {"allocations": 0, "streams": 0, "events": 0, "contexts": 0,
            "pushed": 0, "pending": 0}
+
+
+import contextlib as _contextlib, threading as _threading
+
+
+@_contextlib.contextmanager
+def stopped_in(entry, call):
+    # call() runs in a thread, which the block finds stopped inside the
+    # driver's `entry` (where bufferext calls it without the GIL: one that
+    # held the GIL there would leave this thread waiting until the
+    # harness's timeout fails the case).  Yields the outcome: [] while it
+    # is stopped, then ["done"] or [repr of what it raised] once the block
+    # has let it go and joined it.
+    outcome = []
+
+    def run():
+        try:
+            call()
+            outcome.append("done")
+        except BaseException as exc:
+            outcome.append(repr(exc))
+        finally:
+            sd.standin_let_go()         # a failure before the hold must
+                                        # not leave this thread waiting
+    sd.standin_hold(entry.encode())
+    thread = _threading.Thread(target=run)
+    thread.start()
+    try:
+        assert sd.standin_wait_held(1) == 1, outcome
+        assert outcome == [] and thread.is_alive(), outcome
+        yield outcome
+    finally:
+        sd.standin_let_go()
+        thread.join()
 '''
 
 EPILOGUE = '''
