@@ -74,7 +74,7 @@ adapter_reexport(bufferext_state *st, PyObject *source, int readonly)
         Py_DECREF(self);
         return NULL;
     }
-    return (PyObject *)self;
+    return adapter_done(self);
 }
 
 static PyObject *
@@ -123,7 +123,9 @@ adapter_traverse(PyObject *op, visitproc visit, void *arg)
     AdapterObject *self = Adapter_CAST(op);
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->source);
-    Py_VISIT(self->keepalive);
+    if (self->has_held) {
+        Py_VISIT(self->held.view.obj);      /* a strong reference too */
+    }
     return 0;
 }
 
@@ -159,7 +161,6 @@ adapter_dealloc(PyObject *op)
     }
     PyMem_Free(self->dims);
     Py_XDECREF(self->format_obj);
-    Py_XDECREF(self->keepalive);
     Py_XDECREF(self->protocol);
     Py_XDECREF(self->source);
     type->tp_free(op);
@@ -286,6 +287,15 @@ adapter_get_cai(PyObject *op, void *closure)
         PyErr_SetString(PyExc_AttributeError,
                         "__cuda_array_interface__: the memory is not CUDA "
                         "device memory");
+        return NULL;
+    }
+    if (self->layout.suboffsets != NULL) {
+        /* pointers to follow, which the interface cannot say (DLPack and
+         * Arrow refuse them too) */
+        PyErr_SetString(PyExc_AttributeError,
+                        "__cuda_array_interface__: the buffer has "
+                        "suboffsets (PIL-style pointers), which the "
+                        "interface cannot describe");
         return NULL;
     }
     {

@@ -15,7 +15,6 @@ typedef struct {
     PyObject *source;           /* what as_buffer() was given */
     PyObject *protocol;         /* str: how it was read */
     PyObject *format_obj;       /* bytes holding layout.format */
-    PyObject *keepalive;        /* e.g. a BufferView of the data object */
     bufferext_export_layout layout;
     Py_ssize_t *dims;           /* shape then strides */
     int64_t *items;             /* room for the strides in items */
@@ -28,7 +27,8 @@ typedef struct {
     void *dl_managed;           /* consumed DLPack tensor, or NULL */
     int dl_versioned;
     void *arrow;                /* moved Arrow array (arrow.c), or NULL */
-    Py_buffer_extended held;    /* re-exported buffer (policy change) */
+    Py_buffer_extended held;    /* re-exported buffer (policy change), or
+                                 * the pin of an array interface's data */
     int has_held;
     bufferext_exports exports;  /* the `exports` attribute (exports.h) */
     PyObject *weakreflist;
@@ -48,7 +48,11 @@ adapter_device_info(AdapterObject *self)
 
 /* A new, empty adapter of `source`.  Its allocation may run the garbage
  * collector, whose finalizers may run Python code: callers make it before
- * they read what they describe (a capsule someone else could consume). */
+ * they read what they describe (a capsule someone else could consume).
+ * The collector does not track it until adapter_done(): an import may wait
+ * without the GIL (an event, a mutex), and another thread walking the
+ * collector's objects (gc.get_objects(), gc.get_referrers(), as debuggers
+ * and profilers do) would find it half made, its memory not ready. */
 static inline AdapterObject *
 adapter_new(bufferext_state *st, PyObject *source)
 {
@@ -56,10 +60,19 @@ adapter_new(bufferext_state *st, PyObject *source)
         st->BufferAdapter_Type, 0);
 
     if (self != NULL) {
+        PyObject_GC_UnTrack(self);
         bufferext_exports_init(&self->exports);
         self->source = Py_NewRef(source);
     }
     return self;
+}
+
+/* The adapter, made: tracked from now on.  Once, on success. */
+static inline PyObject *
+adapter_done(AdapterObject *self)
+{
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
 }
 
 /* Say how the memory was read and make room for `ndim` dimensions (no
@@ -120,7 +133,9 @@ adapter_finish_layout(AdapterObject *self, const char *who)
             return -1;
         }
         if (l->shape[i] != 0 && n > PY_SSIZE_T_MAX / l->shape[i]) {
-            PyErr_Format(PyExc_BufferError, "%s: shape is too large", who);
+            PyErr_Format(PyExc_BufferError, "%s: shape[%d] = %zd makes "
+                         "more than PY_SSIZE_T_MAX bytes of %zd-byte items",
+                         who, i, l->shape[i], l->itemsize);
             return -1;
         }
         n *= l->shape[i];
@@ -187,6 +202,19 @@ adapter_dl_device(AdapterObject *self, const BxDLDevice *device, const char *who
                      (int)device->device_type);
         return -1;
     }
+}
+
+/* Memory of DLPack's or Arrow's `device_type`, its layout made: CUDA host
+ * or managed memory must be what the CPU reads (cuda_driver.h). */
+static inline int
+adapter_check_host(bufferext_state *st, AdapterObject *self,
+                   int device_type, const char *who)
+{
+    if ((device_type != BX_kDLCUDAHost && device_type != BX_kDLCUDAManaged) ||
+        self->layout.len == 0) {
+        return 0;
+    }
+    return bufferext_cuda_check_host(st, who, self->layout.buf, device_type);
 }
 
 /* CUDA memory: ordinal, context and (for a non-zero stream) an event we own

@@ -36,13 +36,15 @@ adapter_set_device(bufferext_state *st, AdapterObject *self,
  *                      itemsize, readonly, device, handle, keepalive): the
  * layout was parsed and checked in Python.  device is None,
  * 'bufferext.cuda' (handle: the CAI stream, 0 when the data is ready) or
- * 'bufferext.ve' (handle: the VAI veo_ctxt, 0 if none); keepalive is held
- * as long as the adapter lives. */
+ * 'bufferext.ve' (handle: the VAI veo_ctxt, 0 if none); pin is None or
+ * the BufferView of the array interface's 'data' buffer, of which the
+ * adapter holds an export as long as it lives: the view is reachable
+ * (gc.get_referents), and its release() is refused while exported. */
 PyObject *
 bufferext_adapter_from_layout(PyObject *module, PyObject *args)
 {
     bufferext_state *st = bufferext_get_state(module);
-    PyObject *source, *shape, *strides, *device, *keepalive;
+    PyObject *source, *shape, *strides, *device, *pin;
     const char *protocol, *format;
     Py_ssize_t itemsize, i, n;
     unsigned long long ptr, handle;
@@ -52,7 +54,7 @@ bufferext_adapter_from_layout(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "OsKO!O!snpOKO:_adapter_from_layout",
                           &source, &protocol, &ptr, &PyTuple_Type, &shape,
                           &PyTuple_Type, &strides, &format, &itemsize,
-                          &readonly, &device, &handle, &keepalive)) {
+                          &readonly, &device, &handle, &pin)) {
         return NULL;
     }
     n = PyTuple_GET_SIZE(shape);
@@ -72,7 +74,13 @@ bufferext_adapter_from_layout(PyObject *module, PyObject *args)
         self->layout.strides[i] =
             PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
     }
-    self->keepalive = Py_NewRef(keepalive);
+    if (pin != Py_None) {
+        if (bufferext_gate_acquire(pin, &self->held, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->has_held = 1;
+    }
     self->layout.buf = (void *)(uintptr_t)ptr;
     self->layout.itemsize = itemsize;
     self->layout.readonly = readonly;
@@ -85,5 +93,5 @@ bufferext_adapter_from_layout(PyObject *module, PyObject *args)
         Py_DECREF(self);
         return NULL;
     }
-    return (PyObject *)self;
+    return adapter_done(self);
 }

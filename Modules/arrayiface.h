@@ -4,7 +4,7 @@
 #include "parts.h"
 
 /* _adapter_from_layout(source, protocol, ptr, shape, strides, format,
- * itemsize, readonly, device, handle, keepalive), for _bridges. */
+ * itemsize, readonly, device, handle, pin), for _bridges. */
 PyObject *bufferext_adapter_from_layout(PyObject *module, PyObject *args);
 
 #endif

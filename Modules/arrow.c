@@ -188,11 +188,19 @@ parse_request(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
     if (schema != Py_None) {
         BxArrowSchema *s = PyCapsule_IsValid(schema, BX_ARROW_SCHEMA_CAPSULE)
             ? PyCapsule_GetPointer(schema, BX_ARROW_SCHEMA_CAPSULE) : NULL;
-        if (s == NULL || s->release == NULL || s->format == NULL) {
+        if (s == NULL) {
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "%s: requested_schema must be None "
                          "or an 'arrow_schema' capsule, not %R", fname,
                          schema);
+            return -1;
+        }
+        if (s->release == NULL || s->format == NULL) {
+            PyErr_Format(PyExc_BufferError, "%s: requested_schema %s",
+                         fname, s->release == NULL
+                                    ? "holds a released schema (release = "
+                                      "NULL)"
+                                    : "has format = NULL");
             return -1;
         }
         end = memchr(s->format, '\0', REQUEST_MAX);
@@ -757,7 +765,8 @@ bufferext_adapter_from_arrow(PyObject *module, PyObject *const *args,
         goto give_back;
     }
     if (adapter_dl_device(self, &where, "arrow") < 0 ||
-        adapter_finish_layout(self, "arrow") < 0) {
+        adapter_finish_layout(self, "arrow") < 0 ||
+        adapter_check_host(st, self, where.device_type, "arrow") < 0) {
         goto give_back;
     }
     if (self->device != NULL) {
@@ -772,7 +781,7 @@ bufferext_adapter_from_arrow(PyObject *module, PyObject *const *args,
 
     /* Taken: from here on the adapter releases the array. */
     self->arrow = in.source;
-    return (PyObject *)self;
+    return adapter_done(self);
 give_back:
     bufferext_arrow_give_back(args[2], &in);
 error:

@@ -500,6 +500,36 @@ bufferext_cuda_release_event(BufferExt_CUDADeviceInfo *info)
 }
 
 int
+bufferext_cuda_check_host(bufferext_state *st, const char *who,
+                          const void *ptr, int device_type)
+{
+    unsigned int memory_type = 0;
+    int managed = 0;
+
+    if (bufferext_cuda_ready(st) < 0) {
+        PyErr_Clear();              /* no driver: no device memory either */
+        return 0;
+    }
+    /* an address the driver did not allocate (pageable host memory) is an
+     * invalid value to it */
+    if (bufferext_cuda.cuPointerGetAttribute(
+            &memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+        memory_type != CU_MEMORYTYPE_DEVICE ||
+        (bufferext_cuda.cuPointerGetAttribute(
+             &managed, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+             (CUdeviceptr)(uintptr_t)ptr) == CUDA_SUCCESS && managed)) {
+        return 0;
+    }
+    PyErr_Format(PyExc_BufferError,
+                 "%s: device type %d (%s) names memory the CPU reads, but "
+                 "%p is CUDA device memory (cuPointerGetAttribute)", who,
+                 device_type, device_type == 3 ? "CUDA host" : "CUDA managed",
+                 ptr);
+    return -1;
+}
+
+int
 bufferext_cuda_host_wait(bufferext_state *st, const char *who, void *event,
                          uintptr_t stream)
 {

@@ -28,7 +28,10 @@ typedef unsigned long long CUdeviceptr;
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 #define CU_POINTER_ATTRIBUTE_CONTEXT 1
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_MEMORYTYPE_DEVICE 2
 
 /* The driver entry points used, with their exported symbol names (the _v2
  * names are what cuda.h maps the plain names to). */
@@ -119,6 +122,14 @@ PyObject *bufferext_cuda_bridge_stream(bufferext_state *st, int ordinal);
  * BufferError / DeviceUnavailableError. */
 int bufferext_cuda_import(bufferext_state *st, uintptr_t ptr, uintptr_t stream,
                           int ordinal, BufferExt_CUDADeviceInfo *info);
+/* Memory a producer called CUDA host or managed memory (DLPack's and
+ * Arrow's device types 3 and 13), which the CPU then reads as its own:
+ * refused, naming `who`, the type and the pointer, when the driver says
+ * `ptr` is plain device memory (neither host memory it knows nor
+ * managed).  Where no driver loads there is no device memory either: 0.
+ * 0, or -1 with BufferError. */
+int bufferext_cuda_check_host(bufferext_state *st, const char *who,
+                              const void *ptr, int device_type);
 /* Wait on the host, without the GIL, for a producer's CUevent (the Arrow
  * sync_event of memory the CPU reads directly) or, with a NULL `event`,
  * for a bridge stream (bufferext_cuda_bridge_stream) a DLPack producer

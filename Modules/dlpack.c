@@ -325,6 +325,11 @@ parse_device(PyObject *value, dlpack_options *opts)
                          "__dlpack__: dl_device must be None or a tuple "
                          "(device_type, device_id) of ints, not %R", value);
         }
+        else if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "__dlpack__: dl_device = %R is "
+                         "out of range (32-bit ints)", value);
+        }
         return -1;
     }
     opts->dl_device = 1;
@@ -1038,6 +1043,8 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
     if (adapter_set_dims(self, versioned ? "dlpack" : "dlpack-legacy",
                          (int)tensor->ndim) < 0 ||
         adapter_from_tensor(self, tensor, force == 1 || readonly) < 0 ||
+        adapter_check_host(st, self, (int)tensor->device.device_type,
+                           "dlpack") < 0 ||
         (self->device != NULL && adapter_import_cuda(st, self, stream) < 0)) {
         goto error;
     }
@@ -1050,7 +1057,7 @@ bufferext_adapter_from_dlpack(PyObject *module, PyObject *const *args,
     /* Consumed: from here on the adapter owns the tensor. */
     self->dl_managed = managed;
     self->dl_versioned = versioned;
-    return (PyObject *)self;
+    return adapter_done(self);
 error:
     if (managed != NULL) {      /* refused: the producer's again */
         BUFFEREXT_LOCKED_BEGIN(capsule);

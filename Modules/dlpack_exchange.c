@@ -158,6 +158,9 @@ allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
         PyErr_Fetch(&type, &value, &tb);
         text = value != NULL ? PyObject_Str(value) : NULL;
         detail = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+        /* before the consumer's SetError, which may set a Python error of
+         * its own (DLPack's header expects it to) */
+        PyErr_Clear();
         if (message != NULL) {
             set_error(error_ctx, "BufferError", message);
         }
@@ -168,7 +171,6 @@ allocate(BxDLTensor *prototype, BxDLManagedTensorVersioned **out,
                           ? ((PyTypeObject *)type)->tp_name : "RuntimeError",
                       detail != NULL ? detail : "allocation failed");
         }
-        PyErr_Clear();
         Py_XDECREF(text);
         Py_XDECREF(type);
         Py_XDECREF(value);

@@ -177,6 +177,74 @@ gate_dims(PyObject *exporter, const Py_buffer *v)
     return 0;
 }
 
+/* "(a, b, c)" of `n` sizes, cut short with "...)" when it does not fit
+ * `size` bytes. */
+static void
+ssizes_text(char *out, size_t size, int n, const Py_ssize_t *values)
+{
+    size_t at = 0;
+    int i;
+
+    for (i = 0; i < n && at + 32 < size; i++) {
+        at += (size_t)PyOS_snprintf(out + at, size - at, "%s%zd",
+                                    i ? ", " : "(", values[i]);
+    }
+    PyOS_snprintf(out + at, size - at, "%s", n == 0 ? "()"
+                                             : i < n ? ", ...)"
+                                             : n == 1 ? ",)" : ")");
+}
+
+/* The order the request asked for (PEP 3118): a consumer that did not ask
+ * for strides reads one C-contiguous block, whatever strides the exporter
+ * filled in anyway, and a *_CONTIGUOUS request takes only that order.
+ * NULL strides are C order by definition (PyBuffer_IsContiguous). */
+static int
+gate_contiguity(PyObject *exporter, const Py_buffer *v, int flags)
+{
+    const char *asked;
+    char order;
+
+    if ((flags & PyBUF_STRIDES) != PyBUF_STRIDES) {
+        asked = "without PyBUF_STRIDES";
+        order = 'C';
+    }
+    else if ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS) {
+        asked = "PyBUF_C_CONTIGUOUS";
+        order = 'C';
+    }
+    else if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS) {
+        asked = "PyBUF_F_CONTIGUOUS";
+        order = 'F';
+    }
+    else if ((flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS) {
+        asked = "PyBUF_ANY_CONTIGUOUS";
+        order = 'A';
+    }
+    else {
+        return 0;
+    }
+    if (PyBuffer_IsContiguous(v, order)) {
+        return 0;
+    }
+    {
+        char shape[120], strides[120];
+        ssizes_text(shape, sizeof(shape), v->ndim, v->shape);
+        if (v->strides != NULL) {
+            ssizes_text(strides, sizeof(strides), v->ndim, v->strides);
+        }
+        else {
+            strcpy(strides, "NULL (C order)");
+        }
+        return gate_refuse(exporter, "shape = %s, strides = %s%s are not "
+                           "%s-contiguous, although the request was %s",
+                           shape, strides,
+                           v->suboffsets != NULL ? " with suboffsets" : "",
+                           order == 'A' ? "C- or F" : order == 'C' ? "C"
+                                                                 : "F",
+                           asked);
+    }
+}
+
 /* C-order strides of a layout the gate let through.  Sizes of 0 count as 1
  * (as numpy does); only an empty array can make the product overflow, and
  * as its strides address nothing, the outer ones are then 0. */
@@ -268,7 +336,8 @@ gate_export(PyObject *exporter, const Py_buffer_extended *ext, int flags)
                                v->itemsize);
         }
     }
-    else if (gate_dims(exporter, v) < 0) {
+    else if (gate_dims(exporter, v) < 0 || gate_contiguity(exporter, v,
+                                                           flags) < 0) {
         return -1;
     }
     if (BufferExt_IsDevice(ext)) {

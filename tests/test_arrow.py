@@ -868,3 +868,74 @@ def test_distarray_takes_an_arrow_array_through_the_protocol() -> None:
     assert DistArray.scatter(arr, dist="b").gather().tolist() == list(range(10))
     with pytest.raises(BufferError, match="has 1 nulls"):
         DistArray.from_global(pa.array([1.0, None]), dist="b")
+
+
+def test_an_adapter_waiting_for_its_event_is_out_of_the_collectors_sight(
+        driver: str) -> None:
+    # The import waits for a CUDA host array's sync_event without the GIL,
+    # its adapter made but not filled in: another thread walking the
+    # collector's objects (a profiler, a debugger: gc.get_objects) met it,
+    # and its protocol, format and repr read NULL (a crash)
+    harness.check(driver, CUDA_HOST_ARRAY + """
+class Host:
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        return capsules()
+made = []
+with stopped_in("cuEventSynchronize",
+                lambda: made.append(bufferext.as_buffer(Host()))) as outcome:
+    assert [o for o in gc.get_objects()
+            if type(o) is bufferext.BufferAdapter] == []
+assert outcome == ["done"], outcome
+ad = made.pop()
+assert ad in gc.get_objects()                  # tracked once made
+assert np.asarray(ad).tolist() == [7, 7, 7, 7]
+del ad
+b.close()
+""", env=LATE)
+
+
+@pytest.mark.parametrize("device_type", [3, 13], ids=["host", "managed"])
+def test_device_memory_called_cuda_host_memory_is_refused(
+        driver: str, device_type: int) -> None:
+    # CUDA host and managed memory are what the CPU reads: device memory a
+    # producer calls so would reach numpy (the stand-in's device range is
+    # unreadable: a crash); the driver says what the pointer is
+    harness.check(driver, """
+import sys
+sys.path.insert(0, %r)
+from test_arrow import ArrowDeviceArray, HandMade, _new_capsule
+b = CUDABuffer(4, "int32")
+b.fill(7)
+event = ctypes.c_void_p(bufferext.get_buffer(b).device_info.event)
+producer = HandMade(b"i", np.zeros(4, np.int32))
+producer.buffers[1] = b.ptr                    # device memory, called
+device = ArrowDeviceArray(array=producer.array, device_id=0,  # CPU-readable
+                          device_type=%d, sync_event=ctypes.addressof(event))
+def capsules():
+    return (_new_capsule(ctypes.addressof(producer.schema), b"arrow_schema",
+                         None),
+            _new_capsule(ctypes.addressof(device), b"arrow_device_array",
+                         None))
+class Lies:
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        return capsules()
+with raises(BufferError, match=r"^arrow: device type %d \\(CUDA %s\\) names "
+            r"memory the CPU reads, but 0x[0-9a-f]+ is CUDA device memory "
+            r"\\(cuPointerGetAttribute\\)$"):
+    bufferext.as_buffer(Lies())
+assert producer.releases == 0                  # still the producer's
+b.synchronize()
+b.close()
+""" % (os.path.dirname(os.path.abspath(__file__)), device_type, device_type,
+       "host" if device_type == 3 else "managed"))
+
+
+def test_a_released_requested_schema_is_named_as_such() -> None:
+    schema = HandMade(b"s", np.zeros(2, np.int16))
+    capsule = _new_capsule(ctypes.addressof(schema.schema), b"arrow_schema",
+                           None)
+    schema.schema.release = type(schema.schema.release)()     # NULL
+    with pytest.raises(BufferError, match=re.escape(
+            "__arrow_c_array__: requested_schema holds a released schema "
+            "(release = NULL)")):
+        bufferext.CPUBuffer((2,), "int16").__arrow_c_array__(capsule)

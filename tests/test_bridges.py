@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import sys
 import types
 import weakref
@@ -710,3 +711,53 @@ def test_a_buffer_format_is_read_by_struct_rules(fmt: str) -> None:
         assert dtype.isnative, fmt
     else:
         assert not dtype.isnative, fmt
+
+
+def test_a_cycle_through_a_reexporting_adapter_is_collected() -> None:
+    # the adapter's export of its source is a reference the collector must
+    # see (a bytearray subclass holding its own read-only adapter)
+    class Holder(bytearray):
+        pass
+
+    for readonly in (True, False):
+        source = Holder(1 << 16)
+        source.adapter = bufferext.as_buffer(source, readonly=readonly)
+        assert source.adapter.protocol == "buffer"
+        ref = weakref.ref(source)
+        del source
+        gc.collect()
+        assert ref() is None, readonly
+
+
+def test_the_pin_of_array_interface_data_cannot_be_released() -> None:
+    # the BufferView that holds 'data' is reachable from the adapter
+    # (gc.get_referents, as a debugger walks): its release() is refused
+    # while the adapter lives, so 'data' cannot be resized under it
+    data = bytearray(32)
+
+    class Interface:
+        __array_interface__ = {"version": 3, "shape": (4,),
+                               "typestr": "<f8", "data": data}
+
+    adapter = bufferext.as_buffer(Interface())
+    [pin] = [o for o in gc.get_referents(adapter)
+             if type(o).__name__ == "BufferView"]
+    with pytest.raises(BufferError, match=r"BufferView has 1 export"):
+        pin.release()
+    with pytest.raises(BufferError):
+        data.extend(b"x" * 64)
+    assert adapter.ptr == pin.ptr
+    del adapter, pin
+    gc.collect()
+    data.extend(b"x" * 64)          # free once the adapter is gone
+
+
+def test_a_shape_past_the_address_space_names_its_dimension() -> None:
+    # "dlpack: shape is too large" named neither the dimension nor its size
+    crafted = Crafted(ndim=2, shape=(2**40, 2**40), code=2, bits=64)
+    capsule = crafted.capsule()
+    with pytest.raises(BufferError, match=re.escape(
+            "dlpack: shape[1] = 1099511627776 makes more than PY_SSIZE_T_MAX "
+            "bytes of 8-byte items")):
+        bufferext._bufferext._adapter_from_dlpack(None, capsule, None)
+    assert PyCapsule_GetName(capsule) == b"dltensor_versioned"  # given back

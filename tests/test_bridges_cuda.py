@@ -199,6 +199,8 @@ def test_cpu_readable_cuda_memory_is_waited_for_before_the_cpu_reads(
     # with stream=None a producer orders its work before the legacy stream
     # only, and the CPU read at once: now the producer is asked for the
     # bridge stream, which the host waits for before the import returns
+    # (memory the CPU reads: the stand-in's host-visible allocations, which
+    # the driver says are managed)
     harness.check(driver, HELPERS + """
 b = CUDABuffer(4, "float32")
 asked = []
@@ -217,6 +219,31 @@ assert asked == [bridge] and adapter.device is None
 assert calls("cuStreamSynchronize") == 1
 del adapter
 gc.collect()
+b.close()
+""".replace("KIND", str(kind)), check_leaks=False,
+                  env={"STANDIN_CUDA_HOST_VISIBLE": "1"})
+
+
+@pytest.mark.parametrize("kind", [3, 13])   # kDLCUDAHost, kDLCUDAManaged
+def test_device_memory_called_cpu_readable_is_refused(driver: str,
+                                                      kind: int) -> None:
+    # the CPU reads CUDA host and managed memory as its own: plain device
+    # memory a producer calls so (the stand-in's unreadable range) is
+    # refused on the driver's word, the tensor given back
+    harness.check(driver, HELPERS + """
+b = CUDABuffer(4, "float32")
+class Lies:
+    def __dlpack_device__(self):
+        return (KIND, 0)
+    def __dlpack__(self, **kwargs):
+        capsule = b.__dlpack__(**kwargs)
+        tensor_device(capsule)[0].value = KIND
+        return capsule
+with raises(BufferError, match=r"^dlpack: device type KIND \\(CUDA .*\\) names "
+            r"memory the CPU reads, but 0x[0-9a-f]+ is CUDA device memory"):
+    bufferext.as_buffer(Lies())
+gc.collect()
+assert b.exports == 0
 b.close()
 """.replace("KIND", str(kind)), check_leaks=False)
 

@@ -366,12 +366,17 @@ def test_report_of_a_refusal_that_is_not_a_buffer_error() -> None:
                           "although PyBUF_WRITABLE was requested"),
     (dict(format=None, itemsize=1, len=8, shape=(8,)),
      "FORMAT answered without a format"),
+    # ... and each request's order (C without STRIDES, *_CONTIGUOUS)
     (dict(strides=(16,), len=32, shape=(4,), block_size=64),
-     "C_CONTIGUOUS answered with a non-C-contiguous layout"),
+     "shape = (4,), strides = (16,) are not C-contiguous, although the "
+     "request was without PyBUF_STRIDES"),
     (dict(strides=(16,), len=32, shape=(4,), block_size=64),
-     "F_CONTIGUOUS answered with a non-Fortran layout"),
+     "are not C-contiguous, although the request was PyBUF_C_CONTIGUOUS"),
     (dict(strides=(16,), len=32, shape=(4,), block_size=64),
-     "ANY_CONTIGUOUS answered with a non-contiguous layout"),
+     "are not F-contiguous, although the request was PyBUF_F_CONTIGUOUS"),
+    (dict(strides=(16,), len=32, shape=(4,), block_size=64),
+     "are not C- or F-contiguous, although the request was "
+     "PyBUF_ANY_CONTIGUOUS"),
 ])
 def test_lies_about_declared_requests_are_violations(
         c99: Any, config: dict, problem: str) -> None:

@@ -155,6 +155,21 @@ def test_09_periodic_edge_padding_cannot_be_expressed():
     rejects(_exp(np.zeros(7), dd, version="0.9.0"), "wraps around")
 
 
+@pytest.mark.parametrize("dim", [C(size=4, grid=1, rank=0, start=0),
+                                 U([3, 0, 2, 1], size=4, grid=1)],
+                         ids=["cyclic", "unstructured"])
+def test_09_any_dimension_may_say_it_is_periodic(dim):
+    # 0.9.x lists 'periodic' among every dimension's optional keys (0.10.0
+    # among a block one's only): read, checked to be a bool, and dropped
+    for periodic in (False, True):
+        dd = dict(dim, periodic=periodic)
+        assert "periodic" not in check(_exp(np.zeros(4), dd,
+                                            version="0.9.0")).dims[0]
+        rejects(_exp(np.zeros(4), dd), "['periodic'] = ")
+    rejects(_exp(np.zeros(4), dict(dim, periodic=1), version="0.9.0"),
+            "dim_data[0]['periodic'] = 1: must be a bool")
+
+
 def test_legacy_draft_label_reads_as_09():
     dim = {"dist_type": "n", "size": 3}
     d = DistArray.from_distarray(_exp(np.zeros(3), dim, version="1.0.0"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 
 import numpy as np
 import pytest
@@ -115,6 +116,39 @@ def test_from_global_argument_errors():
     for kwargs in bad:
         with pytest.raises(ValueError):
             DistArray.from_global(a, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(dist=None), ValueError, "dist=None: need one of 'b', 'c', 'u', 'n' "
+                                  "per dimension (2)"),
+    (dict(dist="bb", grid_shape=2), ValueError,
+     "grid_shape=2: need a sequence of int sizes, one per dimension"),
+    (dict(dist="bb", grid_shape=(2.0, 1)), ValueError,
+     "grid_shape=(2.0, 1): need a sequence of int sizes"),
+    (dict(dist="bb", grid_shape=(2, 1), rank="1"), TypeError,
+     "rank='1': must be an int"),
+    (dict(dist="bb", grid_shape=(2, 1), rank=True), TypeError,
+     "rank=True: must be an int"),
+    (dict(dist="ub", grid_shape=(2, 1), indices=[5, None]), ValueError,
+     "indices[0]: need one index array per grid rank along the dimension (2), "
+     "not 5"),
+    (dict(dist="ub", indices=[5, None]), ValueError,
+     "indices[0]: need one index array per grid rank along the dimension"),
+])
+def test_from_global_names_the_argument_and_its_value(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        DistArray.from_global(np.arange(12).reshape(3, 4), **kwargs)
+
+
+def test_a_0d_array_keeps_its_shape():
+    # numpy's ascontiguousarray makes a 0-d array 1-d: the export then said
+    # dim_data () over a buffer of shape (1,)
+    for d in (DistArray.from_global(np.array(2.0), dist=""),
+              DistArray.scatter(np.array(2.0), dist="")):
+        assert d.local_shape == () and d.buffer.shape == ()
+        validate(d.__distarray__())
+        assert DistArray.from_distarray(d).allgather().tolist() == 2.0
+        assert d.local.tolist() == 2.0
 
 
 def test_from_global_arguments_read_as_documented():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import re
 import sys
 
 import numpy as np
@@ -322,6 +323,17 @@ def test_bad_kwargs(call, words):
     with pytest.raises(TypeError, match=words):
         call(buf)
     gc.collect()
+    assert buf.exports == 0
+
+
+@pytest.mark.parametrize("device", [(1, 2**31), (2**33, 0), (-2**31 - 1, 0)])
+def test_dl_device_out_of_range_is_named(device):
+    # PyArg_ParseTuple's OverflowError named neither argument nor value
+    buf = CPUBuffer(2)
+    with pytest.raises(ValueError, match=re.escape(
+            f"__dlpack__: dl_device = {device!r} is out of range (32-bit "
+            "ints)")):
+        buf.__dlpack__(dl_device=device)
     assert buf.exports == 0
 
 

@@ -231,6 +231,25 @@ def test_allocator_error_kind_is_the_exceptions() -> None:
     assert kind == b"ValueError" and b"too large" in message, message
 
 
+def test_allocator_keeps_the_error_the_consumers_set_error_sets(
+        c99: Any) -> None:
+    # DLPack's header expects a Python consumer's SetError to set a Python
+    # error: the allocator cleared it after the call (rc -1, no exception)
+    api = api_of(bufferext.CPUBuffer)
+    dims = (ctypes.c_int64 * 1)(4)
+    proto = DLTensor()
+    proto.device = DLDevice(2, 0)               # CUDA: refused
+    proto.ndim = 1
+    proto.dtype = DLDataType(2, 32, 1)
+    proto.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
+    out = P_MANAGED()
+    on_error = SET_ERROR(c99.set_error_address())
+    # a PYFUNCTYPE call raises the Python error it finds set
+    with pytest.raises(RuntimeError, match=r"^BufferError: "):
+        api.managed_tensor_allocator(ctypes.byref(proto), ctypes.byref(out),
+                                     None, on_error)
+
+
 def test_current_work_stream() -> None:
     api = api_of(bufferext.CPUBuffer)
     stream = ctypes.c_void_p(123)

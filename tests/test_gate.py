@@ -4,6 +4,7 @@ our own re-exports apply in turn (Modules/export.h)."""
 
 from __future__ import annotations
 
+import array
 import ctypes
 import gc
 import re
@@ -53,6 +54,94 @@ def test_a_view_with_suboffsets_is_reexported_only_indirectly(
             bufferext.get_buffer(view, getattr(F, request_name))
         with bufferext.get_buffer(view, F.FULL_RO) as again:
             assert again.suboffsets == (0,)
+    assert x.exports == 0
+
+
+# ---- the order a request asked for (PEP 3118) ------------------------------
+
+def reversed_doubles(capi: ModuleType) -> Any:
+    """Four float64 backwards (strides -8, buf at the last of a 32-byte
+    block), whatever is asked: the items are 1, 2, 3, 4."""
+    x = capi.Configurable(32, 32, 8, 1, "d", shape=(4,), strides=(-8,),
+                          offset=24)
+    with bufferext.get_buffer(x, F.STRIDED) as view:
+        memoryview(view)[:] = array.array("d", [1.0, 2.0, 3.0, 4.0])
+    return x
+
+
+@pytest.mark.parametrize("request_name", ["SIMPLE", "ND", "CONTIG_RO",
+                                          "C_CONTIGUOUS", "ANY_CONTIGUOUS"])
+def test_a_strided_answer_to_a_contiguous_request_is_refused(
+        c99: ModuleType, request_name: str) -> None:
+    # a consumer that did not ask for strides reads [buf, buf + len): 24
+    # bytes past this block (and one that asked for C order reads C order)
+    x = reversed_doubles(c99)
+    asked = ("without PyBUF_STRIDES"
+             if request_name in ("SIMPLE", "ND", "CONTIG_RO")
+             else "PyBUF_" + request_name)
+    with pytest.raises(BufferError, match=re.escape(
+            "Configurable: exported an invalid buffer: shape = (4,), "
+            "strides = (-8,) are not " + ("C- or F" if "ANY" in request_name
+                                          else "C") +
+            "-contiguous, although the request was " + asked)):
+        bufferext.get_buffer(x, getattr(F, request_name))
+    assert x.exports == 0
+    with bufferext.get_buffer(x, F.STRIDED_RO) as view:    # as it is
+        assert memoryview(view).tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_each_contiguous_request_takes_its_order_only(c99: ModuleType) -> None:
+    # a 2x3 array in Fortran order, strides filled in whatever is asked
+    x = c99.Configurable(48, 48, 8, 2, "d", shape=(2, 3), strides=(8, 16))
+    for name in ("F_CONTIGUOUS", "ANY_CONTIGUOUS", "STRIDED", "FULL_RO"):
+        with bufferext.get_buffer(x, getattr(F, name)) as view:
+            assert view.strides == (8, 16), name
+    for name in ("C_CONTIGUOUS", "CONTIG_RO", "SIMPLE", "ND"):
+        with pytest.raises(BufferError, match=re.escape(
+                "shape = (2, 3), strides = (8, 16) are not C-contiguous")):
+            bufferext.get_buffer(x, getattr(F, name))
+    c_order = c99.Configurable(48, 48, 8, 2, "d", shape=(2, 3),
+                               strides=(24, 8))
+    with pytest.raises(BufferError, match=re.escape(
+            "shape = (2, 3), strides = (24, 8) are not F-contiguous, "
+            "although the request was PyBUF_F_CONTIGUOUS")):
+        bufferext.get_buffer(c_order, F.F_CONTIGUOUS)
+    # strides filled in unasked but C order: what was asked, taken
+    for name in ("SIMPLE", "ND", "C_CONTIGUOUS"):
+        with bufferext.get_buffer(c_order, getattr(F, name)) as view:
+            assert view.nbytes == 48
+    assert x.exports == c_order.exports == 0
+
+
+def test_an_array_interface_over_a_strided_answer_is_refused(
+        c99: ModuleType) -> None:
+    # numpy's array interface asks its 'data' buffer for one block of
+    # bytes: the liar's reversed items would be read 24 bytes past it
+    x = reversed_doubles(c99)
+
+    class Interface:
+        __array_interface__ = {"version": 3, "shape": (4,), "typestr": "<f8",
+                               "data": x}
+
+    with pytest.raises(BufferError, match=re.escape(
+            "__array_interface__: 'data', a 'Configurable', is not one "
+            "contiguous block of memory: ")):
+        bufferext.as_buffer(Interface())
+    assert x.exports == 0
+
+
+def test_the_cuda_array_interface_of_suboffsets_is_absent(
+        c99: ModuleType) -> None:
+    # the two items at buf are pointers (suboffsets 0): CAI has no word for
+    # them, and a consumer would read the pointers as float64
+    x = c99.Configurable(64, 16, 8, 1, "d", shape=(2,), strides=(8,),
+                         suboffsets=(0,), device="bufferext.cuda")
+    adapter = bufferext.as_buffer(x, readonly=True)
+    assert not hasattr(adapter, "__cuda_array_interface__")
+    with pytest.raises(AttributeError, match=re.escape(
+            "__cuda_array_interface__: the buffer has suboffsets")):
+        adapter.__cuda_array_interface__
+    del adapter
     assert x.exports == 0
 
 

@@ -289,6 +289,38 @@ def test_host_view_checks_the_item_size_and_layout(c99: Any) -> None:
 
 # ---- dtypes of the producers --------------------------------------------------
 
+def test_a_subclass_property_is_not_the_layout() -> None:
+    # numpy's own layout of an ndarray subclass, not its properties: a
+    # shape that reached past the memory, read-only memory said writable,
+    # float64 called bfloat16
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = ml_dtypes.bfloat16
+
+    class Lies(np.ndarray):
+        shape = property(lambda self: (1 << 20,))
+        strides = property(lambda self: (1 << 10,))
+
+        @property
+        def __array_interface__(self) -> Any:
+            d = np.ndarray.__array_interface__.__get__(self)
+            d["data"] = (d["data"][0], False)
+            return d
+
+    a = np.zeros(4, bf16)
+    a.flags.writeable = False
+    adapter = bufferext.as_buffer(a.view(Lies))
+    assert (adapter.shape, adapter.strides, adapter.nbytes,
+            adapter.format, adapter.readonly) == ((4,), (2,), 8, "[bfloat16]",
+                                                  True)
+
+    class CallsItselfBfloat16(np.ndarray):
+        dtype = property(lambda self: np.dtype(bf16))
+
+    with bufferext.get_buffer(bufferext.as_buffer(
+            np.arange(4.0).view(CallsItselfBfloat16))) as view:
+        assert (view.format, view.shape) == ("d", (4,))
+
+
 def test_dtype_spellings() -> None:
     native = "<" if sys.byteorder == "little" else ">"
     spellings: list = ["bfloat16", "[bfloat16]", "@[bfloat16]", "=[bfloat16]",

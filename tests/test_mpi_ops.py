@@ -608,3 +608,74 @@ def test_unstructured_indices_outside_zero_to_size() -> None:
                            rf"size {n} has no cell in the global array") as info:
             op()
         assert same_everywhere(str(info.value))
+
+
+def test_redistribute_into_out_zeroes_the_cells_nobody_owns() -> None:
+    # an unstructured source that leaves the last index to nobody (the
+    # protocol allows it): out= reads 0 there, as a new result does
+    n = 2 * SIZE
+    mine = np.arange(2 * RANK, 2 * RANK + (1 if RANK == SIZE - 1 else 2))
+    data = {"__version__": "0.10.0", "buffer": mine * 10.0 + 1,
+            "dim_data": ({"dist_type": "u", "size": n, "proc_grid_size": SIZE,
+                          "proc_grid_rank": RANK, "indices": mine},)}
+    src = DistArray.from_distarray(data, comm=COMM)
+    new = src.redistribute(dist="b")
+    out = DistArray.from_global(np.full(n, 99.0), dist="b", comm=COMM)
+    assert src.redistribute(dist="b", out=out) is out
+    assert out.local.tolist() == new.local.tolist()
+    expect = np.append(np.arange(n - 1) * 10.0 + 1, 0.0)
+    assert out.allgather().tolist() == expect.tolist()
+
+
+def test_scatter_of_a_record_dtype_is_refused_on_every_rank() -> None:
+    # its dtype string ('|V12') would lose the fields: refused where the
+    # root reads it, not at the root alone while the others wait
+    records = np.zeros(6, [("a", "<i4"), ("b", "<f8")]) if RANK == 0 else None
+    with pytest.raises(TypeError, match=r"^rank 0 of \d+: dtype .* is not "
+                                        "supported") as info:
+        DistArray.scatter(records, dist="b", comm=COMM)
+    assert same_everywhere(str(info.value))
+    COMM.Barrier()
+
+
+def test_a_bad_device_on_one_rank_is_raised_on_every_rank() -> None:
+    # the device may differ per process, but a bad one (here unhashable,
+    # which the plan cache's key would have raised on) fails everywhere
+    d = DistArray.from_global(np.arange(12.0), dist="b", comm=COMM)
+    with pytest.raises(ValueError, match=r"^rank 1 of \d+: device=\['cpu'\]: "
+                                         "must be 'cpu', 'cuda' or 've'") as info:
+        d.redistribute(dist="c", device=["cpu"] if RANK == 1 else None)
+    assert same_everywhere(str(info.value))
+    COMM.Barrier()
+
+
+def test_boundary_padding_may_differ_along_an_axis() -> None:
+    # 0.10: the processes at one grid rank along an axis have identical
+    # dim_data there, "the only possible exception" the padding of edge
+    # processes; a difference elsewhere is named with both values
+    def data(pad: tuple) -> dict:
+        buf = np.arange(8.0).reshape(4, 2) + 100 * RANK
+        return {"__version__": "0.10.0", "buffer": buf,
+                "dim_data": ({"dist_type": "b", "size": 4, "proc_grid_size": 1,
+                              "proc_grid_rank": 0, "start": 0, "stop": 4,
+                              "padding": pad},
+                             {"dist_type": "b", "size": 2 * SIZE,
+                              "proc_grid_size": SIZE, "proc_grid_rank": RANK,
+                              "start": 2 * RANK, "stop": 2 * RANK + 2})}
+
+    mine = data((1, 0) if RANK == 0 else (0, 1) if RANK == 1 else (0, 0))
+    validate_collective(mine, COMM)
+    d = DistArray.from_distarray(mine, comm=COMM)
+    assert d.allgather()[:, 2 * RANK:2 * RANK + 2].tolist() == \
+        mine["buffer"].tolist()
+    other = data((0, 0))
+    other["dim_data"] = ({"dist_type": "u", "size": 4, "proc_grid_size": 1,
+                          "proc_grid_rank": 0,
+                          "indices": np.arange(4)[::-1 if RANK == 1 else 1]},
+                         other["dim_data"][1])
+    with pytest.raises(ProtocolError, match=r"rank 1: dim_data\[0\] differs from "
+                       r"that of the other processes at grid rank 0 along dim 0: "
+                       r"indices=array\(\[3, 2, 1, 0\]\) where they have "
+                       r"array\(\[0, 1, 2, 3\]\)") as info:
+        validate_collective(other, COMM)
+    assert same_everywhere(str(info.value))

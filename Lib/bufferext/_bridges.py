@@ -78,8 +78,15 @@ _Step = Callable[[Any, type, Optional[bool]], Any]
 def _lowp_ndarray(obj: Any, cls: type, readonly: Optional[bool]) -> Any:
     """numpy's array of ml_dtypes' low-precision float (the pass-through
     takes numpy's arrays of builtin dtypes only)."""
-    if isinstance(obj, np.ndarray) and _is_lowp(obj.dtype):
-        return _from_lowp_ndarray(obj, readonly)
+    if isinstance(obj, np.ndarray):
+        # numpy's own view of a real array's memory: a subclass's dtype,
+        # shape, strides or __array_interface__ (a property) is not the
+        # layout numpy keeps.  A proxy whose __class__ says ndarray (as
+        # wrapt's) answers through its attributes, as an array interface.
+        arr = (np.ndarray.view(obj, np.ndarray)
+               if issubclass(cls, np.ndarray) else obj)
+        if _is_lowp(arr.dtype):
+            return _from_lowp_ndarray(obj, arr, readonly)
     return NotImplemented
 
 
@@ -206,14 +213,15 @@ def _speaks_none(cls: type) -> TypeError:
         "__array_interface__")
 
 
-def _from_lowp_ndarray(obj: Any, readonly: Optional[bool]) -> BufferAdapter:
-    """A numpy array of ml_dtypes' bfloat16 or float8 kinds: its memory,
-    items named by their buffer format (``[bfloat16]``); a byte-swapped
-    one is refused by name."""
-    fmt, itemsize = resolve(obj.dtype)[:2]
-    ptr, ro = obj.__array_interface__["data"]
+def _from_lowp_ndarray(obj: Any, arr: Any,
+                       readonly: Optional[bool]) -> BufferAdapter:
+    """A numpy array ``obj`` of ml_dtypes' bfloat16 or float8 kinds, read
+    as ``arr``: its memory, items named by their buffer format
+    (``[bfloat16]``); a byte-swapped one is refused by name."""
+    fmt, itemsize = resolve(arr.dtype)[:2]
+    ptr, ro = arr.__array_interface__["data"]
     return _bufferext._adapter_from_layout(
-        obj, "numpy", ptr, obj.shape, obj.strides, fmt, itemsize,
+        obj, "numpy", ptr, arr.shape, arr.strides, fmt, itemsize,
         _policy("numpy", ro, readonly), None, 0, None)
 
 
@@ -545,7 +553,7 @@ def _from_array_interface(obj: Any, interface: Any,
     if offset is None:
         raise _fail(protocol, "offset", d["offset"], "an int >= 0")
     data = d.get("data")
-    keepalive = None
+    pin = None
     if isinstance(data, tuple):
         ptr, ro = _data_pair(protocol, data)
         if ptr + offset >= _POINTER_LIMIT:
@@ -555,30 +563,30 @@ def _from_array_interface(obj: Any, interface: Any,
         # one block of bytes, as NumPy asks for it (PyBUF_SIMPLE): shape,
         # strides and offset say where the items are in it
         try:
-            keepalive = _bufferext.get_buffer(data, BufferFlags.SIMPLE)
+            pin = _bufferext.get_buffer(data, BufferFlags.SIMPLE)
         except (BufferError, ValueError) as exc:
             raise BufferError(f"{protocol}: 'data', a "
                               f"{type(data).__name__!r}, is not one "
                               f"contiguous block of memory: {exc}") from exc
-        ptr, ro = keepalive.ptr, keepalive.readonly
+        ptr, ro = pin.ptr, pin.readonly
     else:
         raise _fail(protocol, "data", data,
                     "a tuple (pointer, readonly) or a buffer object")
     try:
-        if keepalive is not None:
+        if pin is not None:
             low, high = _extent(shape, strides, itemsize)
-            if offset + low < 0 or offset + high > keepalive.nbytes:
+            if offset + low < 0 or offset + high > pin.nbytes:
                 raise BufferError(
                     f"{protocol}: shape {shape}, strides {strides} and offset "
                     f"{offset} reach bytes [{offset + low}, {offset + high}) "
-                    f"of 'data', a buffer of {keepalive.nbytes} bytes")
+                    f"of 'data', a buffer of {pin.nbytes} bytes")
         return _bufferext._adapter_from_layout(
             obj, "array_interface", ptr + offset, shape, strides, fmt,
-            itemsize, _policy(protocol, ro, readonly), None, 0, keepalive)
+            itemsize, _policy(protocol, ro, readonly), None, 0, pin)
     except BaseException:
         # refused: the export of 'data' ends now, not with the traceback
-        if keepalive is not None:
-            keepalive.release()
+        if pin is not None:
+            pin.release()
         raise
 
 

@@ -1256,6 +1256,24 @@ tc_make_immutable_subclass(PyObject *module, PyObject *args)
     return PyType_FromSpecWithBases(&spec_immutable_subclass, base);
 }
 
+/* A DLPack exchange allocator's SetError that does what DLPack's header
+ * expects of a Python consumer's: sets a Python error (RuntimeError "kind:
+ * message").  set_error_address() is its address, for ctypes. */
+static void
+tc_set_error(void *ctx, const char *kind, const char *message)
+{
+    (void)ctx;
+    PyErr_Format(PyExc_RuntimeError, "%s: %s", kind, message);
+}
+
+static PyObject *
+tc_set_error_address(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyLong_FromVoidPtr((void *)(uintptr_t)&tc_set_error);
+}
+
 #define VARARGS(name) \
     {#name, (PyCFunction)(void (*)(void))tc_##name, METH_VARARGS, NULL}
 
@@ -1277,6 +1295,7 @@ static PyMethodDef tc_methods[] = {
     VARARGS(set_device),
     VARARGS(make_exporter_type),
     VARARGS(make_immutable_subclass),
+    {"set_error_address", tc_set_error_address, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

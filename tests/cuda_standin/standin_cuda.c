@@ -100,7 +100,10 @@ struct CUevent_st {
 #define ERR_NOT_READY 600
 #define ERR_UNKNOWN 999
 #define ATTRIBUTE_CONTEXT 1
+#define ATTRIBUTE_MEMORY_TYPE 2
+#define ATTRIBUTE_IS_MANAGED 8
 #define ATTRIBUTE_DEVICE_ORDINAL 9
+#define MEMORYTYPE_DEVICE 2
 #define STREAM_LEGACY ((CUstream)0x1)
 #define STREAM_PER_THREAD ((CUstream)0x2)
 #define STREAM_NON_BLOCKING 0x1
@@ -119,7 +122,10 @@ SAME(ERR_INVALID_HANDLE, CUDA_ERROR_INVALID_HANDLE);
 SAME(ERR_NOT_READY, CUDA_ERROR_NOT_READY);
 SAME(ERR_UNKNOWN, CUDA_ERROR_UNKNOWN);
 SAME(ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_CONTEXT);
+SAME(ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
+SAME(ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_IS_MANAGED);
 SAME(ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL);
+SAME(MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE);
 /* pointer constants: GCC folds these casts (an extension) */
 SAME((uintptr_t)STREAM_LEGACY, (uintptr_t)CU_STREAM_LEGACY);
 SAME((uintptr_t)STREAM_PER_THREAD, (uintptr_t)CU_STREAM_PER_THREAD);
@@ -747,14 +753,16 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr)
     return ERR_INVALID_VALUE;
 }
 
-/* Whether `ptr` lies in the reserved device range. */
-/* Context or device ordinal of a pointer inside one of our allocations;
- * host (or unknown) pointers are an invalid value, as with the driver. */
+/* Context, device ordinal, memory type (device) or managed-ness (host-visible
+ * allocations, STANDIN_CUDA_HOST_VISIBLE) of a pointer inside one of our
+ * allocations; host (or unknown) pointers are an invalid value, as with the
+ * driver. */
 EXPORT CUresult cuPointerGetAttribute(void *data,
                                       CUpointer_attribute attribute,
                                       CUdeviceptr ptr)
 {
     CUcontext ctx = NULL;
+    int visible = 0;
     size_t i;
 
     ENTER(cuPointerGetAttribute);
@@ -765,6 +773,7 @@ EXPORT CUresult cuPointerGetAttribute(void *data,
     for (i = 0; i < nallocs; i++) {
         if (ptr >= allocs[i].base && ptr - allocs[i].base < allocs[i].size) {
             ctx = allocs[i].ctx;
+            visible = allocs[i].base == (CUdeviceptr)(uintptr_t)allocs[i].host;
             break;
         }
     }
@@ -779,12 +788,20 @@ EXPORT CUresult cuPointerGetAttribute(void *data,
     else if (attribute == ATTRIBUTE_DEVICE_ORDINAL) {
         *(int *)data = ctx->device;
     }
+    else if (attribute == ATTRIBUTE_MEMORY_TYPE) {
+        *(unsigned int *)data = MEMORYTYPE_DEVICE;  /* cuMemAlloc's, all */
+    }
+    else if (attribute == ATTRIBUTE_IS_MANAGED) {
+        /* host-visible memory is the CPU's too, as managed memory is */
+        *(int *)data = visible;
+    }
     else {
         return ERR_INVALID_VALUE;
     }
     return OK;
 }
 
+/* Whether `ptr` lies in the reserved device range. */
 static int
 in_range(CUdeviceptr ptr)
 {

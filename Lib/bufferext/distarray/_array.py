@@ -10,7 +10,6 @@ methods hand the MPI layer (``_redistribute``, ``_halo``) their parts
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
@@ -160,7 +159,10 @@ class DistArray:
         spec = DistSpec(arr.shape, dist, grid_shape, block_size, padding, periodic,
                         indices, split, nprocs if nprocs > 1 or grid_shape is None
                         else None)
-        rank = operator.index(rank)
+        if isinstance(rank, (bool, np.bool_)) or not isinstance(
+                rank, (int, np.integer)):
+            raise TypeError(f"rank={rank!r}: must be an int")
+        rank = int(rank)
         if not 0 <= rank < spec.nprocs:
             raise ValueError(f"rank={rank}: must be in [0, {spec.nprocs})")
         maps = spec.maps(rank)
@@ -171,7 +173,7 @@ class DistArray:
                 local = local[key]
             else:
                 local = np.take(local, m.owned_global(), axis=i)
-        buffer = make_buffer(device, np.ascontiguousarray(local))
+        buffer = make_buffer(device, np.asarray(local, order="C"))   # 0-d kept
         return cls(buffer, maps, device=device, dtype=arr.dtype, comm=comm)
 
     @classmethod

@@ -217,12 +217,16 @@ class Acquired:
     (CUDA-aware MPI).  ``write``: MPI writes into it (acquired writable;
     a staged copy is copied back on a clean exit).  ``read``: the operation
     reads the current contents (else a staged copy starts uninitialised).
+    ``zero``: the operation writes only some cells and the others must read
+    0, as in a new buffer (``out=`` of an operation that leaves cells no
+    process owns): the memory is zeroed first.
     """
 
     __slots__ = ("view", "kind", "mpi", "staged", "write")
 
     def __init__(self, obj: Any, shape: Tuple[int, ...], dtype: np.dtype, *,
-                 write: bool, aware: bool, read: bool = True) -> None:
+                 write: bool, aware: bool, read: bool = True,
+                 zero: bool = False) -> None:
         try:
             view = get_buffer(obj, _WRITE if write else _READ)
         except (BufferError, TypeError, ValueError) as exc:
@@ -251,9 +255,15 @@ class Acquired:
             wired = wire_dtype(dtype)       # what MPI moves
             if kind is Kind.CPU:
                 self.mpi: Any = np.frombuffer(view.memoryview(), wired).reshape(shape)
+                if zero:
+                    self.mpi[...] = 0
             elif not self.staged:
+                if zero:                    # waits for the copy
+                    view.copy_from_host(np.zeros(nbytes, np.uint8))
                 view.synchronize()      # the event rule: MPI touches it next
                 self.mpi = _DeviceMemory(view.ptr, nbytes, view.readonly)
+            elif zero:
+                self.mpi = np.zeros(shape, wired)
             else:
                 self.mpi = np.empty(shape, wired)
                 if read:                    # waits for the event itself
@@ -304,8 +314,10 @@ class Acquisitions:
         self.agreed_end = False
 
     def add(self, obj: Any, shape: Tuple[int, ...], dtype: np.dtype, *,
-            write: bool, aware: bool, read: bool = True) -> Acquired:
-        acquired = Acquired(obj, shape, dtype, write=write, aware=aware, read=read)
+            write: bool, aware: bool, read: bool = True,
+            zero: bool = False) -> Acquired:
+        acquired = Acquired(obj, shape, dtype, write=write, aware=aware, read=read,
+                            zero=zero)
         self.held.append(acquired)
         return acquired
 

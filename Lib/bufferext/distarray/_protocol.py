@@ -359,6 +359,14 @@ def _legacy_dim(dim: int, dd: Any, extent: int, problems: List[str]) -> Any:
     dist = dd.get("dist_type")
     if isinstance(dist, str) and dist == "n":
         return _legacy_undistributed(dim, dd, extent, problems)
+    if isinstance(dist, str) and dist in ("c", "u") and "periodic" in dd:
+        # 0.9.x lets every dimension say it is periodic, 0.10.0 a block one
+        # only: without padding (which c and u have none of) it moves nothing
+        if type(dd["periodic"]) is not bool:
+            problems.append(f"dim_data[{dim}]['periodic'] = {dd['periodic']!r}: "
+                            "must be a bool")
+            return None
+        return {k: v for k, v in dd.items() if k != "periodic"}
     if not (isinstance(dist, str) and dist == "b") or "padding" not in dd:
         return dd
     pad: Any = dd.get("padding")
@@ -502,7 +510,7 @@ def check(distbuffer: Any) -> Checked:
         before = len(checker.problems)
         dims.append(checker.dim(i, read, shape[i]))
         if (len(checker.problems) != before and read is not dd
-                and read.get("dist_type") == dd.get("dist_type")):
+                and read.get("dist_type") == dd.get("dist_type") == "b"):
             checker.problems.append(
                 f"dim_data[{i}]: read as 0.9.x, whose 'start' and 'stop' leave "
                 f"out the padding: {dd['start']} and {dd['stop']} were widened "

@@ -22,8 +22,9 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._dtypes import LOWP, lowp_dtype, name_of, wire, wire_dtype
-from ._buffers import Acquisitions, host_array, host_result, new_buffer, producer_class
+from .._dtypes import LOWP, lowp_dtype, name_of, resolve, wire, wire_dtype
+from ._buffers import (Acquisitions, as_kind, host_array, host_result, new_buffer,
+                       producer_class)
 from ._collective import dim_differences
 from ._comm import (agree, call_keys, device_to_mpi, digest, mpi, rank, same_call,
                     size)
@@ -351,6 +352,7 @@ def scatter(array: Any, *, dist: Any, grid_shape: Any = None,
             if arr.dtype.hasobject:
                 raise TypeError(f"array of dtype {arr.dtype}: object arrays cannot "
                                 "be sent")
+            resolve(arr.dtype)          # one a DistArray holds (a record is not)
             host.append(arr)
             return arr.shape, name_of(arr.dtype)
         return (), ""
@@ -364,7 +366,7 @@ def scatter(array: Any, *, dist: Any, grid_shape: Any = None,
     maps = spec.maps(me)
     local_shape = tuple(m.extent for m in maps)
     tgt_layout = spec_layout(spec)
-    src = (np.ascontiguousarray(host[0], dtype=dtype) if me == root
+    src = (np.asarray(host[0], dtype=dtype, order="C") if me == root
            else np.empty((0,) * len(shape), dtype))
     plan = Plan(root_layout(shape, root), tgt_layout, me, size(comm))
     aware = device_to_mpi(comm)
@@ -476,6 +478,12 @@ def redistribute(state: MPIState, maps: Sequence[DimMap], buffer: Any,
     # keyed by the arguments' contents (an index array changed in place is
     # another call); an argument with none raises on every process
     call, unkeyable = call_keys(comm, "redistribute", args)
+    try:
+        as_kind(device)     # in the key: one bad process raises on every one
+    except ValueError as exc:
+        if size(comm) == 1:
+            raise
+        call, unkeyable = None, unkeyable or exc
     key = None if call is None else ("redistribute",) + call + (device, state.options)
     entry = None if key is None else state.plans.get(key)
     signature = (entry.signature if entry is not None
@@ -509,8 +517,10 @@ def redistribute(state: MPIState, maps: Sequence[DimMap], buffer: Any,
             buf = out.buffer if out is not None else new_buffer(device, shape, dtype,
                                                                  fills)
             src = held.add(buffer, local_shape, dtype, write=False, aware=aware)
+            # a new buffer is zeroed unless the plan fills it; out= as well
             return buf, src, held.add(buf, shape, dtype, write=True, aware=aware,
-                                      read=not fills)
+                                      read=not fills,
+                                      zero=out is not None and not fills)
         result, src, tgt = held.take(take)
         entry.run(comm, src.mpi, tgt.mpi, dtype)
     return result, tgt_maps, tgt_layout

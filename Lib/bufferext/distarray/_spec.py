@@ -37,6 +37,14 @@ def _per_dim(value: Any, ndim: int, name: str) -> List[Any]:
     return items
 
 
+def _length(value: Any) -> Optional[int]:
+    """``len(value)``, or None for a value that has none."""
+    try:
+        return len(value)
+    except TypeError:
+        return None
+
+
 def _nested(value: Any, depth: int) -> bool:
     """Whether ``value`` is a sequence nested ``depth`` levels below a
     sequence of numbers (used to read 1-D shorthands; an empty sequence is
@@ -103,9 +111,11 @@ def _block_layout(size: int, grid: int, pads: List[Pair], split: str,
 
 def _unstructured(value: Any, size: int, grid: int, dim: int) -> List[np.ndarray]:
     what = f"indices[{dim}]"
-    if value is None or isinstance(value, (str, bytes)) or len(value) != grid:
+    if value is None or isinstance(value, (str, bytes)) or _length(value) != grid:
         raise ValueError(f"{what}: need one index array per grid rank along the "
-                         f"dimension ({grid})")
+                         f"dimension ({grid})" + (
+                             "" if _length(value) is not None else
+                             f", not {value!r}"))
     out = []
     for r, raw in enumerate(value):
         arr = np.asarray(raw)
@@ -167,8 +177,9 @@ class DistSpec:
                  nprocs: Optional[int] = None) -> None:
         shape = tuple(int(n) for n in shape)
         ndim = len(shape)
-        letters = list(dist)
-        if len(letters) != ndim or not all(d in ("b", "c", "u", "n") for d in letters):
+        letters = list(dist) if isinstance(dist, (str, list, tuple)) else None
+        if (letters is None or len(letters) != ndim
+                or not all(d in ("b", "c", "u", "n") for d in letters)):
             raise ValueError(f"dist={dist!r}: need one of 'b', 'c', 'u', 'n' per "
                              f"dimension ({ndim})")
         split = "balanced" if split is None else split
@@ -180,16 +191,19 @@ class DistSpec:
             indices = [indices]
         idx = _per_dim(indices, ndim, "indices") if indices is not None else [None] * ndim
         if grid_shape is None:
-            fixed = [1 if d == "n" else (len(ix) if d == "u" and ix is not None
-                                         else None)
+            fixed = [1 if d == "n" else (_length(ix) if d == "u" else None)
                      for d, ix in zip(letters, idx)]
             grid = dims_create(1 if nprocs is None else nprocs, fixed)
         else:
-            given = tuple(grid_shape)
+            try:
+                given = tuple(grid_shape)
+                grid = tuple(operator.index(p) for p in given)
+            except TypeError:
+                raise ValueError(f"grid_shape={grid_shape!r}: need a sequence of "
+                                 "int sizes, one per dimension") from None
             if any(isinstance(p, (bool, np.bool_)) for p in given):
                 raise ValueError(f"grid_shape={grid_shape!r}: sizes are ints, not "
                                  "bools")
-            grid = tuple(operator.index(p) for p in given)
         if len(grid) != ndim or any(p < 1 for p in grid):
             raise ValueError(f"grid_shape={grid_shape!r}: need one size >= 1 per "
                              f"dimension ({ndim})")
