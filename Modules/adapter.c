@@ -190,6 +190,7 @@ static PyMethodDef adapter_methods[] = {
      "__dlpack_device__($self, /)\n--\n\n(DLPack device type, device id)."},
     BUFFEREXT_ARROW_METHODS(bufferext_arrow_c_array),
     BUFFEREXT_ARROW_DEVICE_METHOD(bufferext_arrow_c_device_array),
+    BUFFEREXT_REFUSE_PICKLE_METHOD,
     {NULL, NULL, 0, NULL},
 };
 

@@ -158,14 +158,14 @@ cpubuffer_copy_from_host(PyObject *op, PyObject *source)
 {
     const char *who = "CPUBuffer.copy_from_host";
     CPUBufferObject *self = CPUBuffer_CAST(op);
-    Py_buffer view;
+    Py_buffer_extended ext;
     int rc;
 
-    if (bufferext_producer_get_source(&self->head, who, source, &view) < 0) {
+    if (bufferext_producer_get_source(&self->head, who, source, &ext) < 0) {
         return NULL;
     }
-    rc = PyBuffer_ToContiguous(self->head.layout.buf, &view, view.len, 'C');
-    bufferext_release_raised(&view);
+    rc = bufferext_copy_to_contiguous(self->head.layout.buf, &ext.view);
+    bufferext_release_ext_raised(&ext);
     bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
@@ -418,7 +418,7 @@ cpubuffer_from_pickle(PyObject *cls, PyObject *args)
     const char *who = "CPUBuffer._from_pickle";
     PyObject *data, *shape, *dtype;
     CPUBufferObject *self;
-    Py_buffer view;
+    Py_buffer_extended ext;
     int readonly, rc;
 
     if (!PyArg_ParseTuple(args, "OOOp:_from_pickle", &data, &shape, &dtype,
@@ -428,12 +428,12 @@ cpubuffer_from_pickle(PyObject *cls, PyObject *args)
         return NULL;
     }
     /* The same number of bytes, raw or items of the dtype (checked). */
-    if (bufferext_producer_get_source(&self->head, who, data, &view) < 0) {
+    if (bufferext_producer_get_source(&self->head, who, data, &ext) < 0) {
         Py_DECREF(self);
         return NULL;
     }
-    rc = PyBuffer_ToContiguous(self->head.layout.buf, &view, view.len, 'C');
-    bufferext_release_raised(&view);
+    rc = bufferext_copy_to_contiguous(self->head.layout.buf, &ext.view);
+    bufferext_release_ext_raised(&ext);
     bufferext_producer_unpin(&self->head);
     if (rc < 0) {
         Py_DECREF(self);

@@ -290,6 +290,15 @@ bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
                      Py_TYPE(exporter)->tp_name, (unsigned int)info->version);
         return -1;
     }
+    if (info->context == NULL) {
+        /* as the staging copies refuse it: the driver's own error would
+         * not say which field */
+        PyErr_Format(PyExc_BufferError,
+                     "%.200s: device_info.context is NULL beside event %p: "
+                     "no CUDA context to wait in", Py_TYPE(exporter)->tp_name,
+                     (void *)event);
+        return -1;
+    }
     if (st == NULL || bufferext_cuda_ready(st) < 0) {
         return -1;
     }

@@ -371,18 +371,18 @@ cudabuffer_copy_from_host(PyObject *op, PyObject *source)
     CUDABufferObject *self = CUDABuffer_CAST(op);
     void *staged;
     const void *src;
-    Py_buffer view;
+    Py_buffer_extended ext;
     int rc = -1;
 
-    if (bufferext_producer_get_source(&self->head, who, source, &view) < 0) {
+    if (bufferext_producer_get_source(&self->head, who, source, &ext) < 0) {
         return NULL;
     }
-    src = bufferext_contiguous_bytes(&view, &staged);
+    src = bufferext_contiguous_bytes(&ext.view, &staged);
     if (src != NULL) {
-        rc = copy_in(self, who, src, view.len);
+        rc = copy_in(self, who, src, ext.view.len);
     }
     PyMem_RawFree(staged);
-    bufferext_release_raised(&view);
+    bufferext_release_ext_raised(&ext);
     bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
@@ -500,96 +500,32 @@ cudabuffer_copy_from(PyObject *op, PyObject *other)
 
 /* ---- fill -------------------------------------------------------------- */
 
-/* The bytes of `value` as one item of the buffer's dtype.  ValueError for
- * non-scalars and values of another kind (1.5 into an int dtype). */
-/* Whether a value of numpy dtype `from` may fill items of `to`: bools fill
- * anything, integers any number, floats floats and complex, complex only
- * complex (range is numpy's to check); a low-precision float (`lowp`) is
- * a float, whatever kind ml_dtypes gives it.  -1 with an exception. */
-static int
-kind_fits(PyObject *from, PyObject *to, int lowp)
-{
-    static const char *const fits[][2] = {
-        {"b", "biufc"}, {"i", "iufc"}, {"u", "iufc"}, {"f", "fc"},
-        {"c", "c"},
-    };
-    /* each call only once the one before it succeeded (none may run with
-     * an exception set) */
-    PyObject *a = PyObject_GetAttrString(from, "kind");
-    PyObject *b = a == NULL ? NULL : PyObject_GetAttrString(to, "kind");
-    const char *ka = b == NULL ? NULL : PyUnicode_AsUTF8(a);
-    const char *kb = ka == NULL ? NULL : lowp ? "f" : PyUnicode_AsUTF8(b);
-    size_t i;
-    int result = ka == NULL || kb == NULL ? -1 : 0;
-
-    for (i = 0; result == 0 && i < sizeof(fits) / sizeof(fits[0]); i++) {
-        if (strcmp(ka, fits[i][0]) == 0 && strchr(fits[i][1], kb[0])) {
-            result = 1;
-        }
-    }
-    Py_XDECREF(a);
-    Py_XDECREF(b);
-    return result;
-}
-
+/* The bytes of `value` as one item of the buffer's dtype, into `out`
+ * (bufferext._dtypes.fill_item: the kind rule and numpy's conversion, a
+ * value past the dtype's range refused).  Runs Python code (numpy, the
+ * value's __array__): the caller pins the buffer after it.  0, or -1 with
+ * ValueError, OverflowError or what the value raised. */
 static int
 fill_pattern(CUDABufferObject *self, PyObject *value, char *out)
 {
-    const char *who = "CUDABuffer.fill";
-    PyObject *numpy, *array = NULL, *ndim = NULL, *kind = NULL;
-    PyObject *item = NULL, *bytes = NULL;
-    int rc = -1, lowp = self->head.dt.format[0] == '[';
+    PyObject *module, *bytes;
+    int rc = -1;
 
-    numpy = PyImport_ImportModule("numpy");
-    if (numpy == NULL) {
-        return -1;
-    }
-    array = PyObject_CallMethod(numpy, "asarray", "O", value);
-    ndim = array == NULL ? NULL : PyObject_GetAttrString(array, "ndim");
-    kind = ndim == NULL ? NULL : PyObject_GetAttrString(array, "dtype");
-    if (ndim == NULL || kind == NULL) {
-        goto done;
-    }
-    if (PyLong_AsLong(ndim) != 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s: value must be a scalar, not %R", who, value);
-        }
-        goto done;
-    }
-    if (kind_fits(kind, self->head.dt.dtype, lowp) != 1) {
-        if (!PyErr_Occurred()) {
-            PyErr_Format(PyExc_ValueError, "%s: value %R (%S) is not a %S "
-                         "scalar", who, value, kind, self->head.dt.dtype);
-        }
-        goto done;
-    }
-    item = PyObject_CallMethod(numpy, "array", "OO", value,
-                               self->head.dt.dtype);
-    if (item == NULL && lowp && PyErr_ExceptionMatches(PyExc_TypeError)) {
-        /* without ml_dtypes the dtype is raw bytes ('V2') */
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s: converting %R to %s needs "
-                     "ml_dtypes (pip install ml_dtypes)", who, value,
-                     self->head.dt.format);
-        goto done;
-    }
-    bytes = item == NULL ? NULL : PyObject_CallMethod(item, "tobytes", NULL);
+    module = PyImport_ImportModule("bufferext._dtypes");
+    bytes = module == NULL ? NULL
+          : PyObject_CallMethod(module, "fill_item", "OOss", value,
+                                self->head.dt.dtype, self->head.dt.format,
+                                "CUDABuffer.fill");
     if (bytes != NULL && PyBytes_Check(bytes) &&
         PyBytes_GET_SIZE(bytes) == self->head.dt.itemsize) {
         memcpy(out, PyBytes_AS_STRING(bytes), (size_t)self->head.dt.itemsize);
         rc = 0;
     }
     else if (bytes != NULL) {
-        PyErr_Format(PyExc_SystemError, "%s: numpy gave %R for one item",
-                     who, bytes);
+        PyErr_Format(PyExc_SystemError, "CUDABuffer.fill: numpy gave %R for "
+                     "one item", bytes);
     }
-done:
-    Py_DECREF(numpy);
-    Py_XDECREF(array);
-    Py_XDECREF(ndim);
-    Py_XDECREF(kind);
-    Py_XDECREF(item);
+    Py_XDECREF(module);
     Py_XDECREF(bytes);
     return rc;
 }

@@ -547,10 +547,28 @@ bufferext_refuse_array(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)args;
     (void)kwargs;
+    /* the copy each type offers: a producer's to_host(), a view's
+     * copy_to_host(target), an adapter's through a view of it */
     PyErr_Format(PyExc_BufferError,
                  "%.200s: device memory cannot be converted to a numpy array "
-                 "implicitly; use to_host() to copy it",
-                 Py_TYPE(self)->tp_name);
+                 "implicitly; %s", Py_TYPE(self)->tp_name,
+                 PyObject_HasAttrString((PyObject *)Py_TYPE(self), "to_host")
+                     ? "use to_host() to copy it"
+                 : PyObject_HasAttrString((PyObject *)Py_TYPE(self),
+                                          "copy_to_host")
+                     ? "use copy_to_host(target) to copy it"
+                     : "copy it with bufferext.get_buffer(obj)."
+                       "copy_to_host(target)");
+    return NULL;
+}
+
+PyObject *
+bufferext_refuse_pickle(PyObject *self, PyObject *protocol)
+{
+    (void)protocol;
+    PyErr_Format(PyExc_TypeError, "cannot pickle '%.200s' object: it holds "
+                 "an export, which belongs to this process (pickle the "
+                 "exporter, or a copy of its memory)", Py_TYPE(self)->tp_name);
     return NULL;
 }
 

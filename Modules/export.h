@@ -114,6 +114,16 @@ PyObject *bufferext_refuse_array(PyObject *self, PyObject *args,
                                  PyObject *kwargs);
 PyObject *bufferext_array_attr(PyObject *self, const char *device);
 
+/* __reduce_ex__ of the types that hold an export (BufferView,
+ * BufferAdapter): an export is this process's, so they refuse every
+ * protocol.  Without it protocols 0 and 1 pickled an empty object that
+ * only failed once loaded, maybe in another process.  A METH_O method. */
+PyObject *bufferext_refuse_pickle(PyObject *self, PyObject *protocol);
+#define BUFFEREXT_REFUSE_PICKLE_METHOD                                      \
+    {"__reduce_ex__", bufferext_refuse_pickle, METH_O,                      \
+     "__reduce_ex__($self, protocol, /)\n--\n\n"                            \
+     "Refuses: an export belongs to the process that holds it."}
+
 #define REQ_WRITABLE(f) ((f) & PyBUF_WRITABLE)
 #define REQ_FORMAT(f) ((f) & PyBUF_FORMAT)
 #define REQ_SHAPE(f) (((f) & PyBUF_ND) == PyBUF_ND)

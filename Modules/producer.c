@@ -1,5 +1,6 @@
 /* producer.c -- what the sample producers share (see producer.h): setting
  * up the head, the common checks, attributes and slots. */
+#include "gate.h"
 #include "producer.h"
 #include "state.h"
 
@@ -171,14 +172,18 @@ bufferext_producer_host_array(bufferext_producer *p, Py_buffer *view)
 
 int
 bufferext_producer_get_source(bufferext_producer *p, const char *who,
-                              PyObject *source, Py_buffer *view)
+                              PyObject *source, Py_buffer_extended *ext)
 {
+    Py_buffer *view = &ext->view;
+
     /* The source's exporter may run Python code (a __buffer__ method, 3.12+)
-     * that closes or resizes this buffer: pinned, they refuse. */
+     * that closes or resizes this buffer: pinned, they refuse.  Its export
+     * goes through the gate, as every export we did not make: the copy
+     * writes as many bytes as its shape says, into room sized by its len. */
     if (bufferext_producer_pin(p, who, 1) < 0) {
         return -1;
     }
-    if (PyObject_GetBuffer(source, view, PyBUF_FULL_RO) < 0) {
+    if (bufferext_gate_acquire(source, ext, PyBUF_FULL_RO) < 0) {
         bufferext_producer_unpin(p);
         return -1;
     }
@@ -190,9 +195,62 @@ bufferext_producer_get_source(bufferext_producer *p, const char *who,
     else if (bufferext_check_source_format(who, view, &p->dt) == 0) {
         return 0;
     }
-    bufferext_release_raised(view);
+    bufferext_release_ext_raised(ext);
     bufferext_producer_unpin(p);
     return -1;
+}
+
+/* Whether the bytes `view`'s items lie in may overlap [dst, dst + len):
+ * a view of the destination itself.  Suboffsets: maybe. */
+static int
+may_overlap(const Py_buffer *view, const void *dst, Py_ssize_t len)
+{
+    Py_ssize_t low = 0, high = view->itemsize, reach;
+    uintptr_t at = (uintptr_t)view->buf, to = (uintptr_t)dst;
+    int i;
+
+    if (view->len == 0 || len == 0) {
+        return 0;
+    }
+    if (view->suboffsets != NULL || view->strides == NULL) {
+        return view->suboffsets != NULL ||
+               (at < to + (uintptr_t)len && to < at + (uintptr_t)view->len);
+    }
+    for (i = 0; i < view->ndim; i++) {   /* spans checked by the gate */
+        reach = view->strides[i] * (view->shape[i] - 1);
+        if (reach < 0) {
+            low += reach;
+        }
+        else {
+            high += reach;
+        }
+    }
+    return at - (uintptr_t)-low < to + (uintptr_t)len &&
+           to < at + (uintptr_t)high;
+}
+
+int
+bufferext_copy_to_contiguous(void *dst, Py_buffer *view)
+{
+    void *staged;
+    const void *src;
+
+    if (PyBuffer_IsContiguous(view, 'C')) {
+        memmove(dst, view->buf, (size_t)view->len);
+        return 0;
+    }
+    if (!may_overlap(view, dst, view->len)) {
+        return PyBuffer_ToContiguous(dst, view, view->len, 'C');
+    }
+    /* read every item before writing any (a transposed or reversed view
+     * of the destination would read items already overwritten) */
+    src = bufferext_contiguous_bytes(view, &staged);
+    if (src == NULL) {
+        return -1;
+    }
+    memcpy(dst, src, (size_t)view->len);
+    PyMem_RawFree(staged);
+    return 0;
 }
 
 const void *
@@ -266,10 +324,25 @@ bufferext_producer_repr(PyObject *op, const char *extra, const char *closed,
     if (shape == NULL) {
         return NULL;
     }
-    result = PyUnicode_FromFormat(
-        "%s(%R, dtype='%S'%s%s%s)%s", p->kind->name, shape, p->dt.dtype,
-        extra, p->layout.readonly ? ", readonly=True" : "",
-        now.open ? "" : closed, now.open ? "" : after);
+    if (p->dt.format[0] == '[') {
+        /* a low-precision float by its name ("[bfloat16]"): without
+         * ml_dtypes its numpy stand-in ('|V1') is every float8 kind's */
+        char name[64];
+        size_t n = strlen(p->dt.format) - 2;
+        n = n < sizeof(name) - 1 ? n : sizeof(name) - 1;
+        memcpy(name, p->dt.format + 1, n);
+        name[n] = '\0';
+        result = PyUnicode_FromFormat(
+            "%s(%R, dtype='%s'%s%s%s)%s", p->kind->name, shape, name, extra,
+            p->layout.readonly ? ", readonly=True" : "",
+            now.open ? "" : closed, now.open ? "" : after);
+    }
+    else {
+        result = PyUnicode_FromFormat(
+            "%s(%R, dtype='%S'%s%s%s)%s", p->kind->name, shape, p->dt.dtype,
+            extra, p->layout.readonly ? ", readonly=True" : "",
+            now.open ? "" : closed, now.open ? "" : after);
+    }
     Py_DECREF(shape);
     return result;
 }

@@ -173,12 +173,17 @@ bufferext_producer_same_type(const bufferext_producer *a,
     return strcmp(a->dt.format, b->dt.format) == 0;
 }
 
-/* Export `source` (PyBUF_FULL_RO) into `view` for copy_from_host: the
- * same number of bytes, raw bytes or items of the dtype, else ValueError
- * naming `who`.  0 with `p` pinned for writing (bufferext_producer_pin)
- * and `view` held: release both after the copy.  -1 with neither held. */
+/* Export `source` (PyBUF_FULL_RO, through the gate) into `ext` for
+ * copy_from_host: the same number of bytes, raw bytes or items of the
+ * dtype, else ValueError naming `who`.  0 with `p` pinned for writing
+ * (bufferext_producer_pin) and `ext` held: release both after the copy
+ * (bufferext_release_ext_raised).  -1 with neither held. */
 int bufferext_producer_get_source(bufferext_producer *p, const char *who,
-                                  PyObject *source, Py_buffer *view);
+                                  PyObject *source, Py_buffer_extended *ext);
+/* Copy `view`'s items in C order to `dst` (view->len bytes), right also
+ * when they overlap it (a transposed view of the destination itself).
+ * 0, or -1 with an exception. */
+int bufferext_copy_to_contiguous(void *dst, Py_buffer *view);
 /* The bytes of `view` in C order: view->buf when contiguous, else a copy
  * in *staged (PyMem_RawFree it; NULL when none was made).  NULL with an
  * exception. */

@@ -48,10 +48,51 @@ check_c_contiguous(const bufferext_export_layout *l, int c_contiguous,
     return -1;
 }
 
+/* Why `obj` refused the host side's request, in our words when a request
+ * that describes it tells (read-only, not C-contiguous: BufferError "who:
+ * name is ..."), else its own refusal kept.  A refusal the gate made (a
+ * lying exporter) is kept as it is. */
+static void
+explain_refusal(const char *who, const char *name, PyObject *obj,
+                int writable)
+{
+    Py_buffer_extended probe;
+    const char *why = NULL;
+
+    if (!PyErr_ExceptionMatches(PyExc_BufferError) &&
+        !PyErr_ExceptionMatches(PyExc_ValueError)) {
+        return;
+    }
+    {
+        PyObject *type, *value, *tb;
+
+        PyErr_Fetch(&type, &value, &tb);
+        if (bufferext_gate_acquire(obj, &probe, PyBUF_FULL_RO) == 0) {
+            why = writable && probe.view.readonly ? "is read-only"
+                : !PyBuffer_IsContiguous(&probe.view, 'C')
+                    ? "is not C-contiguous" : NULL;
+            bufferext_release_ext_raised(&probe);
+        }
+        else {
+            PyErr_Clear();
+        }
+        if (why == NULL) {
+            PyErr_Restore(type, value, tb);
+            return;
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+    }
+    PyErr_Format(PyExc_BufferError, "%s: %s %s", who, name, why);
+}
+
 /* Acquire `obj`, the host side of a copy (`name` "target" or "source"):
- * CPU memory, C-contiguous, exactly `len` bytes (the view's), writable when
- * `writable`.  Asked with PyBUF_DEVICE so that device memory is named as
- * such rather than refused by its exporter.  0 with `host` held, or -1. */
+ * CPU memory, one C-contiguous block of exactly `len` bytes (the view's),
+ * asked for as such (PyBUF_SIMPLE) and writable when `writable`
+ * (PyBUF_WRITABLE: an exporter that refuses to be written is not).  Asked
+ * with PyBUF_DEVICE so that device memory is named as such rather than
+ * refused by its exporter.  0 with `host` held, or -1. */
 static int
 get_host_buffer(Py_ssize_t len, const char *who, const char *name,
                 PyObject *obj, int writable, Py_buffer_extended *host)
@@ -64,20 +105,15 @@ get_host_buffer(Py_ssize_t len, const char *who, const char *name,
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
-    if (bufferext_gate_acquire(obj, host, PyBUF_FULL_RO | PyBUF_DEVICE) < 0) {
+    if (bufferext_gate_acquire(obj, host, (writable ? PyBUF_WRITABLE : 0) |
+                                              PyBUF_DEVICE) < 0) {
+        explain_refusal(who, name, obj, writable);
         return -1;
     }
     if (BufferExt_IsDevice(host)) {
         PyErr_Format(PyExc_BufferError,
                      "%s: %s is memory on device '%s', not host memory", who,
                      name, host->device);
-    }
-    else if (writable && host->view.readonly) {
-        PyErr_Format(PyExc_BufferError, "%s: %s is read-only", who, name);
-    }
-    else if (!PyBuffer_IsContiguous(&host->view, 'C')) {
-        PyErr_Format(PyExc_BufferError, "%s: %s is not C-contiguous", who,
-                     name);
     }
     else if (host->view.len != len) {
         PyErr_Format(PyExc_ValueError, "%s: %s has %zd bytes, the view %zd",

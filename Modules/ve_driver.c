@@ -89,6 +89,20 @@ ve_atfork_child(void)
 #  define VE_FORKED() 0
 #endif
 
+/* From the first VEO call of ours on (a node started, or a copy of memory
+ * another library's VEO process holds), a fork child makes none: the
+ * processes, contexts and HMEM are the parent's.  Under ve_mutex. */
+static void
+ve_guard_fork_locked(void)
+{
+#ifndef _WIN32
+    if (!ve_atfork_registered) {
+        ve_atfork_registered =
+            pthread_atfork(NULL, NULL, ve_atfork_child) == 0;
+    }
+#endif
+}
+
 static void
 node_teardown(bufferext_ve_node *node)
 {
@@ -129,12 +143,9 @@ node_acquire_locked(int number, const char **failed)
 
     if (node->proc == NULL) {
         node->proc = VEO(veo_proc_create)(number);
-#ifndef _WIN32
-        if (node->proc != NULL && !ve_atfork_registered) {
-            ve_atfork_registered =
-                pthread_atfork(NULL, NULL, ve_atfork_child) == 0;
+        if (node->proc != NULL) {
+            ve_guard_fork_locked();
         }
-#endif
         if (node->proc == NULL) {
             *failed = "veo_proc_create";
             return NULL;
@@ -243,6 +254,9 @@ bufferext_ve_hmemcpy(bufferext_state *st, const char *who, void *dst,
     if (bufferext_library_load(st, &veo_spec, &veo_library) < 0) {
         return -1;
     }
+    BUFFEREXT_MUTEX_LOCK(ve_mutex);
+    ve_guard_fork_locked();
+    BUFFEREXT_MUTEX_UNLOCK(ve_mutex);
     return bufferext_ve_copy(st, who, dst, src, size);
 }
 

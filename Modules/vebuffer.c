@@ -169,21 +169,21 @@ vebuffer_copy_from_host(PyObject *op, PyObject *source)
 {
     const char *who = "VEBuffer.copy_from_host";
     VEBufferObject *self = VEBuffer_CAST(op);
-    Py_buffer view;
+    Py_buffer_extended ext;
     void *staged;
     const void *src;
     int rc = -1;
 
-    if (bufferext_producer_get_source(&self->head, who, source, &view) < 0) {
+    if (bufferext_producer_get_source(&self->head, who, source, &ext) < 0) {
         return NULL;
     }
-    src = bufferext_contiguous_bytes(&view, &staged);
+    src = bufferext_contiguous_bytes(&ext.view, &staged);
     if (src != NULL) {
         rc = bufferext_ve_copy(bufferext_state_from_type(Py_TYPE(op)), who,
-                               self->head.layout.buf, src, view.len);
+                               self->head.layout.buf, src, ext.view.len);
     }
     PyMem_RawFree(staged);
-    bufferext_release_raised(&view);
+    bufferext_release_ext_raised(&ext);
     bufferext_producer_unpin(&self->head);
     return rc < 0 ? NULL : Py_NewRef(Py_None);
 }

@@ -688,6 +688,7 @@ static PyMethodDef view_methods[] = {
      "__exit__($self, exc_type, exc_value, traceback, /)\n--\n\n"
      "Release the buffer, as release() does; the exception, if any, goes\n"
      "on."},
+    BUFFEREXT_REFUSE_PICKLE_METHOD,
     {NULL, NULL, 0, NULL},
 };
 

@@ -269,6 +269,30 @@ def test_invalid_declaration(capi, value):
     assert capi.get_buffer(x, 0)["len"] == 2
 
 
+class ReprFails:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr ran")
+
+
+@pytest.mark.parametrize("value", [ReprFails(), 10**5000],
+                         ids=["repr-raises", "int-past-the-digit-limit"])
+@pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
+def test_invalid_declaration_whose_repr_fails(capi, value):
+    # the refusal is still the TypeError naming the type and the field (the
+    # repr's error took its place), with the value's type
+    if isinstance(value, int) and not hasattr(sys, "get_int_max_str_digits"):
+        pytest.skip("no digit limit on this interpreter")
+
+    class Bad(bytearray):
+        __buffer_supported_flags__ = value
+
+    with pytest.raises(TypeError, match=re.escape(
+            f"Bad.__buffer_supported_flags__ (a '{type(value).__name__}', "
+            "whose repr failed) is invalid: expected an int, -1 or a flag "
+            "mask >= 0")):
+        capi.supported_flags(Bad(b"ab"))
+
+
 @pytest.mark.skipif(not ATTRIBUTE_DECLARES, reason=NEEDS_ATTRIBUTE)
 @pytest.mark.parametrize("value", [0, -1, 1, 2**31 - 1])
 def test_valid_declaration_extremes(capi, value):

@@ -267,6 +267,63 @@ def test_device_fields_without_the_flag_are_a_violation(c99) -> None:
                for f in levels(report, "violation"))
 
 
+needs_buffer_dunder = pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="__buffer__ (PEP 688) needs Python 3.12")
+
+
+def test_a_narrow_declaration_does_not_hide_a_device_leak(c99) -> None:
+    # a type that declares SIMPLE|DEVICE refuses FULL_RO|DEVICE: check
+    # looked no further, never asked the plain requests, and called an
+    # exporter that hands its device memory to them conformant
+    narrow = c99.make_exporter_type("NarrowLeak", int(F.DEVICE))
+    report = check(narrow(4, device=c99.DEVICE_CUDA, liar="device_to_plain"))
+    assert not report.conformant
+    assert ("violation", "device safety",
+            "device memory handed to plain requests: SIMPLE") in findings(report)
+    honest = check(narrow(4, device=c99.DEVICE_CUDA))
+    assert honest.conformant and ("ok", "extended request",
+                                  "memory on device 'bufferext.cuda'") in \
+        findings(honest)
+
+
+@needs_buffer_dunder
+def test_a_buffer_method_returning_no_memoryview_is_a_violation() -> None:
+    # CPython's TypeError for it was counted as a refusal: "conformant"
+    class Bytes:
+        def __buffer__(self, flags: int) -> Any:
+            return b"abcd"
+
+    report = check(Bytes())
+    assert not report.conformant
+    assert any("__buffer__ returned non-memoryview object" in f.message
+               for f in levels(report, "violation"))
+
+
+def test_foreign_values_in_the_report_run_no_code_when_rendered() -> None:
+    # the report kept the declaration object itself: copying it (as_dict)
+    # or its repr (the text) raised outside the guarded check
+    class ReprRaises:
+        def __repr__(self) -> str:
+            raise ZeroDivisionError("repr")
+
+    for value, shown in ((staticmethod(len), "<staticmethod"),
+                         (ReprRaises(), "<a 'ReprRaises' whose repr raised "
+                                        "ZeroDivisionError>")):
+        cls = type("D", (bytearray,), {"__buffer_supported_flags__": value})
+        report = check(cls(4))
+        assert report.protocols["declared_supported_flags"].startswith(shown)
+        json.dumps(report.as_dict())
+        assert "declared_supported_flags: " + shown in format_report(report)
+
+
+def test_a_malformed_dlpack_device_is_a_violation() -> None:
+    cls = type("E", (bytearray,), {"__dlpack_device__": lambda self: ()})
+    report = check(cls(4))
+    assert ("violation", "dlpack", "__dlpack_device__() returned (), not a "
+            "tuple (device_type, device_id) of ints") in findings(report)
+    assert report.protocols["dlpack_device"] is None
+
+
 # ---- exact reports: every protocol key and every finding -----------------
 # (what a mutation run showed unguarded: reports could lose findings, keys
 # or words and every test still passed)
@@ -339,14 +396,20 @@ def test_report_of_partial_declarations(c99: Any) -> None:
         ("info", "supported flags", "effective mask RECORDS_RO (0x1c); "
          "not declared: WRITABLE, C_CONTIGUOUS, F_CONTIGUOUS, ANY_CONTIGUOUS"),
         ("ok", "requests", "8 declared requests answered, 0 refused")]
+    # a narrow declaration: the widest request it answers says where its
+    # memory is (CPU memory here, a legacy exporter's answer)
     report = check(c99.ExporterSimpleOnly())
     assert findings(report)[1:] == [
+        ("info", "extended request",
+         "CPU memory; PyBUF_DEVICE ignored (a legacy exporter)"),
+        ("info", "element type", "format 'B': uint8, 1-byte items"),
         ("info", "supported flags", "effective mask SIMPLE (0x0); "
          "not declared: WRITABLE, FORMAT, ND, STRIDES, C_CONTIGUOUS, "
          "F_CONTIGUOUS, ANY_CONTIGUOUS, INDIRECT"),
         ("ok", "requests", "1 declared requests answered, 0 refused")]
     assert findings(report)[0][:2] == ("info", "extended request")
     assert findings(report)[0][2].startswith("FULL_RO|DEVICE refused: ")
+    assert findings(report)[0][2].endswith("; SIMPLE|DEVICE answered")
 
 
 def test_report_of_a_refusal_that_is_not_a_buffer_error() -> None:
@@ -440,15 +503,16 @@ def test_report_text_shows_flags_as_names_and_hex() -> None:
 
 
 def test_declared_flags_text() -> None:
-    from bufferext._check import declared_text, mask_text
+    from bufferext._check import _plain, declared_text, mask_text
     assert mask_text(0x1011D) == "FULL|DEVICE (0x1011d)"
     assert mask_text(0) == "SIMPLE (0x0)"
     assert declared_text(0x101FD) == "LEGACY|DEVICE (0x101fd)"
     assert declared_text(0) == "0 (the default: every legacy flag)"
     assert declared_text(-1) == "-1 (SIMPLE only)"
     assert declared_text(-5) == "-5"
-    assert declared_text("abc") == "'abc'"
-    assert declared_text(True) == "True"
+    # a value the report keeps (_plain: anything but an int as its repr)
+    assert declared_text(_plain("abc")) == "'abc'"
+    assert declared_text(_plain(True)) == "True"
 
 
 def test_flag_names_of_compound_requests() -> None:
@@ -577,9 +641,6 @@ def test_undeclared_device_exporter_word_for_word(c99: Any) -> None:
         "(declared RECORDS_RO (0x1c))")
 
 
-needs_buffer_dunder = pytest.mark.skipif(
-    sys.version_info < (3, 12), reason="__buffer__ (PEP 688) needs Python 3.12")
-
 
 class _RaisesInGetbuffer:
     """An exporter whose every buffer request raises ``exc``."""
@@ -628,7 +689,8 @@ def test_exporter_refusing_with_buffer_error_is_reported_as_refusals() -> None:
     report = check(Refuses())
     assert report.conformant            # refusing every request is allowed
     assert findings(report)[0] == ("info", "extended request",
-                                   "FULL_RO|DEVICE refused: not now")
+                                   "FULL_RO|DEVICE refused: not now (and "
+                                   "each narrower request with DEVICE)")
     assert findings(report)[-1] == ("ok", "requests",
                                     "0 declared requests answered, 28 refused")
 

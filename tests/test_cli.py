@@ -141,6 +141,22 @@ def test_console_script():
     assert json.loads(proc.stdout)["version"] == bufferext.__version__
 
 
+def test_console_script_checks_a_module_of_the_current_directory(tmp_path):
+    # python -m puts the current directory first on sys.path, the console
+    # script its bin directory: "bufferext check mine:buf" found no "mine"
+    script = shutil.which("bufferext",
+                          path=os.path.dirname(sys.executable))
+    if script is None:
+        pytest.skip("the console script is not installed next to python")
+    (tmp_path / "mine_here.py").write_text(
+        "import bufferext\nbuf = bufferext.CPUBuffer((4,), 'f4')\n")
+    proc = subprocess.run([script, "check", "mine_here:buf"],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.endswith("result: conformant\n")
+
+
 def test_version():
     proc = run_cli("--version")
     assert proc.returncode == 0, proc.stderr

@@ -417,6 +417,21 @@ def test_copy_from_non_contiguous_ndarray():
     assert np.array_equal(np.asarray(buf), fortran)
 
 
+def test_copy_from_a_view_of_itself():
+    # PyBuffer_ToContiguous wrote row by row into the memory it read: a
+    # transposed or reversed view of the buffer itself read items already
+    # overwritten (silently wrong values)
+    b = CPUBuffer((3, 3), "int32")
+    b.copy_from_host(np.arange(9, dtype=np.int32))
+    b.copy_from_host(np.asarray(b).T)
+    assert np.asarray(b).tolist() == np.arange(9).reshape(3, 3).T.tolist()
+    c = CPUBuffer((4, 2), "float64")
+    c.copy_from_host(np.arange(8.0))
+    c.copy_from_host(np.asarray(c)[::-1])
+    assert np.asarray(c)[:, 0].tolist() == [6.0, 4.0, 2.0, 0.0]
+    assert b.exports == c.exports == 0
+
+
 def test_copy_from_array_array():
     buf = CPUBuffer(3, "d")
     buf.copy_from_host(array.array("d", [1.5, 2.5, 3.5]))

@@ -347,6 +347,39 @@ def test_fill_rejects_bad_values(driver: str) -> None:
     """)
 
 
+def test_fill_converts_as_numpy_fill_does(driver: str) -> None:
+    # numpy.array(value, dtype) wrapped a numpy integer past the dtype's
+    # range (int8 300 -> 44) and refused a Python int past int64 that a
+    # float holds; a low-precision float value was "not a float"
+    harness.check(driver, """
+        b = CUDABuffer(2, "int8")
+        for value in (np.int64(300), 300, np.uint64(2**63)):
+            with raises(OverflowError, match=r"^CUDABuffer.fill: value .* does "
+                        "not fit int8$"):
+                b.fill(value)
+        b.fill(np.int64(-128))
+        assert b.to_host().tolist() == [-128, -128]
+        f = CUDABuffer(2, "float32")
+        f.fill(2**70)
+        assert f.to_host().tolist() == [float(np.float32(2.0**70))] * 2
+        with raises(OverflowError, match="does not fit int64"):
+            CUDABuffer(1, "int64").fill(2**63)
+        try:
+            import ml_dtypes
+        except ImportError:
+            ml_dtypes = None
+        if ml_dtypes is not None:
+            f.fill(ml_dtypes.bfloat16(1.5))
+            assert f.to_host().tolist() == [1.5, 1.5]
+            e8 = CUDABuffer(2, "float8_e8m0fnu")
+            e8.fill(ml_dtypes.float8_e5m2(2.0))
+            assert e8.to_host().view(np.uint8).tolist() == [128, 128]
+            with raises(ValueError, match=r"value .* \\(bfloat16\\) is not a "
+                        "int8 scalar"):
+                b.fill(ml_dtypes.bfloat16(1.5))
+    """)
+
+
 def test_fill_value_that_closes_the_buffer(driver: str) -> None:
     # issue 21: before, fill() checked the buffer, then converted the value
     # (numpy calls its __array__: Python code), then queued a memset on

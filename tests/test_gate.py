@@ -113,6 +113,22 @@ def test_each_contiguous_request_takes_its_order_only(c99: ModuleType) -> None:
     assert x.exports == c_order.exports == 0
 
 
+def test_copies_into_our_buffers_take_the_source_through_the_gate(
+        c99: ModuleType) -> None:
+    # copy_from_host and unpickling exported the source with a bare
+    # PyObject_GetBuffer: a len of 24 bytes beside a shape of 4096 items
+    # wrote 32 KiB into a 24-byte buffer (a heap overflow)
+    liar = c99.Configurable(65536, 24, 8, 1, "d", shape=(4096,),
+                            strides=(16,))
+    lie = re.escape("Configurable: exported an invalid buffer: len = 24 "
+                    "bytes, but shape and itemsize describe 4096 elements")
+    with pytest.raises(BufferError, match=lie):
+        bufferext.CPUBuffer(3, "f8").copy_from_host(liar)
+    with pytest.raises(BufferError, match=lie):
+        bufferext.CPUBuffer._from_pickle(liar, (3,), "<f8", False)
+    assert liar.exports == 0
+
+
 def test_an_array_interface_over_a_strided_answer_is_refused(
         c99: ModuleType) -> None:
     # numpy's array interface asks its 'data' buffer for one block of
@@ -346,7 +362,7 @@ def test_struct_formats_with_standard_sizes(c99: ModuleType, fmt: str,
 def test_copies_read_struct_standard_sizes(c99: ModuleType, fmt: str,
                                            itemsize: int, dtype: str,
                                            good: bool) -> None:
-    # the same rule for a copy's source, which the gate does not see: a
+    # the same rule for a copy's source, which goes through the gate too: a
     # format that contradicts the exporter's itemsize is refused by name,
     # not read as numpy would read the spelling ('<l' as 8 bytes)
     exporter = c99.Configurable(4 * itemsize, 4 * itemsize, itemsize, 1,
@@ -356,9 +372,9 @@ def test_copies_read_struct_standard_sizes(c99: ModuleType, fmt: str,
     if good:
         buf.copy_from_host(exporter)
     else:
-        with pytest.raises(ValueError, match=re.escape(
-                f"source format '{fmt}' with {itemsize}-byte items does not "
-                f"match the buffer's dtype dtype('{dtype}')")):
+        with pytest.raises(BufferError, match=re.escape(
+                f"exported an invalid buffer: format '{fmt}' does not "
+                f"describe items of itemsize = {itemsize} bytes")):
             buf.copy_from_host(exporter)
     assert exporter.exports == 0
 
@@ -375,7 +391,12 @@ def test_copies_take_unsigned_bytes_as_raw_in_any_byte_order(
     buf = bufferext.CPUBuffer(2, "float32")
     if good:
         buf.copy_from_host(exporter)
-    else:
+    elif itemsize != 1:                 # the gate's: no such item
+        with pytest.raises(BufferError, match=re.escape(
+                f"format '{fmt}' does not describe items of itemsize = "
+                f"{itemsize} bytes")):
+            buf.copy_from_host(exporter)
+    else:                               # a typed item of another type
         with pytest.raises(ValueError, match=re.escape(
                 f"source format '{fmt}' with {itemsize}-byte items")):
             buf.copy_from_host(exporter)

@@ -389,6 +389,38 @@ def test_a_release_method_ends_the_typed_entrys_trust(lim) -> None:
     assert lim.check_supports(obj, FULL_RO | DEVICE)
 
 
+def test_a_device_view_is_released_with_its_object_set(lim, c99) -> None:
+    # The limited build releases every device view through the header's
+    # fallback (it keeps no cache of entries): the exporter's releasebuffer
+    # was called with view->obj already NULL (a crash for one that reads
+    # it); PyBuffer_Release leaves it set during the call
+    exporter = c99.ExporterFull(4, device="bufferext.cuda")
+    lim.get_release(exporter, STRIDED_RO_DEVICE, 3)
+    assert exporter.exports == 0 and exporter.released_astray == 0
+
+
+@pytest.mark.skipif(not PEP688, reason="PEP 688 is 3.12+")
+def test_a_release_method_assigned_to_the_owner_ends_its_trust(lim,
+                                                              c99) -> None:
+    # The entry was trusted while the type's releasebuffer was its owner's
+    # *current* one: a Python __release_buffer__ assigned to the owner
+    # itself changed both, and the device view went to Python code as a
+    # memoryview (device memory read as host memory).  The entry pairs with
+    # the releasebuffer it was published with.
+    owner = c99.make_exporter_type("Owner", FULL_RO | DEVICE)
+    obj = owner(4, device="bufferext.cuda")
+    assert lim.check_supports(obj, FULL_RO | DEVICE)
+    assert c99.check_supports(obj, FULL_RO | DEVICE)
+    seen = []
+    owner.__release_buffer__ = lambda self, view: seen.append(view.tobytes())
+    assert not lim.check_supports(obj, FULL_RO | DEVICE)
+    assert not c99.check_supports(obj, FULL_RO | DEVICE)
+    for consumer in (lim.get, c99.get_buffer):
+        with pytest.raises(BufferError, match="bufferext.cuda"):
+            consumer(obj, FULL_RO | DEVICE)
+    assert seen == [] and obj.exports == 0
+
+
 def test_a_metaclass_does_not_decide_the_declaration(lim) -> None:
     # the limited lookup read __mro__ through the metaclass: a property
     # there hid the class's own "PyBUF_SIMPLE only" and ran on every

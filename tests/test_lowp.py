@@ -540,6 +540,21 @@ def test_to_host_without_ml_dtypes_is_bytes_typed() -> None:
     assert out.split() == ["|V2", "(2,", "2)", "True", "|V2"]
 
 
+def test_repr_names_each_low_precision_float_without_ml_dtypes() -> None:
+    # without ml_dtypes every float8 kind's numpy stand-in is '|V1': the
+    # repr named that, not the type
+    out = run_child(
+        "import sys\n"
+        "sys.modules['ml_dtypes'] = None       # as if not installed\n"
+        "import bufferext\n"
+        "for name in ('float8_e4m3fn', 'float8_e5m2', 'bfloat16'):\n"
+        "    print(repr(bufferext.CPUBuffer(3, name)))\n")
+    assert out.split("\n")[:3] == [
+        "CPUBuffer((3,), dtype='float8_e4m3fn')",
+        "CPUBuffer((3,), dtype='float8_e5m2')",
+        "CPUBuffer((3,), dtype='bfloat16')"]
+
+
 # ---- DLPack: torch, JAX --------------------------------------------------------
 
 @pytest.mark.parametrize("name", TORCH)

@@ -94,6 +94,52 @@ def test_buffer_outliving_the_interpreter_keeps_its_node(
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_copies_no_foreign_hmem(libs: Dict[str, str]) -> None:
+    """The fork guard was registered only when bufferext started a VE node
+    itself: a copy of HMEM another library's VEO process holds (a VE Array
+    Interface) made the child's copies VEO calls on the parent's
+    process."""
+    proc = run_python(f"""
+        import ctypes, os, sys
+        import numpy as np
+        import bufferext
+        from bufferext import BufferFlags as F, DeviceUnavailableError
+        sys.path.insert(0, {STANDIN_DIR!r})
+        import standin
+        c = standin.Counters()
+        lib = c.lib
+        lib.veo_proc_create.restype = ctypes.c_void_p
+        lib.veo_proc_create.argtypes = [ctypes.c_int]
+        lib.veo_alloc_hmem.argtypes = [ctypes.c_void_p,
+                                       ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.c_size_t]
+        proc = lib.veo_proc_create(2)           # another library's process
+        addr = ctypes.c_void_p()
+        assert lib.veo_alloc_hmem(proc, ctypes.byref(addr), 32) == 0
+        class Foreign:
+            __ve_array_interface__ = {{"shape": (4,), "typestr": "<f8",
+                                       "version": 1, "strides": None,
+                                       "data": (addr.value, False)}}
+        view = bufferext.get_buffer(bufferext.as_buffer(Foreign()),
+                                    F.FULL | F.DEVICE)
+        view.copy_from_host(np.arange(4.0))     # bufferext's first VEO call
+        before = c.calls("veo_hmemcpy")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                view.copy_from_host(np.full(4, 7.0))
+                out = "no error"
+            except DeviceUnavailableError as e:
+                out = "forked" in str(e)
+            print("CHILD", out, c.calls("veo_hmemcpy") - before, flush=True)
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        """, libs["full"])
+    assert proc.returncode == 0, proc.stderr
+    assert "CHILD True 0" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_makes_no_veo_call(libs: Dict[str, str],
                                         tmp_path: "os.PathLike[str]") -> None:
     """A fork child shares the parent's VEO processes: its copies, frees and

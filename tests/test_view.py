@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import array
+import copy
 import gc
 import os
+import pickle
 import re
 import sys
 import types
@@ -715,3 +717,20 @@ def test_get_buffer_hint_survives_a_hostile_metaclass():
     assert calls == ["__arrow_c_device_array__", "__arrow_c_array__",
                      "__dlpack__", "__cuda_array_interface__",
                      "__ve_array_interface__", "__array_interface__"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: bufferext.get_buffer(b"abc"),
+    lambda: bufferext.as_buffer(b"abc", readonly=True),
+], ids=["BufferView", "BufferAdapter"])
+def test_holders_of_an_export_refuse_every_pickle_protocol(make) -> None:
+    # protocols 0 and 1 pickled an empty object (copyreg._reconstructor),
+    # which failed only when loaded, maybe in another process
+    obj = make()
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError, match=re.escape(
+                f"cannot pickle '{type(obj).__module__}."
+                f"{type(obj).__name__}' object: it holds an export")):
+            pickle.dumps(obj, protocol)
+    with pytest.raises(TypeError, match="it holds an export"):
+        copy.copy(obj)

@@ -13,7 +13,9 @@ test reads device memory directly, as a CUDA-aware MPI library would.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -114,6 +116,26 @@ def test_host_side_must_be_a_contiguous_buffer() -> None:
             view.copy_from_host([0.0] * 4)
 
 
+def test_host_side_is_asked_for_what_the_copy_does(c99) -> None:
+    # the host side was asked PyBUF_FULL_RO|DEVICE: a bytes-only exporter
+    # (SIMPLE declared) was refused as a source, and a target was written
+    # without asking PyBUF_WRITABLE, which this one refuses to serve
+    with get_buffer(np.full(16, 0x41, np.uint8)) as view:
+        source = c99.ExporterSimpleOnly(4)
+        expected = bytes(memoryview(source))
+        view.copy_from_host(source)
+        assert bytes(view) == expected
+        assert source.exports == 0
+    with get_buffer(np.full(16, 0x41, np.uint8)) as view:
+        unwritable = c99.ExporterNoDevice(4)    # declares no WRITABLE
+        before = bytes(memoryview(unwritable))
+        with pytest.raises(BufferError, match="WRITABLE"):
+            view.copy_to_host(unwritable)
+        after = bytes(memoryview(unwritable))
+        assert after == before != bytes(view)
+        assert unwritable.exports == 0
+
+
 def test_view_must_be_c_contiguous() -> None:
     strided = np.zeros((4, 4))[:, ::2]
     with get_buffer(strided, F.FULL | F.DEVICE) as view:
@@ -167,6 +189,43 @@ def test_foreign_device_is_refused(c99) -> None:
                     f"BufferView.{name}: device 'acme.npu' is not supported "
                     + KNOWN)):
                 call()
+    assert x.exports == 0
+
+
+def test_dlpack_of_a_device_info_without_context_names_the_field(
+        c99) -> None:
+    # the staging copies refused a NULL context by name; DLPack's stream
+    # wait pushed it, and the driver's error named no field (checked before
+    # the driver is needed: none here)
+    x = c99.ExporterFull(4, device="bufferext.cuda")
+    with get_buffer(x, F.FULL_RO | F.DEVICE) as view:
+        context = ctypes.c_void_p.from_address(x.info_address + 8)
+        event = ctypes.c_void_p.from_address(x.info_address + 16)
+        saved = context.value
+        context.value, event.value = None, 0x1234   # a pending event
+        try:
+            with pytest.raises(BufferError, match=exact(
+                    "bufferext.BufferView: device_info.context is NULL beside "
+                    "event 0x1234: no CUDA context to wait in")):
+                view.__dlpack__(stream=2)
+        finally:
+            context.value, event.value = saved, None
+    assert x.exports == 0
+
+
+def test_numpy_refusal_names_the_copy_each_type_offers(c99) -> None:
+    # it said "use to_host()", which neither a view nor an adapter has
+    x = c99.Configurable(32, 32, 8, 1, "d", shape=(4,),
+                         device="bufferext.cuda")
+    with get_buffer(x) as view:
+        with pytest.raises(BufferError, match="use copy_to_host\\(target\\) "
+                                              "to copy it"):
+            np.asarray(view)
+    adapter = bufferext.as_buffer(x, readonly=True)
+    with pytest.raises(BufferError, match=re.escape(
+            "copy it with bufferext.get_buffer(obj).copy_to_host(target)")):
+        np.asarray(adapter)
+    del adapter
     assert x.exports == 0
 
 

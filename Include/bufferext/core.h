@@ -243,13 +243,17 @@ typedef int (*BufferExt_GetBufferExProc)(PyObject *obj,
                                          Py_buffer_extended *view,
                                          int flags);
 
-/* What a type publishes: the typed entry and the plain getbuffer it extends
- * (its pair: the entry is trusted only for types whose getbuffer is that
- * one).  Part of the ABI (BUFFEREXT_ABI_VERSION). */
+/* What a type publishes: the typed entry, and the plain getbuffer it
+ * extends and the releasebuffer it pairs with, as the type had them when
+ * it published (the entry is trusted only for types whose slots are still
+ * those: a Python __release_buffer__ assigned since, to the type itself or
+ * a subclass, would be handed its device views as memoryviews).  Part of
+ * the ABI (BUFFEREXT_ABI_VERSION). */
 typedef struct BufferExt_GetBufferEntry {
     int version;                /* BUFFEREXT_ABI_VERSION of the publisher */
     int (*getbuffer)(PyObject *, Py_buffer *, int);    /* bf_getbuffer */
     BufferExt_GetBufferExProc getbuffer_ex;            /* the entry */
+    void (*releasebuffer)(PyObject *, Py_buffer *);    /* or NULL: none */
 } BufferExt_GetBufferEntry;
 
 /* The type attribute that carries the entry: a capsule of this name whose
@@ -413,19 +417,32 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
 #else
     info = BufferExtAccel_Info(Py_TYPE(obj));
     if (info.declared == BUFFEREXT_ACCEL_INVALID_DECLARATION) {
-        char name[BUFFEREXT_INTERNAL_NAME_SIZE];
+        char name[BUFFEREXT_INTERNAL_NAME_SIZE],
+             name2[BUFFEREXT_INTERNAL_NAME_SIZE];
         /* read again for the message: a lookup that fails (no memory)
          * gives none, and the refusal goes without the value */
         PyObject *value = BufferExtAccel_LookupMRO(
             Py_TYPE(obj), BUFFEREXT_SUPPORTED_FLAGS_ATTR);
         const char *type_name = BufferExtInternal_TypeName(
             Py_TYPE(obj), name, sizeof(name));
-        if (value != NULL) {
+        /* its repr may fail (an int past the digit limit, a __repr__
+         * that raises): then its type is named */
+        PyObject *text = value != NULL ? PyObject_Repr(value) : NULL;
+        if (text != NULL) {
             PyErr_Format(PyExc_TypeError,
-                         "%.200s." BUFFEREXT_SUPPORTED_FLAGS_ATTR " = %R is "
+                         "%.200s." BUFFEREXT_SUPPORTED_FLAGS_ATTR " = %U is "
                          "invalid: expected an int, -1 or a flag mask >= 0",
-                         type_name, value);
-            Py_DECREF(value);
+                         type_name, text);
+            Py_DECREF(text);
+        }
+        else if (value != NULL) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "%.200s." BUFFEREXT_SUPPORTED_FLAGS_ATTR " (a "
+                         "'%.100s', whose repr failed) is invalid: expected "
+                         "an int, -1 or a flag mask >= 0", type_name,
+                         BufferExtInternal_TypeName(Py_TYPE(value), name2,
+                                                    sizeof(name2)));
         }
         else {
             PyErr_Format(PyExc_TypeError,
@@ -433,6 +450,7 @@ static inline int BufferExt_SupportedFlags(PyObject *obj)
                          "invalid: expected an int, -1 or a flag mask >= 0",
                          type_name);
         }
+        Py_XDECREF(value);
         return -1;
     }
     return info.mask;
@@ -473,6 +491,8 @@ BufferExtInternal_EntryCapsule(PyTypeObject *type,
     entry->version = BUFFEREXT_ABI_VERSION;
     entry->getbuffer = BufferExtAccel_TypeSlot(type);
     entry->getbuffer_ex = getbuffer_ex;
+    entry->releasebuffer = (void (*)(PyObject *, Py_buffer *))
+        BufferExtAccel_ReleaseSlot(type);
     capsule = PyCapsule_New(entry, BUFFEREXT_ENTRY_CAPSULE,
                             BufferExtInternal_FreeEntry);
     if (capsule == NULL) {
@@ -1005,12 +1025,11 @@ BufferExtInternal_ReleaseDevice(Py_buffer *view)
         Py_DECREF((PyObject *)base);
         base = next;
     }
-    view->obj = NULL;
     if (base != NULL) {
         BufferExtInternal_ReleaseProc release =
             (BufferExtInternal_ReleaseProc)BufferExtAccel_ReleaseSlot(base);
         if (release != NULL) {
-            release(obj, view);
+            release(obj, view);         /* view->obj set, as CPython's */
         }
         Py_DECREF((PyObject *)base);
     }
@@ -1023,6 +1042,7 @@ BufferExtInternal_ReleaseDevice(Py_buffer *view)
                                                 sizeof(name)));
         PyErr_WriteUnraisable(obj);
     }
+    view->obj = NULL;
     Py_DECREF(obj);
 #if BUFFEREXT_INTERNAL_RAISED_EXCEPTION
     PyErr_SetRaisedException(pending);

@@ -150,6 +150,11 @@ def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     from ._check import check, format_report, load_target
 
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # the console script's sys.path starts with its bin directory, not
+        # the current one (python -m puts that first): a target's module
+        # there is found, after everything installed
+        sys.path.append(os.getcwd())
     try:
         obj = load_target(args.target, call=args.call)
     except BaseException as exc:   # SystemExit and KeyboardInterrupt too:

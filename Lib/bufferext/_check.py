@@ -53,7 +53,10 @@ def mask_text(mask: int) -> str:
 
 def declared_text(declared: Any) -> str:
     """A ``__buffer_supported_flags__`` value as the report shows it: the
-    draft's two special values said in words, a mask as :func:`mask_text`."""
+    draft's two special values said in words, a mask as :func:`mask_text`;
+    any other value is kept as its repr already (``_plain``)."""
+    if isinstance(declared, str):
+        return declared
     if isinstance(declared, bool) or not isinstance(declared, int):
         return repr(declared)
     if declared == 0:
@@ -160,9 +163,9 @@ def _class_protocols(cls: type, exports: bool, report: Report) -> None:
     if native is not None:      # the interpreter's slot: 0 says nothing
         p["declared_supported_flags"] = native or None
     else:
-        p["declared_supported_flags"] = cls.__dict__.get(
+        p["declared_supported_flags"] = _plain(cls.__dict__.get(
             "__buffer_supported_flags__",
-            getattr(cls, "__buffer_supported_flags__", None))
+            getattr(cls, "__buffer_supported_flags__", None)))
     p["typed_entry"] = _bufferext._has_typed_entry(cls)
     p["arrow_c_device_array"] = hasattr(cls, "__arrow_c_device_array__")
     p["arrow_c_array"] = hasattr(cls, "__arrow_c_array__")
@@ -171,24 +174,49 @@ def _class_protocols(cls: type, exports: bool, report: Report) -> None:
     p["dlpack_c_exchange_api"] = hasattr(cls, "__dlpack_c_exchange_api__")
 
 
+def _plain(value: Any) -> Any:
+    """A foreign value as the report keeps it: None, an int as the int it
+    is (an int subclass's own methods are never run), anything else as
+    its repr, read once here (a repr that raises is named by its type):
+    what the report renders or copies runs no code of the target's."""
+    if value is None or type(value) is int:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int.__index__(value)
+    try:
+        return repr(value)
+    except Exception as exc:
+        return (f"<a {type(value).__name__!r} whose repr raised "
+                f"{type(exc).__name__}>")
+
+
 def _protocols(obj: Any, report: Report) -> None:
     cls = type(obj)
     p = report.protocols
     _class_protocols(cls, bool(_bufferext.check_buffer_supports(obj)), report)
     if hasattr(cls, "__dlpack_device__"):   # looked up on the type, as Python does
         try:
-            p["dlpack_device"] = tuple(obj.__dlpack_device__())
+            device = obj.__dlpack_device__()
         except Exception as exc:   # a report, not a crash
             report.add("violation", "dlpack",
                        f"__dlpack_device__() raised {exc!r}")
+        else:
+            if (type(device) is tuple and len(device) == 2 and
+                    all(type(v) is int for v in device)):
+                p["dlpack_device"] = device
+            else:
+                report.add("violation", "dlpack",
+                           f"__dlpack_device__() returned {_plain(device)}, "
+                           "not a tuple (device_type, device_id) of ints")
     for name, _ in BRIDGED[3:]:       # the array interfaces
         try:
             value = getattr(obj, name, None)
+            version = (value.get("version") if isinstance(value, dict)
+                       else None)
         except Exception as exc:
-            value = None
+            version = None
             report.add("info", name, f"reading it raised {exc!r}")
-        p[name.strip("_")] = (None if not isinstance(value, dict)
-                              else value.get("version"))
+        p[name.strip("_")] = _plain(version)
 
 
 # ---- probing ------------------------------------------------------------------
@@ -199,6 +227,18 @@ _EXTENSION_PROBLEMS = ("wrote the buffer extension", "not requested",
                        "without setting PyBUF_DEVICE",
                        # get_buffer's validation of every field (gate.c)
                        "exported an invalid buffer")
+
+
+#: CPython's own error for a ``__buffer__`` method that returned something
+#: else than a memoryview (typeobject.c): the exporter's fault, no refusal.
+_NOT_A_MEMORYVIEW = "__buffer__ returned non-memoryview object"
+
+
+def _refusal(exc: Exception) -> bool:
+    """Whether a ValueError or TypeError from a request is the exporter's
+    refusal (BufferError is the standard), not CPython's report of a
+    ``__buffer__`` that broke the protocol."""
+    return not (isinstance(exc, TypeError) and _NOT_A_MEMORYVIEW in str(exc))
 
 
 def _raised(exc: BaseException) -> str:
@@ -217,35 +257,58 @@ def _probe(obj: Any, request: int) -> Tuple[str, Any]:
             return "violation", str(exc)
         return "refused", exc
     except (ValueError, TypeError) as exc:
-        return "refused", exc
+        if _refusal(exc):
+            return "refused", exc
+        return "violation", _raised(exc)
     except Exception as exc:        # the exporter's fault: a report, not a crash
         return "violation", _raised(exc)
 
 
 # ---- the extended request and device safety ---------------------------------
 
+#: The requests _where makes, widest first, each with PyBUF_DEVICE: an
+#: exporter that refuses the widest (a narrow declaration, no INDIRECT) is
+#: asked the next, so that its memory is found wherever it is.
+_WHERE = (("FULL_RO", F.FULL_RO), ("STRIDED_RO", F.STRIDED_RO),
+          ("CONTIG_RO", F.CONTIG_RO), ("FORMAT", F.FORMAT),
+          ("SIMPLE", F.SIMPLE))
+
+
 def _where(obj: Any, report: Report) -> Optional[str]:
-    """The device (None for CPU memory) a FULL_RO|DEVICE request answers."""
-    try:
-        with _bufferext.get_buffer(obj, F.FULL_RO | F.DEVICE) as view:
-            device, answered = view.device, bool(view.flags & F.DEVICE)
-            items = describe(view.format, view.itemsize)
-    except BufferError as exc:
-        if any(text in str(exc) for text in _EXTENSION_PROBLEMS):
-            report.add("violation", "extended request", str(exc))
-        else:
-            report.add("info", "extended request",
-                       f"FULL_RO|DEVICE refused: {exc}")
-        return None
-    except (ValueError, TypeError) as exc:
+    """The device (None for CPU memory) of the widest request with
+    PyBUF_DEVICE the exporter answers (FULL_RO|DEVICE first)."""
+    refused = ""                    # the widest request's refusal
+    for name, request in _WHERE:
+        name += "|DEVICE"
+        try:
+            with _bufferext.get_buffer(obj, request | F.DEVICE) as view:
+                device, answered = view.device, bool(view.flags & F.DEVICE)
+                items = describe(view.format, view.itemsize)
+        except BufferError as exc:
+            if any(text in str(exc) for text in _EXTENSION_PROBLEMS):
+                report.add("violation", "extended request", str(exc))
+                return None
+            refused = refused or f"{name} refused: {exc}"
+            continue
+        except (ValueError, TypeError) as exc:
+            if not _refusal(exc):
+                report.add("violation", "extended request",
+                           f"{name}: {_raised(exc)}")
+                return None
+            refused = refused or (f"{name} refused with {type(exc).__name__} "
+                                  f"(BufferError is the standard): {exc}")
+            continue
+        except Exception as exc:    # the exporter's fault: a report, not a crash
+            report.add("violation", "extended request",
+                       f"{name}: {_raised(exc)}")
+            return None
+        break
+    else:
         report.add("info", "extended request",
-                   f"FULL_RO|DEVICE refused with {type(exc).__name__} "
-                   f"(BufferError is the standard): {exc}")
+                   f"{refused} (and each narrower request with DEVICE)")
         return None
-    except Exception as exc:        # the exporter's fault: a report, not a crash
-        report.add("violation", "extended request",
-                   f"FULL_RO|DEVICE: {_raised(exc)}")
-        return None
+    if refused:
+        report.add("info", "extended request", f"{refused}; {name} answered")
     if device is not None:
         report.add("ok", "extended request", f"memory on device {device!r}")
     elif answered:

@@ -24,8 +24,8 @@ from typing import Any, Dict, Literal, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["LOWP", "describe", "host_view", "lowp_dtype", "name_of", "resolve",
-           "wire", "wire_dtype"]
+__all__ = ["LOWP", "describe", "fill_item", "host_view", "lowp_dtype", "name_of",
+           "resolve", "wire", "wire_dtype"]
 
 # (kind, itemsize) -> struct code, standard sizes
 _CODES = {
@@ -244,6 +244,53 @@ def name_of(dt: np.dtype[Any]) -> str:
     """A spelling of ``dt`` that :func:`resolve` and ``numpy.dtype`` read
     back: a low-precision float's name (its ``str`` is only ``'<V2'``)."""
     return dt.name if _is_lowp(dt) else dt.str
+
+
+#: What a fill value of each kind fills: a bool anything, an int any
+#: number, a float floats and complex, a complex only complex.
+_FILLS = {"b": "biufc", "i": "iufc", "u": "iufc", "f": "fc", "c": "c"}
+
+
+def fill_item(value: Any, dt: np.dtype[Any], fmt: str, who: str) -> bytes:
+    """The bytes of ``value`` as one item of ``dt`` (buffer format ``fmt``),
+    for a device buffer's ``fill``: a scalar of the dtype's kind (a bool
+    fills anything, an int any number, a float floats and complex; a
+    low-precision float is a float), converted as numpy's ``fill`` converts
+    it (a value past the dtype's range is refused, never wrapped)."""
+    scalar = value                      # what numpy's fill converts
+    if isinstance(value, (bool, np.bool_)):
+        kind, name = "b", "bool"
+    elif isinstance(value, int):        # any size: numpy's fill says if it fits
+        kind, name = "i", "int"
+    elif isinstance(value, (float, complex)):
+        kind, name = ("f", "float") if isinstance(value, float) else ("c", "complex")
+    else:
+        arr = np.asarray(value)
+        if arr.ndim != 0:
+            raise ValueError(f"{who}: value must be a scalar, not {value!r}")
+        # a numpy scalar: numpy's fill checks its range (a 0-d array's it
+        # wraps); a low-precision float's as a Python float (exact), which
+        # converts to any of them
+        kind, name, scalar = arr.dtype.kind, str(arr.dtype), arr[()]
+        if _is_lowp(arr.dtype):
+            kind, name, scalar = "f", name_of(arr.dtype), float(arr)
+    if fmt.startswith("[") and not _is_lowp(dt):
+        # the raw stand-in of a low-precision float ('V2'): no conversion
+        raise ValueError(f"{who}: converting {value!r} to {fmt} needs ml_dtypes "
+                         "(pip install ml_dtypes)")
+    target = name_of(dt) if _is_lowp(dt) else str(dt)
+    if ("f" if _is_lowp(dt) else dt.kind) not in _FILLS.get(kind, ""):
+        raise ValueError(f"{who}: value {value!r} ({name}) is not a {target} "
+                         "scalar")
+    item = np.empty((), dt)
+    try:
+        item.fill(scalar)
+    except OverflowError:
+        raise OverflowError(f"{who}: value {value!r} does not fit {target}") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{who}: value {value!r} ({name}) cannot be converted "
+                         f"to {target}: {exc}") from None
+    return item.tobytes()
 
 
 def wire_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:

@@ -67,7 +67,8 @@ FREEZE(offsetof(BufferExt_GetBufferEntry, version) == 0);
 FREEZE(sizeof(((BufferExt_GetBufferEntry *)0)->version) == 4);
 FREEZE(offsetof(BufferExt_GetBufferEntry, getbuffer) == PTR);
 FREEZE(offsetof(BufferExt_GetBufferEntry, getbuffer_ex) == 2 * PTR);
-FREEZE(sizeof(BufferExt_GetBufferEntry) == 3 * PTR);
+FREEZE(offsetof(BufferExt_GetBufferEntry, releasebuffer) == 3 * PTR);
+FREEZE(sizeof(BufferExt_GetBufferEntry) == 4 * PTR);
 
 /* ---- device_info structs: version first, fixed-width, reserved -------- */
 FREEZE(offsetof(BufferExt_CUDADeviceInfo, version) == 0);

@@ -59,14 +59,15 @@ enum {
     LIAR_READONLY,      /* read-only memory although PyBUF_WRITABLE was asked */
     /* broken C conventions */
     LIAR_SILENT_FAIL,   /* returns -1 without an exception */
-    LIAR_ERROR_SET      /* returns 0 with an exception set */
+    LIAR_ERROR_SET,     /* returns 0 with an exception set */
+    LIAR_DEVICE_TO_PLAIN    /* its device memory to a plain request too */
 };
 
 static const char *const liar_names[] = {
     "none", "unasked", "unasked_cpu", "device_noflag", "extra_flags",
     "fail_late", "ndim_65", "ndim_negative", "itemsize_0", "len_past_shape", "shape_null",
     "format_long", "info_null", "info_version", "readonly", "silent_fail",
-    "error_set", NULL,
+    "error_set", "device_to_plain", NULL,
 };
 
 typedef struct {
@@ -89,6 +90,9 @@ typedef struct {
     /* releasebuffer calls made with an exception pending: a consumer must
      * not run an exporter's code (Python code, for some) in that state */
     Py_ssize_t released_with_error;
+    /* releasebuffer calls whose view->obj was not the exporter (as
+     * PyBuffer_Release leaves it set during the call) */
+    Py_ssize_t released_astray;
 } ExporterObject;
 
 #define Exporter_CAST(op) ((ExporterObject *)(op))
@@ -336,7 +340,8 @@ exporter_export(PyObject *op, Py_buffer *view, int flags,
             return -1;
         }
     }
-    else if (BufferExt_SetDevice(ext, op, flags, device, info) < 0) {
+    else if ((self->liar != LIAR_DEVICE_TO_PLAIN || ext != NULL) &&
+             BufferExt_SetDevice(ext, op, flags, device, info) < 0) {
         return -1;
     }
     view->buf = self->data;
@@ -363,10 +368,12 @@ BUFFEREXT_DEFINE_GETBUFFER(exporter_getbuffer, exporter_export);
 static void
 exporter_releasebuffer(PyObject *op, Py_buffer *view)
 {
-    (void)view;
     Exporter_CAST(op)->exports--;
     if (PyErr_Occurred()) {
         Exporter_CAST(op)->released_with_error++;
+    }
+    if (view->obj != op) {
+        Exporter_CAST(op)->released_astray++;
     }
 }
 
@@ -392,6 +399,13 @@ exporter_get_released_with_error(PyObject *op, void *closure)
 }
 
 static PyObject *
+exporter_get_released_astray(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(Exporter_CAST(op)->released_astray);
+}
+
+static PyObject *
 exporter_get_address(PyObject *op, void *closure)
 {
     (void)closure;
@@ -412,6 +426,9 @@ static PyGetSetDef exporter_getset[] = {
      (char *)"how often getbuffer was called", NULL},
     {(char *)"released_with_error", exporter_get_released_with_error, NULL,
      (char *)"releasebuffer calls made with an exception pending", NULL},
+    {(char *)"released_astray", exporter_get_released_astray, NULL,
+     (char *)"releasebuffer calls whose view->obj was not the exporter",
+     NULL},
     {(char *)"address", exporter_get_address, NULL,
      (char *)"address of the data", NULL},
     {(char *)"info_address", exporter_get_info_address, NULL,

@@ -351,8 +351,8 @@ static inline int BufferExtAccel_ReadDeclared(PyTypeObject *type,
 
 /* The typed entry of `type`, or NULL: the capsule BUFFEREXT_ENTRY_ATTR
  * found in its MRO (as the declaration is), trusted only for its owner (the
- * capsule's context) and subclasses whose getbuffer is still the one the
- * entry extends and whose releasebuffer is the owner's.  Whose it is, not
+ * capsule's context) and subclasses whose getbuffer and releasebuffer are
+ * still the ones the entry was published with.  Whose it is, not
  * where it was found: a capsule copied into another class's dict, a
  * subclass whose getbuffer runs a __buffer__ of its own, or one whose
  * __release_buffer__ would hand the view to Python code as a memoryview
@@ -377,8 +377,8 @@ BufferExtAccel_ReadEntry(PyTypeObject *type, int *failed)
         if (entry->version != BUFFEREXT_ABI_VERSION || owner == NULL ||
             !PyType_IsSubtype(type, owner) ||
             BufferExtAccel_TypeSlot(type) != entry->getbuffer ||
-            BufferExtAccel_ReleaseSlot(type) !=
-                BufferExtAccel_ReleaseSlot(owner)) {
+            (void (*)(PyObject *, Py_buffer *))BufferExtAccel_ReleaseSlot(
+                type) != entry->releasebuffer) {
             entry = NULL;
         }
         /* read while the capsule, which owns the entry, is held (without

@@ -277,7 +277,8 @@ BufferExtAccel_EntryFrom(PyTypeObject *type, PyObject *found,
     owner = (PyTypeObject *)PyCapsule_GetContext(found);
     if (entry->version != BUFFEREXT_ABI_VERSION || owner == NULL ||
         !PyType_IsSubtype(type, owner) || slot != entry->getbuffer ||
-        BufferExtAccel_ReleaseSlot(type) != BufferExtAccel_ReleaseSlot(owner)) {
+        (void (*)(PyObject *, Py_buffer *))BufferExtAccel_ReleaseSlot(type) !=
+            entry->releasebuffer) {
         return NULL;
     }
     return entry->getbuffer_ex;
