@@ -100,26 +100,18 @@ def test_forked_child_copies_no_foreign_hmem(libs: Dict[str, str]) -> None:
     Interface) made the child's copies VEO calls on the parent's
     process."""
     proc = run_python(f"""
-        import ctypes, os, sys
+        import os, sys
         import numpy as np
         import bufferext
         from bufferext import BufferFlags as F, DeviceUnavailableError
         sys.path.insert(0, {STANDIN_DIR!r})
         import standin
         c = standin.Counters()
-        lib = c.lib
-        lib.veo_proc_create.restype = ctypes.c_void_p
-        lib.veo_proc_create.argtypes = [ctypes.c_int]
-        lib.veo_alloc_hmem.argtypes = [ctypes.c_void_p,
-                                       ctypes.POINTER(ctypes.c_void_p),
-                                       ctypes.c_size_t]
-        proc = lib.veo_proc_create(2)           # another library's process
-        addr = ctypes.c_void_p()
-        assert lib.veo_alloc_hmem(proc, ctypes.byref(addr), 32) == 0
+        proc, addr = c.foreign_hmem(32)         # another library's process
         class Foreign:
             __ve_array_interface__ = {{"shape": (4,), "typestr": "<f8",
                                        "version": 1, "strides": None,
-                                       "data": (addr.value, False)}}
+                                       "data": (addr, False)}}
         view = bufferext.get_buffer(bufferext.as_buffer(Foreign()),
                                     F.FULL | F.DEVICE)
         view.copy_from_host(np.arange(4.0))     # bufferext's first VEO call

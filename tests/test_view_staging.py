@@ -706,21 +706,12 @@ def test_ve_memory_of_another_exporter(veo: str) -> None:
     # Interface: the view's copies load the VEO library themselves
     ve(veo, """
         lib = counters.lib
-        lib.veo_proc_create.restype = ctypes.c_void_p
-        lib.veo_proc_create.argtypes = [ctypes.c_int]
-        lib.veo_alloc_hmem.argtypes = [ctypes.c_void_p,
-                                       ctypes.POINTER(ctypes.c_void_p),
-                                       ctypes.c_size_t]
-        lib.veo_free_hmem.argtypes = [ctypes.c_void_p]
-        lib.veo_proc_destroy.argtypes = [ctypes.c_void_p]
-        proc = lib.veo_proc_create(2)
-        address = ctypes.c_void_p()
-        assert lib.veo_alloc_hmem(proc, ctypes.byref(address), 32) == 0
+        proc, address = counters.foreign_hmem(32)
 
         class Interface:
             __ve_array_interface__ = {
                 "shape": (4,), "typestr": "<f8", "version": 1,
-                "data": (address.value, False), "strides": None}
+                "data": (address, False), "strides": None}
 
         adapter = bufferext.as_buffer(Interface())
         with bufferext.get_buffer(adapter, FULL) as view:

@@ -11,7 +11,7 @@ import ctypes
 import os
 import shutil
 import subprocess
-from typing import Optional
+from typing import Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "standin_veo.c")
@@ -45,6 +45,23 @@ class Counters:
         self.lib.standin_calls.argtypes = [ctypes.c_char_p]
         self.lib.veo_is_ve_addr.argtypes = [ctypes.c_void_p]
         self.lib.veo_is_ve_addr.restype = ctypes.c_int
+        # the VEO calls another library makes (foreign_hmem)
+        self.lib.veo_proc_create.restype = ctypes.c_void_p
+        self.lib.veo_proc_create.argtypes = [ctypes.c_int]
+        self.lib.veo_alloc_hmem.argtypes = [ctypes.c_void_p,
+                                            ctypes.POINTER(ctypes.c_void_p),
+                                            ctypes.c_size_t]
+        self.lib.veo_free_hmem.argtypes = [ctypes.c_void_p]
+        self.lib.veo_proc_destroy.argtypes = [ctypes.c_void_p]
+
+    def foreign_hmem(self, nbytes: int, node: int = 2) -> Tuple[int, int]:
+        """HMEM as another library holds it: (its VEO process, the HMEM
+        address), made through the library directly, not bufferext."""
+        proc = self.lib.veo_proc_create(node)
+        address = ctypes.c_void_p()
+        assert self.lib.veo_alloc_hmem(proc, ctypes.byref(address),
+                                       nbytes) == 0
+        return proc, int(address.value or 0)
 
     @property
     def hmem(self) -> int:
