@@ -106,6 +106,17 @@ def _heat_serial(n: int = 64, steps: int = 100) -> np.ndarray:
     return u
 
 
+def test_a_usage_error_under_a_launcher_is_said_once() -> None:
+    # argparse's errors were said by rank 0 alone, the demo's own (a size
+    # out of range) by every rank
+    exe = _mpiexec()
+    proc = subprocess.run([exe, "-n", "2", sys.executable, "-c", RUN,
+                           "--size", "0"], capture_output=True, text=True,
+                          env=_no_launcher(), timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("demo: --size must be >= 1") == 1, proc.stderr
+
+
 def _no_launcher() -> dict:
     return {k: v for k, v in os.environ.items()
             if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_"))}

@@ -207,18 +207,25 @@ def _max(comm: Any, value: float) -> float:
     return float(comm.allreduce(value, op=MPI.MAX))
 
 
+def _usage_error(message: str) -> int:
+    """A usage error of the demo's options, said as argparse's are (once,
+    by rank 0, under a launcher): 2."""
+    from .__main__ import _quiet_unless_first_rank
+    with _quiet_unless_first_rank():
+        print(message, file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 if the distributed result equals the serial one."""
     if args.size < 1 or args.steps < 0:
-        print(f"demo: --size must be >= 1 and --steps >= 0 (got {args.size}, "
-              f"{args.steps})", file=sys.stderr)
-        return 2
+        return _usage_error(f"demo: --size must be >= 1 and --steps >= 0 (got "
+                            f"{args.size}, {args.steps})")
     nbytes = (args.size + 2) ** 2 * 8
     if nbytes > sys.maxsize:
-        print(f"demo: --size {args.size}: its grid of float64 would take "
-              f"{nbytes} bytes, more than this process can address",
-              file=sys.stderr)
-        return 2
+        return _usage_error(f"demo: --size {args.size}: its grid of float64 "
+                            f"would take {nbytes} bytes, more than this process "
+                            "can address")
     try:
         comm = _world()
     except ImportError as exc:     # under mpiexec without mpi4py: no MPI to agree
