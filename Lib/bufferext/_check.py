@@ -230,15 +230,18 @@ _EXTENSION_PROBLEMS = ("wrote the buffer extension", "not requested",
 
 
 #: CPython's own error for a ``__buffer__`` method that returned something
-#: else than a memoryview (typeobject.c): the exporter's fault, no refusal.
-_NOT_A_MEMORYVIEW = "__buffer__ returned non-memoryview object"
+#: else than a memoryview (typeobject.c; its words changed in 3.15): the
+#: exporter's fault, no refusal.
+_NOT_A_MEMORYVIEW = ("__buffer__ returned non-memoryview object",
+                     "__buffer__() must return a memoryview")
 
 
 def _refusal(exc: Exception) -> bool:
     """Whether a ValueError or TypeError from a request is the exporter's
     refusal (BufferError is the standard), not CPython's report of a
     ``__buffer__`` that broke the protocol."""
-    return not (isinstance(exc, TypeError) and _NOT_A_MEMORYVIEW in str(exc))
+    return not (isinstance(exc, TypeError) and
+                any(words in str(exc) for words in _NOT_A_MEMORYVIEW))
 
 
 def _raised(exc: BaseException) -> str:
