@@ -155,19 +155,11 @@ adapter_finish_layout(AdapterObject *self, const char *who)
         return -1;
     }
     if (n != 0) {
-        /* the items' bytes, [buf + low, buf + high), in the address space
-         * (each reach fits: the span was checked) */
-        Py_ssize_t low = 0, high = l->itemsize, reach;
+        /* the items' bytes, [buf + low, buf + high), in the address space */
+        Py_ssize_t low, high;
         uintptr_t at = (uintptr_t)l->buf;
-        for (i = 0; i < l->ndim; i++) {
-            reach = l->strides[i] * (l->shape[i] - 1);
-            if (reach < 0) {
-                low += reach;
-            }
-            else {
-                high += reach;
-            }
-        }
+        bufferext_span_bounds(l->ndim, l->shape, l->strides, l->itemsize,
+                              &low, &high);
         if ((uintptr_t)-low > at || (uintptr_t)high > UINTPTR_MAX - at + 1) {
             PyErr_Format(PyExc_BufferError, "%s: the items reach bytes %zd "
                          "to %zd from the data pointer %p, outside the "

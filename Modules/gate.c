@@ -131,6 +131,27 @@ bufferext_span_overflow(int ndim, const Py_ssize_t *shape,
     return -1;
 }
 
+void
+bufferext_span_bounds(int ndim, const Py_ssize_t *shape,
+                      const Py_ssize_t *strides, Py_ssize_t itemsize,
+                      Py_ssize_t *low, Py_ssize_t *high)
+{
+    Py_ssize_t reach;
+    int i;
+
+    *low = 0;
+    *high = itemsize;
+    for (i = 0; i < ndim; i++) {    /* each reach fits: the span was checked */
+        reach = strides[i] * (shape[i] - 1);
+        if (reach < 0) {
+            *low += reach;
+        }
+        else {
+            *high += reach;
+        }
+    }
+}
+
 /* The shape and strides checks: sizes >= 0, len == product(shape) *
  * itemsize (PEP 3118), and no span past PY_SSIZE_T_MAX.  An empty array
  * (a dimension of 0) addresses no memory: its other sizes and its strides

@@ -22,6 +22,12 @@ int bufferext_gate_format(const char *who, const char *format,
  * it, reaches past PY_SSIZE_T_MAX bytes, or -1 (none, or an empty array). */
 int bufferext_span_overflow(int ndim, const Py_ssize_t *shape,
                             const Py_ssize_t *strides, Py_ssize_t itemsize);
+/* The bytes a non-empty layout's items lie in, whose spans passed
+ * bufferext_span_overflow: [buf + *low, buf + *high), *low <= 0 (negative
+ * strides reach below buf). */
+void bufferext_span_bounds(int ndim, const Py_ssize_t *shape,
+                           const Py_ssize_t *strides, Py_ssize_t itemsize,
+                           Py_ssize_t *low, Py_ssize_t *high);
 /* C-order strides for a layout that passed the gate (sizes of 0 count as 1;
  * the outer strides of an empty array too large to multiply are 0). */
 void bufferext_c_strides(int ndim, const Py_ssize_t *shape,

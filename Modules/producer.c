@@ -200,31 +200,23 @@ bufferext_producer_get_source(bufferext_producer *p, const char *who,
     return -1;
 }
 
-/* Whether the bytes `view`'s items lie in may overlap [dst, dst + len):
- * a view of the destination itself.  Suboffsets: maybe. */
+/* Whether the bytes of a strided view (not C-contiguous: it has strides),
+ * which passed the gate, may overlap [dst, dst + len): a view of the
+ * destination itself.  Suboffsets: maybe. */
 static int
 may_overlap(const Py_buffer *view, const void *dst, Py_ssize_t len)
 {
-    Py_ssize_t low = 0, high = view->itemsize, reach;
+    Py_ssize_t low, high;
     uintptr_t at = (uintptr_t)view->buf, to = (uintptr_t)dst;
-    int i;
 
     if (view->len == 0 || len == 0) {
         return 0;
     }
-    if (view->suboffsets != NULL || view->strides == NULL) {
-        return view->suboffsets != NULL ||
-               (at < to + (uintptr_t)len && to < at + (uintptr_t)view->len);
+    if (view->suboffsets != NULL) {
+        return 1;
     }
-    for (i = 0; i < view->ndim; i++) {   /* spans checked by the gate */
-        reach = view->strides[i] * (view->shape[i] - 1);
-        if (reach < 0) {
-            low += reach;
-        }
-        else {
-            high += reach;
-        }
-    }
+    bufferext_span_bounds(view->ndim, view->shape, view->strides,
+                          view->itemsize, &low, &high);
     return at - (uintptr_t)-low < to + (uintptr_t)len &&
            to < at + (uintptr_t)high;
 }
