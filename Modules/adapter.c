@@ -620,6 +620,32 @@ row_applies(PyObject *obj, PyObject *cls, PyObject *needs)
     return PyTuple_GET_SIZE(needs) == 0;
 }
 
+/* Whether `types` is a tuple whose first item is numpy's array type itself
+ * (numpy_items reads its instances' fields): 1, 0, or -1 with the error of
+ * importing numpy. */
+static int
+starts_with_ndarray(PyObject *types)
+{
+    PyObject *numpy, *ndarray;
+    int is;
+
+    if (!PyTuple_Check(types) || PyTuple_GET_SIZE(types) == 0) {
+        return 0;
+    }
+    numpy = PyImport_ImportModule("numpy");
+    if (numpy == NULL) {
+        return -1;
+    }
+    ndarray = PyObject_GetAttrString(numpy, "ndarray");
+    Py_DECREF(numpy);
+    if (ndarray == NULL) {
+        return -1;
+    }
+    is = PyTuple_GET_ITEM(types, 0) == ndarray;
+    Py_DECREF(ndarray);
+    return is;
+}
+
 /* Read _bridges' _STEPS and _CPU_TYPES into the state, unless a racing
  * thread did first.  0, or -1 with an exception (nothing kept: the next
  * call reads again). */
@@ -627,6 +653,7 @@ static int
 load_bridges(bufferext_state *st)
 {
     PyObject *module, *table = NULL, *f = NULL, *t = NULL;
+    int rc;
 
     module = PyImport_ImportModule("bufferext._bridges");
     if (module != NULL) {
@@ -635,9 +662,11 @@ load_bridges(bufferext_state *st)
                           : PyObject_GetAttrString(module, "_CPU_TYPES");
         Py_DECREF(module);
     }
-    if (t != NULL && !PyTuple_Check(t)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "bufferext._bridges._CPU_TYPES must be a tuple");
+    if (t != NULL && (rc = starts_with_ndarray(t)) <= 0) {
+        if (rc == 0) {
+            PyErr_SetString(PyExc_TypeError, "bufferext._bridges._CPU_TYPES "
+                            "must be a tuple starting with numpy.ndarray");
+        }
         Py_CLEAR(t);
     }
     f = t == NULL ? NULL : step_functions(table);
@@ -651,8 +680,9 @@ load_bridges(bufferext_state *st)
         st->as_buffer_in_place =
             PyTuple_GET_SIZE(f) > 0 &&
             is_pass_through(PyTuple_GET_ITEM(PyTuple_GET_ITEM(f, 0), 0));
-        st->as_buffer_steps = f;
         st->cpu_types = t;
+        /* published last: a reader that sees the steps sees the rest */
+        BUFFEREXT_STORE(st->as_buffer_steps, f);
         f = t = NULL;
     }
     BUFFEREXT_MUTEX_UNLOCK(bridges_mutex);
@@ -661,29 +691,24 @@ load_bridges(bufferext_state *st)
     return 0;
 }
 
-/* The steps' (function, needs) pairs (a tuple) and _CPU_TYPES (a tuple of types) the state
- * holds, as new references, read on first use, and whether the first step
- * is our pass-through.  0, or -1 with an exception.  Inline: every
- * as_buffer takes them. */
+/* The steps' (function, needs) pairs (a tuple), _CPU_TYPES (a tuple of
+ * types) and whether the first step is our pass-through, borrowed from the
+ * state: read on first use and kept unchanged until the module is cleared,
+ * which no call of its functions outlives (each holds the module), so a
+ * read takes no lock and no reference.  0, or -1 with an exception.
+ * Inline: every as_buffer takes them. */
 static inline int
 bridges(bufferext_state *st, PyObject **steps, PyObject **cpu_types,
         int *in_place)
 {
-    for (;;) {
-        BUFFEREXT_MUTEX_LOCK(bridges_mutex);
-        *steps = st->as_buffer_steps;
-        *cpu_types = st->cpu_types;
-        *in_place = st->as_buffer_in_place;
-        Py_XINCREF(*steps);
-        Py_XINCREF(*cpu_types);
-        BUFFEREXT_MUTEX_UNLOCK(bridges_mutex);
-        if (*steps != NULL) {
-            return 0;
-        }
+    while ((*steps = BUFFEREXT_LOAD(st->as_buffer_steps)) == NULL) {
         if (load_bridges(st) < 0) {
             return -1;
         }
     }
+    *cpu_types = st->cpu_types;
+    *in_place = st->as_buffer_in_place;
+    return 0;
 }
 
 /* What numpy's array `obj` (an instance of numpy's type or of a subclass)
@@ -715,9 +740,9 @@ numpy_flag(PyObject *dtype, PyObject *name)
 }
 
 static int
-numpy_items(bufferext_state *st, PyObject *obj, PyTypeObject *ndarray)
+numpy_items(bufferext_state *st, PyObject *obj)
 {
-    PyObject *dtype, *get;
+    PyObject *dtype;
     const char *expected = NULL;
     int type_num;
 
@@ -731,25 +756,23 @@ numpy_items(bufferext_state *st, PyObject *obj, PyTypeObject *ndarray)
         char kind, type, byteorder, former_flags;
         int type_num;
     };
+    /* ... and the head of PyArrayObject_fields, whose descr PyArray_DESCR,
+     * inlined by every extension built against numpy, reads: its offset is
+     * numpy's ABI */
+    struct array_head {
+        PyObject_HEAD
+        char *data;
+        int nd;
+        Py_ssize_t *dimensions, *strides;
+        PyObject *base, *descr;
+    };
     enum { NPY_OBJECT = 17, NPY_VOID = 20, NPY_DATETIME = 21,
            NPY_TIMEDELTA = 22, NPY_USERDEF = 256 };
 
-    if (Py_TYPE(obj) == ndarray) {
-        dtype = PyObject_GetAttr(obj, st->str_dtype);
-    }
-    else {
-        /* a subclass: numpy's own getter, whatever the subclass calls
-         * `dtype` (its property could return anything, or run code) */
-        get = PyObject_GetAttr((PyObject *)ndarray, st->str_dtype);
-        dtype = get != NULL && Py_TYPE(get)->tp_descr_get != NULL
-                    ? Py_TYPE(get)->tp_descr_get(get, obj, (PyObject *)ndarray)
-                    : NULL;
-        Py_XDECREF(get);
-    }
-    if (dtype == NULL) {
-        PyErr_Clear();              /* numpy's own attribute: cannot fail */
-        return NUMPY_ITEMS;
-    }
+    /* the array's own field, as numpy's getter reads it, whatever a
+     * subclass calls `dtype` (its property could return anything, or run
+     * code) */
+    dtype = Py_NewRef(((struct array_head *)obj)->descr);
     type_num = ((struct descr_head *)dtype)->type_num;
     if (type_num >= 0 && type_num < NPY_USERDEF && type_num != NPY_OBJECT &&
         type_num != NPY_VOID && type_num != NPY_DATETIME &&
@@ -797,7 +820,7 @@ passes_through(bufferext_state *st, PyObject *obj, PyObject *cpu_types)
             if (i != 0) {
                 return 1;
             }
-            items = numpy_items(st, obj, type);
+            items = numpy_items(st, obj);
             return items < 0 ? -1 : items == NUMPY_ITEMS;
         }
     }
@@ -852,7 +875,7 @@ buffer_protocol(bufferext_state *st, PyObject *obj, PyObject *cls,
     /* an array of a subclass of numpy's: its items as the pass-through
      * reads them */
     if (PyObject_TypeCheck(obj, ndarray) &&
-        (items = numpy_items(st, obj, ndarray)) != NUMPY_ITEMS) {
+        (items = numpy_items(st, obj)) != NUMPY_ITEMS) {
         return items < 0 ? NULL : Py_NewRef(Py_NotImplemented);
     }
     speaks_dlpack = type_has(cls, st->str_dlpack);
@@ -953,7 +976,7 @@ adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                   PyObject *kwnames)
 {
     bufferext_state *st = bufferext_get_state(module);
-    PyObject *readonly, *steps, *cpu_types, *result;
+    PyObject *readonly, *steps, *cpu_types;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     int ours, passes;
 
@@ -975,14 +998,9 @@ adapter_as_buffer(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
      * replaced, it does): the common case, with no walk. */
     passes = ours ? passes_through(st, args[0], cpu_types) : 0;
     if (passes != 0) {
-        result = passes < 0 ? NULL : as_is(st, args[0], readonly);
+        return passes < 0 ? NULL : as_is(st, args[0], readonly);
     }
-    else {
-        result = walk_steps(st, steps, cpu_types, args[0], readonly, ours);
-    }
-    Py_DECREF(steps);
-    Py_DECREF(cpu_types);
-    return result;
+    return walk_steps(st, steps, cpu_types, args[0], readonly, ours);
 }
 
 /* Check the arguments of our C row `fname` called as a row of the table:
@@ -1006,17 +1024,14 @@ adapter_pass_through(PyObject *module, PyObject *const *args,
                      Py_ssize_t nargs)
 {
     bufferext_state *st = bufferext_get_state(module);
-    PyObject *steps, *cpu_types, *result;
+    PyObject *steps, *cpu_types;
     int in_place;
 
     if (check_row_args("_pass_through", args, nargs) < 0 ||
         bridges(st, &steps, &cpu_types, &in_place) < 0) {
         return NULL;
     }
-    result = pass_through(st, args[0], args[2], cpu_types);
-    Py_DECREF(steps);
-    Py_DECREF(cpu_types);
-    return result;
+    return pass_through(st, args[0], args[2], cpu_types);
 }
 
 /* _buffer_protocol(obj, cls, readonly): the buffer protocol's row of the
@@ -1027,17 +1042,14 @@ adapter_buffer_protocol(PyObject *module, PyObject *const *args,
                         Py_ssize_t nargs)
 {
     bufferext_state *st = bufferext_get_state(module);
-    PyObject *steps, *cpu_types, *result;
+    PyObject *steps, *cpu_types;
     int in_place;
 
     if (check_row_args("_buffer_protocol", args, nargs) < 0 ||
         bridges(st, &steps, &cpu_types, &in_place) < 0) {
         return NULL;
     }
-    result = buffer_protocol(st, args[0], args[1], args[2], cpu_types);
-    Py_DECREF(steps);
-    Py_DECREF(cpu_types);
-    return result;
+    return buffer_protocol(st, args[0], args[1], args[2], cpu_types);
 }
 
 static PyMethodDef adapter_functions[] = {
@@ -1077,7 +1089,6 @@ bufferext_init_adapter(PyObject *module)
     bufferext_state *st = bufferext_get_state(module);
 
     if (PyModule_AddFunctions(module, adapter_functions) < 0 ||
-        (st->str_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
         (st->str_dlpack = PyUnicode_InternFromString("__dlpack__")) == NULL ||
         (st->str_isbuiltin = PyUnicode_InternFromString("isbuiltin")) ==
             NULL ||

@@ -278,7 +278,7 @@ export_device(PyObject *exporter, const Py_buffer_extended *ext,
         out->device_id = info->device;
         /* loaded once: synchronize() may clear it meanwhile (the event
          * itself lives as long as the buffer, which the export pins) */
-        holder->event = BUFFEREXT_LOAD_PTR(
+        holder->event = BUFFEREXT_LOAD(
             ((BufferExt_CUDADeviceInfo *)ext->device_info)->event);
         out->sync_event = holder->event != NULL ? &holder->event : NULL;
         return 0;

@@ -280,7 +280,7 @@ bufferext_cuda_dlpack_sync(bufferext_state *st, PyObject *exporter,
         return bufferext_fork_error(st, who, "CUDA");
     }
     /* read once: another thread's synchronize() may clear it meanwhile */
-    event = info == NULL ? NULL : (CUevent)BUFFEREXT_LOAD_PTR(info->event);
+    event = info == NULL ? NULL : (CUevent)BUFFEREXT_LOAD(info->event);
     if (nosync || event == NULL) {
         return 0;               /* no sync asked for, or the data is ready */
     }
@@ -384,7 +384,7 @@ PyObject *
 bufferext_cuda_cai_stream(bufferext_state *st, const char *who,
                           const BufferExt_CUDADeviceInfo *info)
 {
-    CUevent event = (CUevent)BUFFEREXT_LOAD_PTR(info->event);
+    CUevent event = (CUevent)BUFFEREXT_LOAD(info->event);
     CUstream stream;
     CUresult res;
 
@@ -613,7 +613,7 @@ bufferext_cuda_stage(bufferext_state *st, const char *who,
     /* read once, with the GIL: the exporter may re-record meanwhile (the
      * event and context stay valid while the export is held) */
     CUcontext ctx = (CUcontext)info->context;
-    CUevent event = (CUevent)BUFFEREXT_LOAD_PTR(info->event);
+    CUevent event = (CUevent)BUFFEREXT_LOAD(info->event);
     const char *call = NULL;
     CUresult rc;
 

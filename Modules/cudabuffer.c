@@ -90,7 +90,7 @@ record_event(CUDABufferObject *self, const char *who)
         return -1;
     }
     /* work queued since the last sync */
-    BUFFEREXT_STORE_PTR(self->info.event, (void *)self->event);
+    BUFFEREXT_STORE(self->info.event, (void *)self->event);
     return 0;
 }
 
@@ -139,7 +139,7 @@ stream_sync(CUDABufferObject *self, const char *who, const host_copy *copy)
     if (rc != CUDA_SUCCESS) {
         return bufferext_cuda_error(rc, who, call);
     }
-    BUFFEREXT_STORE_PTR(self->info.event, NULL);
+    BUFFEREXT_STORE(self->info.event, NULL);
     return 0;
 }
 
@@ -176,7 +176,7 @@ tear_down(CUDABufferObject *self, const char **call)
     self->event = NULL;
     self->stream = NULL;
     self->context = NULL;
-    BUFFEREXT_STORE_PTR(self->info.event, NULL);
+    BUFFEREXT_STORE(self->info.event, NULL);
     self->info.context = NULL;
     if (context == NULL || bufferext_cuda_forked()) {
         return first;           /* forked: the parent's resources */
@@ -770,7 +770,7 @@ cuda_read(CUDABufferObject *self, cuda_snapshot *now)
     bufferext_producer_read(&self->head, &now->head);
     BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
     now->ptr = self->ptr;
-    now->pending_stream = BUFFEREXT_LOAD_PTR(self->info.event) != NULL
+    now->pending_stream = BUFFEREXT_LOAD(self->info.event) != NULL
                               ? (void *)self->stream : NULL;
     BUFFEREXT_LOCKED_END();
     if (!now->head.open) {

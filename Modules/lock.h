@@ -37,17 +37,19 @@
 #  define BUFFEREXT_MUTEX_LOCK(name) ((void)0)
 #  define BUFFEREXT_MUTEX_UNLOCK(name) ((void)0)
 #endif
-/* A pointer field that another thread may store while it is read without
- * the object's lock: CUDABuffer's device_info.event, which every export
- * hands out and synchronize() clears.  Loaded once and whole (a reader
- * keeps what it loaded), stored whole. */
+/* A field that another thread may store while it is read without the
+ * object's lock: CUDABuffer's device_info.event, which every export hands
+ * out and synchronize() clears; a BufferView's `acquired`, which
+ * __enter__ reads and release() clears in the view's critical section;
+ * the bridges' steps (adapter.c).  Loaded once and whole (a reader keeps
+ * what it loaded), stored whole. */
 #if defined(__GNUC__) || defined(__clang__)
-#  define BUFFEREXT_LOAD_PTR(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
-#  define BUFFEREXT_STORE_PTR(field, value) \
+#  define BUFFEREXT_LOAD(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
+#  define BUFFEREXT_STORE(field, value) \
        __atomic_store_n(&(field), (value), __ATOMIC_RELEASE)
 #else
-#  define BUFFEREXT_LOAD_PTR(field) (field)
-#  define BUFFEREXT_STORE_PTR(field, value) ((field) = (value))
+#  define BUFFEREXT_LOAD(field) (field)
+#  define BUFFEREXT_STORE(field, value) ((field) = (value))
 #endif
 
 /* `name`, a METH_NOARGS or METH_O method: `impl` in the critical section
@@ -73,7 +75,8 @@
  * - export.c: the state's resolve_dtype: resolver_mutex; its
  *   dtype_answers: the dict's own (the GIL, or its lock without one).
  * - adapter.c: the state's as_buffer_steps, as_buffer_in_place and
- *   cpu_types: bridges_mutex.
+ *   cpu_types: written once, under bridges_mutex, the steps stored last
+ *   (BUFFEREXT_STORE); read without it once the steps are there.
  * - state.c: module_def, own_entries, bufferext_cpubuffer_entry; and
  *   dlpack_exchange.c: exchange_module: written at module init (the
  *   import lock runs one at a time), the same values each time, read only

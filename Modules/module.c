@@ -329,7 +329,6 @@ module_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->str_float64);
     Py_VISIT(st->as_buffer_steps);
     Py_VISIT(st->cpu_types);
-    Py_VISIT(st->str_dtype);
     Py_VISIT(st->str_isbuiltin);
     Py_VISIT(st->str_hasobject);
     Py_VISIT(st->str_dlpack);
@@ -356,7 +355,6 @@ module_clear(PyObject *module)
     Py_CLEAR(st->str_float64);
     Py_CLEAR(st->as_buffer_steps);
     Py_CLEAR(st->cpu_types);
-    Py_CLEAR(st->str_dtype);
     Py_CLEAR(st->str_isbuiltin);
     Py_CLEAR(st->str_hasobject);
     Py_CLEAR(st->str_dlpack);

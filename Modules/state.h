@@ -25,9 +25,8 @@ struct bufferext_state {
     PyObject *as_buffer_steps; /* the functions of _bridges._STEPS, lazily */
     int as_buffer_in_place;    /* its first is our pass-through (adapter.c) */
     PyObject *cpu_types;       /* bufferext._bridges._CPU_TYPES (a tuple) */
-    PyObject *str_dtype;       /* "dtype", "isbuiltin" and "hasobject", */
-    PyObject *str_isbuiltin;   /* interned (adapter.c) */
-    PyObject *str_hasobject;
+    PyObject *str_isbuiltin;   /* "isbuiltin" and "hasobject", interned */
+    PyObject *str_hasobject;   /* (adapter.c) */
     PyObject *str_dlpack;      /* "__dlpack__", interned (adapter.c) */
 };
 

@@ -184,7 +184,7 @@ view_release_held(BufferViewObject *self)
     if (self->acquired) {
         /* the exporter's release may run Python code (a dealloc or a
          * failed get_buffer() may have an exception pending) */
-        self->acquired = 0;
+        BUFFEREXT_STORE(self->acquired, 0);     /* check_acquired_now */
         bufferext_release_ext_raised(&self->ext);
     }
     if (self->computed_strides != NULL) {
@@ -391,16 +391,12 @@ view_release_impl(PyObject *op, PyObject *unused)
 /* from two threads: the first releases, the second finds nothing held */
 static BUFFEREXT_LOCKED_METHOD(view_release, view_release_impl)
 
-/* check_acquired, outside the critical section. */
+/* check_acquired, outside the critical section: `acquired` only ever goes
+ * from 1 to 0, stored whole (view_release_held). */
 static int
 check_acquired_now(BufferViewObject *self)
 {
-    int rc;
-
-    BUFFEREXT_LOCKED_BEGIN((PyObject *)self);
-    rc = check_acquired(self);
-    BUFFEREXT_LOCKED_END();
-    return rc;
+    return BUFFEREXT_LOAD(self->acquired) ? 0 : check_acquired(self);
 }
 
 static PyObject *
@@ -800,7 +796,7 @@ view_device_info(BufferViewObject *self)
         items[0] = PyLong_FromUnsignedLong(cuda->version);
         items[1] = PyLong_FromLong(cuda->device);
         items[2] = PyLong_FromVoidPtr(cuda->context);
-        items[3] = PyLong_FromVoidPtr(BUFFEREXT_LOAD_PTR(cuda->event));
+        items[3] = PyLong_FromVoidPtr(BUFFEREXT_LOAD(cuda->event));
         return new_structseq(st->CUDADeviceInfo_Type, 4, items);
     }
     if (info != NULL && strcmp(device, BUFFEREXT_DEVICE_VE) == 0 &&
