@@ -33,7 +33,7 @@ typedef struct {
 #if BUFFEREXT_FREELIST > 0
 /* The memory of holders without a copy (every capsule but copy=True's),
  * kept for the next __dlpack__; open while the module is (freelist.h). */
-static bufferext_freelist holder_freelist;
+static bufferext_freelist holder_freelist = {.kind = BUFFEREXT_FREELIST_HOLDER};
 #endif
 
 /* A holder with room for `dims` int64 (shape and strides of a copy),
@@ -75,7 +75,7 @@ void
 bufferext_dlpack_freelist_open(void)
 {
 #if BUFFEREXT_FREELIST > 0
-    holder_freelist.open = 1;
+    bufferext_freelist_open(&holder_freelist, PyMem_Free);
 #endif
 }
 
@@ -83,7 +83,7 @@ void
 bufferext_dlpack_freelist_clear(void)
 {
 #if BUFFEREXT_FREELIST > 0
-    bufferext_freelist_close(&holder_freelist, PyMem_Free);
+    bufferext_freelist_close(&holder_freelist);
 #endif
 }
 

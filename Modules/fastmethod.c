@@ -34,7 +34,7 @@ typedef struct {
 
 #if BUFFEREXT_FREELIST > 0
 /* Memory of dead bound methods, for the next; open while the module is. */
-static bufferext_freelist bound_freelist;
+static bufferext_freelist bound_freelist = {.kind = BUFFEREXT_FREELIST_BOUND};
 #endif
 
 /* ---- the bound method --------------------------------------------------- */
@@ -349,7 +349,7 @@ bufferext_fastmethods(PyObject *module, PyTypeObject *type,
         bufferext_disallow_instantiation(st->FastMethod_Type);
         bufferext_disallow_instantiation(st->FastBound_Type);
 #if BUFFEREXT_FREELIST > 0
-        bound_freelist.open = 1;
+        bufferext_freelist_open(&bound_freelist, PyObject_GC_Del);
 #endif
     }
     for (; *names != NULL; names++) {
@@ -394,7 +394,7 @@ void
 bufferext_fastmethods_clear(void)
 {
 #if BUFFEREXT_FREELIST > 0
-    bufferext_freelist_close(&bound_freelist, PyObject_GC_Del);
+    bufferext_freelist_close(&bound_freelist);
 #endif
 }
 

@@ -81,8 +81,8 @@
  *   dlpack_exchange.c: exchange_module: written at module init (the
  *   import lock runs one at a time), the same values each time, read only
  *   after.
- * - view.c, fastmethod.c, dlpack.c: the freelists: the GIL; without it
- *   they are off (freelist.h).
+ * - view.c, fastmethod.c, dlpack.c: the freelists: the GIL; without it,
+ *   each thread keeps its own (freelist.c), their `open` stored whole.
  * Everything else lives in an object, under that object's critical
  * section (BUFFEREXT_LOCKED_BEGIN above) or its export and busy counts;
  * a capsule an import consumes (dlpack.c, arrow.c) is taken, and given

@@ -36,7 +36,7 @@ typedef struct {
 #if BUFFEREXT_FREELIST > 0
 /* Memory of dead views, for the next get_buffer(); open while the module
  * is (see freelist.h). */
-static bufferext_freelist view_freelist;
+static bufferext_freelist view_freelist = {.kind = BUFFEREXT_FREELIST_VIEW};
 #endif
 
 /* A new GC-tracked BufferView, from the freelist when it has one; the
@@ -74,7 +74,7 @@ void
 bufferext_view_freelist_clear(void)
 {
 #if BUFFEREXT_FREELIST > 0
-    bufferext_freelist_close(&view_freelist, PyObject_GC_Del);
+    bufferext_freelist_close(&view_freelist);
 #endif
 }
 
@@ -987,7 +987,7 @@ bufferext_init_view(PyObject *module)
         return -1;
     }
 #if BUFFEREXT_FREELIST > 0
-    view_freelist.open = 1;
+    bufferext_freelist_open(&view_freelist, PyObject_GC_Del);
 #endif
     st->CUDADeviceInfo_Type = PyStructSequence_NewType(&cuda_desc);
     st->VEDeviceInfo_Type = PyStructSequence_NewType(&ve_desc);

@@ -1,0 +1,142 @@
+/* freelist.c -- opening and closing the freelists of freelist.h, and,
+ * without the GIL, each thread's own lists.
+ *
+ * Without the GIL a list shared by threads would need a lock, which costs
+ * about what it saves, so each thread keeps its own, as CPython keeps its
+ * freelists in each thread's state.  Ours hang from a thread-local pointer
+ * (freelist.h), and a capsule in the dict of the thread state they were
+ * made under frees them when that dict goes (PyThreadState_Clear, as the
+ * thread ends; or another library removing the key), so a thread leaves
+ * nothing behind.  A state cleared by another thread marks them let go
+ * instead, as only their own thread may touch them.  Nothing here runs
+ * Python code: the kept objects are dead memory, freed with
+ * PyObject_GC_Del or PyMem_Free. */
+#include "freelist.h"
+
+#if BUFFEREXT_FREELIST > 0
+
+/* how each kind's memory is freed, set by its open (the same each time) */
+static void (*free_items[BUFFEREXT_FREELIST_KINDS])(void *);
+
+#ifndef Py_GIL_DISABLED
+
+void
+bufferext_freelist_open(bufferext_freelist *f, void (*free_item)(void *))
+{
+    free_items[f->kind] = free_item;
+    f->open = 1;
+}
+
+void
+bufferext_freelist_close(bufferext_freelist *f)
+{
+    f->open = 0;
+    while (f->count > 0) {
+        free_items[f->kind](f->items[--f->count]);
+    }
+}
+
+#else
+
+BUFFEREXT_THREAD_LOCAL bufferext_thread_lists *bufferext_lists_here;
+
+#define CAPSULE_NAME "bufferext._bufferext.freelists"
+
+/* Free what `l` keeps, and `l`. */
+static void
+lists_free(bufferext_thread_lists *l)
+{
+    int kind;
+
+    for (kind = 0; kind < BUFFEREXT_FREELIST_KINDS; kind++) {
+        while (l->count[kind] > 0) {
+            free_items[kind](l->items[kind][--l->count[kind]]);
+        }
+    }
+    PyMem_RawFree(l);
+}
+
+/* The capsule's destructor: a thread state's dict let go of the lists
+ * kept under it (the state is being cleared, maybe by another thread; or
+ * a library removed the key).  Freed here when no other thread can be
+ * using them: this is their thread, or one that has ended and whose
+ * identity this one took.  Else they are marked let go, and their thread
+ * frees them when it next needs lists (if it has ended, they are lost:
+ * at most BUFFEREXT_FREELIST objects of each kind). */
+static void
+lists_destroy(PyObject *capsule)
+{
+    bufferext_thread_lists *l = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+
+    if (l == NULL) {
+        PyErr_Clear();              /* not ours: cannot happen */
+    }
+    else if (l->thread == PyThread_get_thread_ident()) {
+        if (bufferext_lists_here == l) {
+            bufferext_lists_here = NULL;
+        }
+        lists_free(l);
+    }
+    else {
+        BUFFEREXT_STORE(l->let_go, 1);
+    }
+}
+
+void
+bufferext_freelist_renew(bufferext_freelist *f)
+{
+    bufferext_thread_lists *l = bufferext_lists_here;
+    PyObject *exc, *dict, *capsule;
+    int rc = -1;
+
+    if (l != NULL && BUFFEREXT_LOAD(l->let_go)) {
+        bufferext_lists_here = NULL;
+        lists_free(l);
+    }
+    if (!BUFFEREXT_LOAD(f->open)) {
+        return;
+    }
+    /* An error here is not reported: the allocation goes on without
+     * lists, and an exception already set is kept. */
+    exc = PyErr_GetRaisedException();
+    l = PyMem_RawCalloc(1, sizeof(*l));
+    dict = l == NULL ? NULL : PyThreadState_GetDict();
+    capsule = dict == NULL ? NULL
+                           : PyCapsule_New(l, CAPSULE_NAME, lists_destroy);
+    if (capsule == NULL) {
+        PyMem_RawFree(l);
+    }
+    else {
+        l->thread = PyThread_get_thread_ident();
+        /* may destroy a capsule it replaces: the lists of another of this
+         * thread's states, freed (bufferext_lists_here is set after) */
+        rc = PyDict_SetItemString(dict, CAPSULE_NAME, capsule);
+        Py_DECREF(capsule);         /* on failure, frees l */
+    }
+    if (rc == 0) {
+        bufferext_lists_here = l;
+    }
+    PyErr_Clear();
+    PyErr_SetRaisedException(exc);
+}
+
+void
+bufferext_freelist_open(bufferext_freelist *f, void (*free_item)(void *))
+{
+    free_items[f->kind] = free_item;
+    BUFFEREXT_STORE(f->open, 1);
+}
+
+void
+bufferext_freelist_close(bufferext_freelist *f)
+{
+    bufferext_thread_lists *l = bufferext_lists_here;
+
+    BUFFEREXT_STORE(f->open, 0);
+    while (l != NULL && !BUFFEREXT_LOAD(l->let_go) && l->count[f->kind] > 0) {
+        free_items[f->kind](l->items[f->kind][--l->count[f->kind]]);
+    }
+}
+
+#endif
+#endif
