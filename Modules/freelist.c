@@ -61,8 +61,10 @@ lists_free(bufferext_thread_lists *l)
  * a library removed the key).  Freed here when no other thread can be
  * using them: this is their thread, or one that has ended and whose
  * identity this one took.  Else they are marked let go, and their thread
- * frees them when it next needs lists (if it has ended, they are lost:
- * at most BUFFEREXT_FREELIST objects of each kind). */
+ * frees them when it next needs lists (if it has ended without clearing
+ * its own state, or this is a fork's child, where the other threads'
+ * states are cleared but the threads are gone, they are lost: at most
+ * BUFFEREXT_FREELIST objects of each kind, once). */
 static void
 lists_destroy(PyObject *capsule)
 {
