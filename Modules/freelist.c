@@ -15,8 +15,10 @@
 
 #if BUFFEREXT_FREELIST > 0
 
-/* how each kind's memory is freed, set by its open (the same each time) */
-static void (*free_items[BUFFEREXT_FREELIST_KINDS])(void *);
+/* how each kind's memory is freed, set by its open (the same each time;
+ * without the GIL read by any thread's lists_destroy, so stored whole) */
+typedef void (*free_function)(void *);
+static free_function free_items[BUFFEREXT_FREELIST_KINDS];
 
 #ifndef Py_GIL_DISABLED
 
@@ -49,8 +51,10 @@ lists_free(bufferext_thread_lists *l)
     int kind;
 
     for (kind = 0; kind < BUFFEREXT_FREELIST_KINDS; kind++) {
+        free_function free_item = BUFFEREXT_LOAD(free_items[kind]);
+
         while (l->count[kind] > 0) {
-            free_items[kind](l->items[kind][--l->count[kind]]);
+            free_item(l->items[kind][--l->count[kind]]);
         }
     }
     PyMem_RawFree(l);
@@ -125,7 +129,7 @@ bufferext_freelist_renew(bufferext_freelist *f)
 void
 bufferext_freelist_open(bufferext_freelist *f, void (*free_item)(void *))
 {
-    free_items[f->kind] = free_item;
+    BUFFEREXT_STORE(free_items[f->kind], free_item);
     BUFFEREXT_STORE(f->open, 1);
 }
 
@@ -133,10 +137,11 @@ void
 bufferext_freelist_close(bufferext_freelist *f)
 {
     bufferext_thread_lists *l = bufferext_lists_here;
+    free_function free_item = BUFFEREXT_LOAD(free_items[f->kind]);
 
     BUFFEREXT_STORE(f->open, 0);
     while (l != NULL && !BUFFEREXT_LOAD(l->let_go) && l->count[f->kind] > 0) {
-        free_items[f->kind](l->items[f->kind][--l->count[f->kind]]);
+        free_item(l->items[f->kind][--l->count[f->kind]]);
     }
 }
 
