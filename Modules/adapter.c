@@ -620,30 +620,34 @@ row_applies(PyObject *obj, PyObject *cls, PyObject *needs)
     return PyTuple_GET_SIZE(needs) == 0;
 }
 
+/* Mirrors the head of numpy's PyArrayObject_fields, whose descr
+ * PyArray_DESCR, inlined by every extension built against numpy, reads:
+ * its offset is numpy's ABI (numpy_items). */
+struct numpy_array_head {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions, *strides;
+    PyObject *base, *descr;
+};
+
 /* Whether `types` is a tuple whose first item is numpy's array type itself
- * (numpy_items reads its instances' fields): 1, 0, or -1 with the error of
- * importing numpy. */
+ * (numpy_items reads its instances' fields): numpy's own static type, by
+ * its name and size, which no Python code can make or rename (an attribute
+ * numpy.ndarray can be rebound). */
 static int
 starts_with_ndarray(PyObject *types)
 {
-    PyObject *numpy, *ndarray;
-    int is;
+    PyTypeObject *first;
 
-    if (!PyTuple_Check(types) || PyTuple_GET_SIZE(types) == 0) {
+    if (!PyTuple_Check(types) || PyTuple_GET_SIZE(types) == 0 ||
+        !PyType_Check(PyTuple_GET_ITEM(types, 0))) {
         return 0;
     }
-    numpy = PyImport_ImportModule("numpy");
-    if (numpy == NULL) {
-        return -1;
-    }
-    ndarray = PyObject_GetAttrString(numpy, "ndarray");
-    Py_DECREF(numpy);
-    if (ndarray == NULL) {
-        return -1;
-    }
-    is = PyTuple_GET_ITEM(types, 0) == ndarray;
-    Py_DECREF(ndarray);
-    return is;
+    first = (PyTypeObject *)PyTuple_GET_ITEM(types, 0);
+    return !PyType_HasFeature(first, Py_TPFLAGS_HEAPTYPE) &&
+           strcmp(first->tp_name, "numpy.ndarray") == 0 &&
+           first->tp_basicsize >= (Py_ssize_t)sizeof(struct numpy_array_head);
 }
 
 /* Read _bridges' _STEPS and _CPU_TYPES into the state, unless a racing
@@ -653,7 +657,6 @@ static int
 load_bridges(bufferext_state *st)
 {
     PyObject *module, *table = NULL, *f = NULL, *t = NULL;
-    int rc;
 
     module = PyImport_ImportModule("bufferext._bridges");
     if (module != NULL) {
@@ -662,11 +665,9 @@ load_bridges(bufferext_state *st)
                           : PyObject_GetAttrString(module, "_CPU_TYPES");
         Py_DECREF(module);
     }
-    if (t != NULL && (rc = starts_with_ndarray(t)) <= 0) {
-        if (rc == 0) {
-            PyErr_SetString(PyExc_TypeError, "bufferext._bridges._CPU_TYPES "
-                            "must be a tuple starting with numpy.ndarray");
-        }
+    if (t != NULL && !starts_with_ndarray(t)) {
+        PyErr_SetString(PyExc_TypeError, "bufferext._bridges._CPU_TYPES "
+                        "must be a tuple starting with numpy.ndarray");
         Py_CLEAR(t);
     }
     f = t == NULL ? NULL : step_functions(table);
@@ -756,23 +757,13 @@ numpy_items(bufferext_state *st, PyObject *obj)
         char kind, type, byteorder, former_flags;
         int type_num;
     };
-    /* ... and the head of PyArrayObject_fields, whose descr PyArray_DESCR,
-     * inlined by every extension built against numpy, reads: its offset is
-     * numpy's ABI */
-    struct array_head {
-        PyObject_HEAD
-        char *data;
-        int nd;
-        Py_ssize_t *dimensions, *strides;
-        PyObject *base, *descr;
-    };
     enum { NPY_OBJECT = 17, NPY_VOID = 20, NPY_DATETIME = 21,
            NPY_TIMEDELTA = 22, NPY_USERDEF = 256 };
 
     /* the array's own field, as numpy's getter reads it, whatever a
      * subclass calls `dtype` (its property could return anything, or run
      * code) */
-    dtype = Py_NewRef(((struct array_head *)obj)->descr);
+    dtype = Py_NewRef(((struct numpy_array_head *)obj)->descr);
     type_num = ((struct descr_head *)dtype)->type_num;
     if (type_num >= 0 && type_num < NPY_USERDEF && type_num != NPY_OBJECT &&
         type_num != NPY_VOID && type_num != NPY_DATETIME &&

@@ -92,14 +92,19 @@ void
 bufferext_freelist_renew(bufferext_freelist *f)
 {
     bufferext_thread_lists *l = bufferext_lists_here;
+    PyThreadState *tstate = PyThreadState_GetUnchecked();
     PyObject *exc, *dict, *capsule;
-    int rc = -1;
 
     if (l != NULL && BUFFEREXT_LOAD(l->let_go)) {
         bufferext_lists_here = NULL;
         lists_free(l);
     }
-    if (!BUFFEREXT_LOAD(f->open)) {
+    /* none while the module is closed, nor while the state is being
+     * cleared (a finalizer its clearing runs after its dict went would
+     * make a dict nothing clears: PyThreadState_Clear sets `finalizing`
+     * first) */
+    if (!BUFFEREXT_LOAD(f->open) || tstate == NULL ||
+        tstate->_status.finalizing) {
         return;
     }
     /* An error here is not reported: the allocation goes on without
@@ -114,13 +119,14 @@ bufferext_freelist_renew(bufferext_freelist *f)
     }
     else {
         l->thread = PyThread_get_thread_ident();
-        /* may destroy a capsule it replaces: the lists of another of this
-         * thread's states, freed (bufferext_lists_here is set after) */
-        rc = PyDict_SetItemString(dict, CAPSULE_NAME, capsule);
-        Py_DECREF(capsule);         /* on failure, frees l */
-    }
-    if (rc == 0) {
+        /* Published first: the store drops what the key held, which may
+         * run Python code (an object another library put there), and
+         * that code may allocate from the lists or remove the key.  From
+         * here the capsule owns `l` (lists_destroy unpublishes it), so it
+         * is not touched after. */
         bufferext_lists_here = l;
+        (void)PyDict_SetItemString(dict, CAPSULE_NAME, capsule);
+        Py_DECREF(capsule);         /* if the dict holds it no more: freed */
     }
     PyErr_Clear();
     PyErr_SetRaisedException(exc);

@@ -411,14 +411,20 @@ CHILD = '''
     from bufferext import _bridges
 
     # numpy's array type itself first: as_buffer reads its instances' fields
-    original_types = _bridges._CPU_TYPES
+    # (known by the type, not by the name numpy.ndarray, which can be
+    # rebound)
+    original_types, real_ndarray = _bridges._CPU_TYPES, np.ndarray
     for bad in (None, (), (bytes, np.ndarray),
-                (type("ndarray", (np.ndarray,), {}), bytes)):
+                (type("ndarray", (np.ndarray,), {}), bytes), "rebound"):
+        if bad == "rebound":
+            np.ndarray = bytes
+            bad = (bytes,) + original_types[1:]
         _bridges._CPU_TYPES = bad
         try:
             bufferext.as_buffer(b"x")
         except TypeError as e:
             print("refused:", e)
+        np.ndarray = real_ndarray
     _bridges._CPU_TYPES = original_types
 
     original = _bridges._STEPS
@@ -490,9 +496,9 @@ def test_as_buffer_follows_a_changed_table_in_a_new_process() -> None:
     lines = run_child(CHILD).splitlines()
     malformed = ("refused: bufferext._bridges._STEPS[0] must be a row "
                  "(name: str, function, needs), not a malformed tuple")
-    assert lines[:4] == ["refused: bufferext._bridges._CPU_TYPES must be a "
-                         "tuple starting with numpy.ndarray"] * 4
-    lines = lines[4:]
+    assert lines[:5] == ["refused: bufferext._bridges._CPU_TYPES must be a "
+                         "tuple starting with numpy.ndarray"] * 5
+    lines = lines[5:]
     assert lines[:7] == [
         "refused: bufferext._bridges._STEPS must be a tuple of (name, "
         "function, needs) rows, not NoneType",

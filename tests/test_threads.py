@@ -341,10 +341,11 @@ before = tracemalloc.get_traced_memory()[0]
 threads(100)
 print("threads", tracemalloc.get_traced_memory()[0] - before)
 
-# another library takes the key out of this thread's state dict
+# another library takes the key out of this thread's state dict (a
+# borrowed reference: read through a pointer, not taken as py_object)
 get_dict = ctypes.pythonapi.PyThreadState_GetDict
-get_dict.restype = ctypes.py_object
-state = get_dict()
+get_dict.restype = ctypes.c_void_p
+state = ctypes.cast(get_dict(), ctypes.py_object).value
 work()
 print("kept under the state", (KEY in state) == ft)
 before = tracemalloc.get_traced_memory()[0]
@@ -379,6 +380,86 @@ def test_threads_leave_no_kept_objects_behind() -> None:
     if not getattr(sys, "_is_gil_enabled", lambda: True)():
         # 16 views, 16 bound methods and 16 holders freed at once
         assert int(lines["freed"]) > 16 * 200, out.stdout
+
+
+REENTERED = r"""
+import contextvars, ctypes, sys, threading, tracemalloc
+import numpy as np
+import bufferext
+
+a = np.zeros(4)
+get_dict = ctypes.pythonapi.PyThreadState_GetDict
+get_dict.restype = ctypes.c_void_p
+
+def state():
+    return ctypes.cast(get_dict(), ctypes.py_object).value
+
+class Planted:
+    # put under the lists' key by another library: dropped when bufferext
+    # stores its lists there, and allocating from them as it goes
+    def __init__(self, remove):
+        self.remove = remove
+    def __del__(self):
+        if self.remove:
+            state().pop(KEY, None)
+        with bufferext.get_buffer(a):
+            pass
+
+def planted(remove):
+    state()[KEY] = Planted(remove)
+    for _ in range(1000):
+        with bufferext.get_buffer(a):
+            pass
+
+for remove in (False, True):
+    t = threading.Thread(target=planted, args=(remove,))
+    t.start()
+    t.join()
+print("planted ok")
+
+# a finalizer the thread state's clearing runs after its dict went
+cv = contextvars.ContextVar("cv")
+
+class Late:
+    def __del__(self):
+        with bufferext.get_buffer(a):
+            pass
+
+def late():
+    with bufferext.get_buffer(a):
+        pass
+    cv.set(Late())
+
+def threads(n):
+    for _ in range(n):
+        t = threading.Thread(target=late)
+        t.start()
+        t.join()
+
+threads(5)
+tracemalloc.start()
+before = tracemalloc.get_traced_memory()[0]
+threads(300)
+print("late", (tracemalloc.get_traced_memory()[0] - before) // 300)
+"""
+
+
+def test_code_run_inside_the_lists_making_and_the_states_end() -> None:
+    """Python code that runs while a thread's freelists are made (an object
+    another library put under their key, dropped when they are stored
+    there, allocating from them or removing the key as it goes) and after
+    the thread state's dict went (a context variable's finalizer, which
+    PyThreadState_Clear runs later): no use after free, and no state
+    dict made again that nothing frees (about 1.2 KB per thread before)."""
+    out = subprocess.run(
+        [sys.executable, "-c",
+         REENTERED.replace("KEY", repr(FREELISTS_KEY))],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "planted ok", out.stdout
+    per_thread = int(lines[1].split()[1])
+    assert per_thread < 200, out.stdout
 
 
 def test_daemon_threads_with_kept_objects_at_exit() -> None:
