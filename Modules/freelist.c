@@ -8,9 +8,10 @@
  * made under frees them when that dict goes (PyThreadState_Clear, as the
  * thread ends; or another library removing the key), so a thread leaves
  * nothing behind.  A state cleared by another thread marks them let go
- * instead, as only their own thread may touch them.  Nothing here runs
- * Python code: the kept objects are dead memory, freed with
- * PyObject_GC_Del or PyMem_Free. */
+ * instead, as only their own thread may touch them.  The kept objects are
+ * dead memory, freed with PyObject_GC_Del or PyMem_Free; the only Python
+ * code that can run here is another library's object dropped from the
+ * lists' key when they are stored (bufferext_freelist_renew). */
 #include "freelist.h"
 
 #if BUFFEREXT_FREELIST > 0
