@@ -311,7 +311,25 @@ def _race(target: Any, count: int = THREADS) -> List[Any]:
 # (Modules/freelist.h): one per kind and thread without the GIL, freed with
 # the thread's state; one per kind with it.
 FREELISTS_KEY = "bufferext._bufferext.freelists"
-FREELISTS = r"""
+# The memory that n threads running `target` one after another leave
+# behind (traced from then on).
+LEAVES = r"""
+import threading, tracemalloc
+
+def leaves(target, n):
+    def threads(k):
+        for _ in range(k):
+            t = threading.Thread(target=target)
+            t.start()
+            t.join()
+
+    threads(5)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    threads(n)
+    return tracemalloc.get_traced_memory()[0] - before
+"""
+FREELISTS = LEAVES + r"""
 import ctypes, sys, threading, tracemalloc
 import numpy as np
 import bufferext
@@ -329,17 +347,7 @@ def work():
     capsules = [cpu.__dlpack__() for _ in range(40)]
     del views, capsules
 
-def threads(n):
-    for _ in range(n):
-        t = threading.Thread(target=work)
-        t.start()
-        t.join()
-
-threads(5)
-tracemalloc.start()
-before = tracemalloc.get_traced_memory()[0]
-threads(100)
-print("threads", tracemalloc.get_traced_memory()[0] - before)
+print("threads", leaves(work, 100))
 
 # another library takes the key out of this thread's state dict (a
 # borrowed reference: read through a pointer, not taken as py_object)
@@ -382,7 +390,7 @@ def test_threads_leave_no_kept_objects_behind() -> None:
         assert int(lines["freed"]) > 16 * 200, out.stdout
 
 
-REENTERED = r"""
+REENTERED = LEAVES + r"""
 import contextvars, ctypes, sys, threading, tracemalloc
 import numpy as np
 import bufferext
@@ -430,17 +438,7 @@ def late():
         pass
     cv.set(Late())
 
-def threads(n):
-    for _ in range(n):
-        t = threading.Thread(target=late)
-        t.start()
-        t.join()
-
-threads(5)
-tracemalloc.start()
-before = tracemalloc.get_traced_memory()[0]
-threads(300)
-print("late", (tracemalloc.get_traced_memory()[0] - before) // 300)
+print("late", leaves(late, 300) // 300)
 """
 
 
