@@ -94,7 +94,7 @@ bufferext_freelist_renew(bufferext_freelist *f)
 {
     bufferext_thread_lists *l = bufferext_lists_here;
     PyThreadState *tstate = PyThreadState_GetUnchecked();
-    PyObject *exc, *dict, *capsule;
+    PyObject *exc, *dict, *key, *capsule;
 
     if (l != NULL && BUFFEREXT_LOAD(l->let_go)) {
         bufferext_lists_here = NULL;
@@ -113,8 +113,13 @@ bufferext_freelist_renew(bufferext_freelist *f)
     exc = PyErr_GetRaisedException();
     l = PyMem_RawCalloc(1, sizeof(*l));
     dict = l == NULL ? NULL : PyThreadState_GetDict();
-    capsule = dict == NULL ? NULL
-                           : PyCapsule_New(l, CAPSULE_NAME, lists_destroy);
+    /* A key of its own, not interned (as PyDict_SetItemString's is):
+     * threads interning one new str at once race in intern_common
+     * (python/cpython#129701, in 3.13.5), and threads started together
+     * make their lists together. */
+    key = dict == NULL ? NULL : PyUnicode_FromString(CAPSULE_NAME);
+    capsule = key == NULL ? NULL
+                          : PyCapsule_New(l, CAPSULE_NAME, lists_destroy);
     if (capsule == NULL) {
         PyMem_RawFree(l);
     }
@@ -126,9 +131,10 @@ bufferext_freelist_renew(bufferext_freelist *f)
          * here the capsule owns `l` (lists_destroy unpublishes it), so it
          * is not touched after. */
         bufferext_lists_here = l;
-        (void)PyDict_SetItemString(dict, CAPSULE_NAME, capsule);
+        (void)PyDict_SetItem(dict, key, capsule);
         Py_DECREF(capsule);         /* if the dict holds it no more: freed */
     }
+    Py_XDECREF(key);
     PyErr_Clear();
     PyErr_SetRaisedException(exc);
 }

@@ -460,6 +460,59 @@ def test_code_run_inside_the_lists_making_and_the_states_end() -> None:
     assert per_thread < 200, out.stdout
 
 
+TOGETHER = r"""
+import ctypes, sys, threading
+import numpy as np
+import bufferext
+
+THREADS = 16
+a = np.zeros(4)
+ft = not getattr(sys, "_is_gil_enabled", lambda: True)()
+get_dict = ctypes.pythonapi.PyThreadState_GetDict
+get_dict.restype = ctypes.c_void_p
+get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+get_pointer.restype = ctypes.c_void_p
+get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+start, end = threading.Barrier(THREADS), threading.Barrier(THREADS)
+lists = [None] * THREADS
+
+def first(i):
+    start.wait()
+    with bufferext.get_buffer(a):       # this thread's first allocation
+        pass
+    state = ctypes.cast(get_dict(), ctypes.py_object).value
+    if KEY in state:
+        lists[i] = get_pointer(state[KEY], KEY.encode())
+    end.wait()                          # all alive: no lists freed yet
+
+threads = [threading.Thread(target=first, args=(i,)) for i in range(THREADS)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+made = [p for p in lists if p is not None]
+print("made", len(made), "distinct", len(set(made)), "ft", ft)
+"""
+
+
+def test_threads_started_together_make_their_lists_together() -> None:
+    """Sixteen threads released at once, each making its first object in a
+    fresh process: without the GIL each makes lists of its own, under the
+    thread state's dict, at the same moment as the others (the CI runs it
+    under ThreadSanitizer; the key was once interned there, which races in
+    3.13's intern_common, python/cpython#129701); with the GIL none are
+    made."""
+    out = subprocess.run(
+        [sys.executable, "-c",
+         TOGETHER.replace("KEY", repr(FREELISTS_KEY))],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ft = not getattr(sys, "_is_gil_enabled", lambda: True)()
+    made = 16 if ft else 0
+    assert out.stdout.split() == [
+        "made", str(made), "distinct", str(made), "ft", str(ft)], out.stdout
+
+
 def test_daemon_threads_with_kept_objects_at_exit() -> None:
     """Daemon threads still making views while the interpreter exits: their
     states are cleared by the exiting thread, which may not touch their
