@@ -475,6 +475,8 @@ get_pointer.restype = ctypes.c_void_p
 get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 start, end = threading.Barrier(THREADS), threading.Barrier(THREADS)
 lists = [None] * THREADS
+interned = [False] * THREADS
+sys.intern(KEY)                         # the interned copy, made first
 
 def first(i):
     start.wait()
@@ -483,6 +485,8 @@ def first(i):
     state = ctypes.cast(get_dict(), ctypes.py_object).value
     if KEY in state:
         lists[i] = get_pointer(state[KEY], KEY.encode())
+        # the key bufferext stored: interned, it would be the copy above
+        interned[i] = any(k is sys.intern(k) for k in state if k == KEY)
     end.wait()                          # all alive: no lists freed yet
 
 threads = [threading.Thread(target=first, args=(i,)) for i in range(THREADS)]
@@ -491,17 +495,18 @@ for t in threads:
 for t in threads:
     t.join()
 made = [p for p in lists if p is not None]
-print("made", len(made), "distinct", len(set(made)), "ft", ft)
+print("made", len(made), "distinct", len(set(made)), "interned",
+      sum(interned), "ft", ft)
 """
 
 
 def test_threads_started_together_make_their_lists_together() -> None:
     """Sixteen threads released at once, each making its first object in a
     fresh process: without the GIL each makes lists of its own, under the
-    thread state's dict, at the same moment as the others (the CI runs it
-    under ThreadSanitizer; the key was once interned there, which races in
-    3.13's intern_common, python/cpython#129701); with the GIL none are
-    made."""
+    thread state's dict, at the same moment as the others, under a key
+    that is not interned (interning one new str from many threads at once
+    races in 3.13's intern_common, python/cpython#129701, which the CI's
+    ThreadSanitizer step met); with the GIL none are made."""
     out = subprocess.run(
         [sys.executable, "-c",
          TOGETHER.replace("KEY", repr(FREELISTS_KEY))],
@@ -510,7 +515,8 @@ def test_threads_started_together_make_their_lists_together() -> None:
     ft = not getattr(sys, "_is_gil_enabled", lambda: True)()
     made = 16 if ft else 0
     assert out.stdout.split() == [
-        "made", str(made), "distinct", str(made), "ft", str(ft)], out.stdout
+        "made", str(made), "distinct", str(made), "interned", "0",
+        "ft", str(ft)], out.stdout
 
 
 def test_daemon_threads_with_kept_objects_at_exit() -> None:
