@@ -21,6 +21,15 @@
 typedef void (*free_function)(void *);
 static free_function free_items[BUFFEREXT_FREELIST_KINDS];
 
+/* Free the `*count` objects of `items`, leaving none. */
+static void
+free_kept(void **items, int *count, free_function free_item)
+{
+    while (*count > 0) {
+        free_item(items[--*count]);
+    }
+}
+
 #ifndef Py_GIL_DISABLED
 
 void
@@ -34,9 +43,7 @@ void
 bufferext_freelist_close(bufferext_freelist *f)
 {
     f->open = 0;
-    while (f->count > 0) {
-        free_items[f->kind](f->items[--f->count]);
-    }
+    free_kept(f->items, &f->count, free_items[f->kind]);
 }
 
 #else
@@ -52,11 +59,8 @@ lists_free(bufferext_thread_lists *l)
     int kind;
 
     for (kind = 0; kind < BUFFEREXT_FREELIST_KINDS; kind++) {
-        free_function free_item = BUFFEREXT_LOAD(free_items[kind]);
-
-        while (l->count[kind] > 0) {
-            free_item(l->items[kind][--l->count[kind]]);
-        }
+        free_kept(l->items[kind], &l->count[kind],
+                  BUFFEREXT_LOAD(free_items[kind]));
     }
     PyMem_RawFree(l);
 }
@@ -150,11 +154,11 @@ void
 bufferext_freelist_close(bufferext_freelist *f)
 {
     bufferext_thread_lists *l = bufferext_lists_here;
-    free_function free_item = BUFFEREXT_LOAD(free_items[f->kind]);
 
     BUFFEREXT_STORE(f->open, 0);
-    while (l != NULL && !BUFFEREXT_LOAD(l->let_go) && l->count[f->kind] > 0) {
-        free_item(l->items[f->kind][--l->count[f->kind]]);
+    if (l != NULL && !BUFFEREXT_LOAD(l->let_go)) {
+        free_kept(l->items[f->kind], &l->count[f->kind],
+                  BUFFEREXT_LOAD(free_items[f->kind]));
     }
 }
 
