@@ -131,10 +131,11 @@ def run_installed(*argv: str,
                           capture_output=True, text=True, timeout=120)
 
 
-def run_child(code: str, env: Optional[Dict[str, str]] = None) -> str:
+def run_child(code: str, env: Optional[Dict[str, str]] = None,
+              timeout: float = 300) -> str:
     """Run ``code`` (dedented) in a child interpreter with tests/ on its
-    path; its stdout, or an AssertionError with everything it printed if
-    it did not exit 0."""
+    path, for at most ``timeout`` seconds; its stdout, or an AssertionError
+    with everything it printed if it did not exit 0."""
     import textwrap
     child_env = dict(os.environ, **(env or {}))
     here = os.path.dirname(os.path.abspath(__file__))
@@ -142,7 +143,7 @@ def run_child(code: str, env: Optional[Dict[str, str]] = None) -> str:
         p for p in (here, child_env.get("PYTHONPATH")) if p)
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], env=child_env,
-        capture_output=True, text=True, timeout=300)
+        capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise AssertionError(f"child rc={result.returncode}\n{result.stdout}"
                              f"\n{result.stderr}")

@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.join(HERE, "cuda_standin"))
 sys.path.insert(0, os.path.join(HERE, "ve_standin"))
 import standin  # noqa: E402
 import standin_harness  # noqa: E402
-from _helpers import ATTRIBUTE_DECLARES, NEEDS_ATTRIBUTE  # noqa: E402
+from _helpers import (  # noqa: E402
+    ATTRIBUTE_DECLARES, NEEDS_ATTRIBUTE, run_child)
 
 THREADS = 8
 TOTAL = int(os.environ.get("BUFFEREXT_STRESS_ACQUIRES", "40000"))
@@ -309,12 +310,26 @@ def _race(target: Any, count: int = THREADS) -> List[Any]:
 
 # The freelists of dead views, bound methods and DLPack holders
 # (Modules/freelist.h): one per kind and thread without the GIL, freed with
-# the thread's state; one per kind with it.
+# the thread's state, under this key of its dict; one per kind with it.
 FREELISTS_KEY = "bufferext._bufferext.freelists"
-# The memory that n threads running `target` one after another leave
-# behind (traced from then on).
-LEAVES = r"""
-import threading, tracemalloc
+FREE_THREADED = not getattr(sys, "_is_gil_enabled", lambda: True)()
+# What the freelists' child scripts share: the key, whether the GIL is off,
+# this thread's state dict (a borrowed reference: read through a pointer,
+# not taken as py_object), and the memory that n threads running `target`
+# one after another leave behind (traced from then on).
+FREELISTS_CHILD = f"""
+import ctypes, sys, threading, tracemalloc
+import numpy as np
+import bufferext
+
+KEY = {FREELISTS_KEY!r}
+ft = not getattr(sys, "_is_gil_enabled", lambda: True)()
+a = np.zeros(4)
+get_dict = ctypes.pythonapi.PyThreadState_GetDict
+get_dict.restype = ctypes.c_void_p
+
+def state():
+    return ctypes.cast(get_dict(), ctypes.py_object).value
 
 def leaves(target, n):
     def threads(k):
@@ -329,14 +344,8 @@ def leaves(target, n):
     threads(n)
     return tracemalloc.get_traced_memory()[0] - before
 """
-FREELISTS = LEAVES + r"""
-import ctypes, sys, threading, tracemalloc
-import numpy as np
-import bufferext
-
-a = np.zeros(4)
+FREELISTS = FREELISTS_CHILD + r"""
 cpu = bufferext.CPUBuffer(4)
-ft = not getattr(sys, "_is_gil_enabled", lambda: True)()
 
 def work():
     # 40 of each kind alive at once, then dead: the lists keep 16 each
@@ -349,19 +358,15 @@ def work():
 
 print("threads", leaves(work, 100))
 
-# another library takes the key out of this thread's state dict (a
-# borrowed reference: read through a pointer, not taken as py_object)
-get_dict = ctypes.pythonapi.PyThreadState_GetDict
-get_dict.restype = ctypes.c_void_p
-state = ctypes.cast(get_dict(), ctypes.py_object).value
+# another library takes the key out of this thread's state dict
 work()
-print("kept under the state", (KEY in state) == ft)
+print("kept under the state", (KEY in state()) == ft)
 before = tracemalloc.get_traced_memory()[0]
-state.pop(KEY, None)
+state().pop(KEY, None)
 print("freed", before - tracemalloc.get_traced_memory()[0])
 work()
-print("kept again", (KEY in state) == ft)
-state.clear()
+print("kept again", (KEY in state()) == ft)
+state().clear()
 work()
 with bufferext.get_buffer(a) as v:
     print("works", v.shape)
@@ -374,33 +379,20 @@ def test_threads_leave_no_kept_objects_behind() -> None:
     leave no memory; another library removing the lists' key from the
     state's dict (or clearing it) frees them at once, and the next
     allocation makes new ones."""
-    out = subprocess.run(
-        [sys.executable, "-c",
-         FREELISTS.replace("KEY", repr(FREELISTS_KEY))],
-        capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    lines = dict(line.rsplit(" ", 1) for line in out.stdout.splitlines())
+    out = run_child(FREELISTS)
+    lines = dict(line.rsplit(" ", 1) for line in out.splitlines())
     # kept and not freed, a hundred threads would leave about 1 MB
-    assert int(lines["threads"]) < 64 * 1024, out.stdout
+    assert int(lines["threads"]) < 64 * 1024, out
     assert lines["kept under the state"] == "True"
     assert lines["kept again"] == "True"
     assert lines["works"] == "(4,)"
-    if not getattr(sys, "_is_gil_enabled", lambda: True)():
+    if FREE_THREADED:
         # 16 views, 16 bound methods and 16 holders freed at once
-        assert int(lines["freed"]) > 16 * 200, out.stdout
+        assert int(lines["freed"]) > 16 * 200, out
 
 
-REENTERED = LEAVES + r"""
-import contextvars, ctypes, sys, threading, tracemalloc
-import numpy as np
-import bufferext
-
-a = np.zeros(4)
-get_dict = ctypes.pythonapi.PyThreadState_GetDict
-get_dict.restype = ctypes.c_void_p
-
-def state():
-    return ctypes.cast(get_dict(), ctypes.py_object).value
+REENTERED = FREELISTS_CHILD + r"""
+import contextvars
 
 class Planted:
     # put under the lists' key by another library: dropped when bufferext
@@ -449,27 +441,15 @@ def test_code_run_inside_the_lists_making_and_the_states_end() -> None:
     the thread state's dict went (a context variable's finalizer, which
     PyThreadState_Clear runs later): no use after free, and no state
     dict made again that nothing frees (about 1.2 KB per thread before)."""
-    out = subprocess.run(
-        [sys.executable, "-c",
-         REENTERED.replace("KEY", repr(FREELISTS_KEY))],
-        capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines[0] == "planted ok", out.stdout
+    out = run_child(REENTERED)
+    lines = out.splitlines()
+    assert lines[0] == "planted ok", out
     per_thread = int(lines[1].split()[1])
-    assert per_thread < 200, out.stdout
+    assert per_thread < 200, out
 
 
-TOGETHER = r"""
-import ctypes, sys, threading
-import numpy as np
-import bufferext
-
+TOGETHER = FREELISTS_CHILD + r"""
 THREADS = 16
-a = np.zeros(4)
-ft = not getattr(sys, "_is_gil_enabled", lambda: True)()
-get_dict = ctypes.pythonapi.PyThreadState_GetDict
-get_dict.restype = ctypes.c_void_p
 get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 get_pointer.restype = ctypes.c_void_p
 get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -482,11 +462,10 @@ def first(i):
     start.wait()
     with bufferext.get_buffer(a):       # this thread's first allocation
         pass
-    state = ctypes.cast(get_dict(), ctypes.py_object).value
-    if KEY in state:
-        lists[i] = get_pointer(state[KEY], KEY.encode())
+    if KEY in state():
+        lists[i] = get_pointer(state()[KEY], KEY.encode())
         # the key bufferext stored: interned, it would be the copy above
-        interned[i] = any(k is sys.intern(k) for k in state if k == KEY)
+        interned[i] = any(k is sys.intern(k) for k in state() if k == KEY)
     end.wait()                          # all alive: no lists freed yet
 
 threads = [threading.Thread(target=first, args=(i,)) for i in range(THREADS)]
@@ -507,39 +486,33 @@ def test_threads_started_together_make_their_lists_together() -> None:
     that is not interned (interning one new str from many threads at once
     races in 3.13's intern_common, python/cpython#129701, which the CI's
     ThreadSanitizer step met); with the GIL none are made."""
-    out = subprocess.run(
-        [sys.executable, "-c",
-         TOGETHER.replace("KEY", repr(FREELISTS_KEY))],
-        capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    ft = not getattr(sys, "_is_gil_enabled", lambda: True)()
-    made = 16 if ft else 0
-    assert out.stdout.split() == [
+    out = run_child(TOGETHER)
+    made = 16 if FREE_THREADED else 0
+    assert out.split() == [
         "made", str(made), "distinct", str(made), "interned", "0",
-        "ft", str(ft)], out.stdout
+        "ft", str(FREE_THREADED)], out
 
 
 def test_daemon_threads_with_kept_objects_at_exit() -> None:
     """Daemon threads still making views while the interpreter exits: their
     states are cleared by the exiting thread, which may not touch their
     lists (marked let go instead); the process exits cleanly."""
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
-        import threading, time
-        import numpy as np
-        import bufferext
-        a = np.zeros(4)
-        def spin():
-            while True:
-                views = [bufferext.get_buffer(a) for _ in range(20)]
-                for v in views:
-                    with v:
-                        pass
-        for _ in range(4):
-            threading.Thread(target=spin, daemon=True).start()
-        time.sleep(0.3)
-        print("exit")
-        """)], capture_output=True, text=True, timeout=120)
-    assert (out.returncode, out.stdout) == (0, "exit\n"), out.stderr
+    out = run_child(FREELISTS_CHILD + r"""
+import time
+
+def spin():
+    while True:
+        views = [bufferext.get_buffer(a) for _ in range(20)]
+        for v in views:
+            with v:
+                pass
+
+for _ in range(4):
+    threading.Thread(target=spin, daemon=True).start()
+time.sleep(0.3)
+print("exit")
+""", timeout=120)
+    assert out == "exit\n", out
 
 
 def test_view_release_from_many_threads_releases_once() -> None:
