@@ -653,7 +653,7 @@ starts_with_ndarray(PyObject *types)
 /* Read _bridges' _STEPS and _CPU_TYPES into the state, unless a racing
  * thread did first.  0, or -1 with an exception (nothing kept: the next
  * call reads again). */
-static int
+BUFFEREXT_INTERNAL_COLD int
 load_bridges(bufferext_state *st)
 {
     PyObject *module, *table = NULL, *f = NULL, *t = NULL;
