@@ -16,12 +16,6 @@ bufferext_state_set_def(PyModuleDef *def)
 }
 
 bufferext_state *
-bufferext_get_state(PyObject *module)
-{
-    return (bufferext_state *)PyModule_GetState(module);
-}
-
-bufferext_state *
 bufferext_state_from_type(PyTypeObject *type)
 {
 #if PY_VERSION_HEX >= 0x030B0000

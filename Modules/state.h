@@ -34,8 +34,13 @@ struct bufferext_state {
  * the files' inits). */
 void bufferext_state_set_def(PyModuleDef *def);
 
-/* The state of the module object. */
-bufferext_state *bufferext_get_state(PyObject *module);
+/* The state of the module object (inline: every module function reads
+ * it first). */
+static inline bufferext_state *
+bufferext_get_state(PyObject *module)
+{
+    return (bufferext_state *)PyModule_GetState(module);
+}
 /* The state of the module that defined `type` (or a base of it); NULL with
  * TypeError for a type that is not ours. */
 bufferext_state *bufferext_state_from_type(PyTypeObject *type);
